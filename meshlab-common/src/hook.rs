@@ -1,0 +1,128 @@
+//! Hook identifiers: which probe point produced an event.
+
+/// Every probe point meshlab records. The discriminant is the `u16` written into
+/// [`crate::Event::hook`] and the index of the per-hook counters (`HITS`, `DROPS`).
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Hook {
+    /// sock_ops ACTIVE/PASSIVE_ESTABLISHED: cookie, 4-tuple, sequence bases.
+    SockEstablished = 0,
+    /// sock_ops STATE_CB to TCP_CLOSE: the connection left the traced set.
+    SockClosed = 1,
+    /// TCP send path entry (tcp_sendmsg / tcp_sendmsg_locked): write_seq and bytes left.
+    TcpSendmsg = 2,
+    /// sock_sendmsg return (sock:sock_send_length): bytes accepted, write_seq after.
+    SendReturn = 3,
+    /// net:net_dev_queue: skb handed to the device layer (qdisc enqueue follows).
+    NetDevQueue = 4,
+    /// net:net_dev_start_xmit: qdisc released the skb to the driver.
+    NetDevStartXmit = 5,
+    /// net:net_dev_xmit: the driver's ndo_start_xmit returned.
+    NetDevXmit = 6,
+    /// net:netif_receive_skb: the stack took the skb from the driver/backlog.
+    NetifReceiveSkb = 7,
+    /// tcp:tcp_probe: TCP processes an incoming segment on an established socket.
+    TcpProbe = 8,
+    /// sock:sk_data_ready: data queued on the socket, readers get woken.
+    SkDataReady = 9,
+    /// skb:skb_copy_datagram_iovec: recvmsg copies a queued skb to user memory.
+    SkbCopyDatagram = 10,
+    /// sock:sock_recv_length: sock_recvmsg returns to the caller.
+    RecvReturn = 11,
+    /// sched:sched_wakeup of a thread that owns a traced socket.
+    SchedWakeup = 12,
+    /// sched:sched_switch onto (value 1) or off (value 0) a tracked thread.
+    SchedSwitch = 13,
+    /// irq:irq_handler_entry of a NIC IRQ (raw stream only).
+    IrqEntry = 14,
+    /// irq:irq_handler_exit of a NIC IRQ (raw stream only).
+    IrqExit = 15,
+    /// irq:softirq_raise NET_RX/NET_TX (raw stream only).
+    SoftirqRaise = 16,
+    /// irq:softirq_entry NET_RX/NET_TX (raw stream only).
+    SoftirqEntry = 17,
+    /// irq:softirq_exit NET_RX/NET_TX (raw stream only).
+    SoftirqExit = 18,
+    /// napi:napi_poll (raw stream only).
+    NapiPoll = 19,
+}
+
+/// Number of hooks: the size of the per-hook counter arrays.
+pub const HOOK_COUNT: u32 = 20;
+
+impl Hook {
+    /// All hooks in discriminant order.
+    pub const ALL: [Hook; HOOK_COUNT as usize] = [
+        Hook::SockEstablished,
+        Hook::SockClosed,
+        Hook::TcpSendmsg,
+        Hook::SendReturn,
+        Hook::NetDevQueue,
+        Hook::NetDevStartXmit,
+        Hook::NetDevXmit,
+        Hook::NetifReceiveSkb,
+        Hook::TcpProbe,
+        Hook::SkDataReady,
+        Hook::SkbCopyDatagram,
+        Hook::RecvReturn,
+        Hook::SchedWakeup,
+        Hook::SchedSwitch,
+        Hook::IrqEntry,
+        Hook::IrqExit,
+        Hook::SoftirqRaise,
+        Hook::SoftirqEntry,
+        Hook::SoftirqExit,
+        Hook::NapiPoll,
+    ];
+
+    /// Decodes the wire value; `None` for values this build does not know.
+    pub fn from_u16(v: u16) -> Option<Hook> {
+        Hook::ALL.get(usize::from(v)).copied()
+    }
+
+    /// The stable name used in NDJSON and docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::SockEstablished => "sock_established",
+            Hook::SockClosed => "sock_closed",
+            Hook::TcpSendmsg => "tcp_sendmsg",
+            Hook::SendReturn => "send_return",
+            Hook::NetDevQueue => "net_dev_queue",
+            Hook::NetDevStartXmit => "net_dev_start_xmit",
+            Hook::NetDevXmit => "net_dev_xmit",
+            Hook::NetifReceiveSkb => "netif_receive_skb",
+            Hook::TcpProbe => "tcp_probe",
+            Hook::SkDataReady => "sk_data_ready",
+            Hook::SkbCopyDatagram => "skb_copy_datagram",
+            Hook::RecvReturn => "recv_return",
+            Hook::SchedWakeup => "sched_wakeup",
+            Hook::SchedSwitch => "sched_switch",
+            Hook::IrqEntry => "irq_entry",
+            Hook::IrqExit => "irq_exit",
+            Hook::SoftirqRaise => "softirq_raise",
+            Hook::SoftirqEntry => "softirq_entry",
+            Hook::SoftirqExit => "softirq_exit",
+            Hook::NapiPoll => "napi_poll",
+        }
+    }
+
+    /// Inverse of [`Hook::name`].
+    pub fn from_name(name: &str) -> Option<Hook> {
+        Hook::ALL.iter().copied().find(|h| h.name() == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discriminants_match_table_order_and_names_round_trip() {
+        for (i, hook) in Hook::ALL.iter().enumerate() {
+            assert_eq!(*hook as usize, i, "{hook:?} is out of order in Hook::ALL");
+            assert_eq!(Hook::from_u16(i as u16), Some(*hook));
+            assert_eq!(Hook::from_name(hook.name()), Some(*hook));
+        }
+        assert_eq!(Hook::from_u16(HOOK_COUNT as u16), None);
+    }
+}

@@ -1,0 +1,144 @@
+//! The kernel <-> userspace contract of meshlab.
+//!
+//! Everything the eBPF programs write into the ring buffer, and everything the loader hands to
+//! them (configuration, kernel struct offsets, map keys), is defined here once. All types are
+//! `#[repr(C)]`, laid out without implicit padding (checked by the `const` assertions below), so
+//! the same bytes mean the same thing on both sides. The `user` feature adds `aya::Pod`.
+#![cfg_attr(target_arch = "bpf", no_std)]
+
+mod event;
+mod hook;
+
+pub use event::*;
+pub use hook::*;
+
+/// Maximum number of CIDR-free address filters and port filters the loader may install.
+pub const MAX_FILTER_ENTRIES: u32 = 64;
+/// Capacity of the traced-connection maps. LRU: old connections age out under churn.
+pub const MAX_TRACED_CONNS: u32 = 65_536;
+/// Capacity of the tracked-thread map (threads that own traced sockets).
+pub const MAX_TRACKED_THREADS: u32 = 16_384;
+/// Capacity of the NIC IRQ map (IRQ number -> device and queue).
+pub const MAX_NIC_IRQS: u32 = 1_024;
+/// Default ring buffer size in bytes (must be a power-of-two multiple of the page size).
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+
+/// Softirq vector numbers (include/linux/interrupt.h); stable kernel ABI for tracepoints.
+pub const NET_TX_SOFTIRQ: u32 = 2;
+/// See [`NET_TX_SOFTIRQ`].
+pub const NET_RX_SOFTIRQ: u32 = 3;
+
+/// Address families as they appear in `sock_common.skc_family`.
+pub const AF_INET: u16 = 2;
+/// See [`AF_INET`].
+pub const AF_INET6: u16 = 10;
+
+/// Filters and switches the loader sets before load (an eBPF read-only global).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// `bpf_get_netns_cookie` value to restrict tracing to; 0 = every network namespace.
+    pub netns_cookie: u64,
+    /// Bit set of `FILTER_*` flags: which of the filter maps are in force.
+    pub filter_flags: u32,
+    /// Trace one connection in `sample_every` (by a hash of the canonical 4-tuple); 0 or 1 = all.
+    pub sample_every: u32,
+    /// Only trace connections whose packets use this ifindex; 0 = any device.
+    pub ifindex: u32,
+    /// Non-zero: stream every NIC IRQ / NET softirq / napi_poll event (NIC evaluation).
+    pub raw_irq_stream: u32,
+    /// The recorder's own process id, never traced (its NDJSON writes would trace themselves).
+    pub self_tgid: u32,
+    /// Explicit padding so the struct has no implicit holes.
+    pub _pad: u32,
+}
+
+/// `Config::filter_flags`: the PORTS map restricts traced connections.
+pub const FILTER_PORTS: u32 = 1;
+/// `Config::filter_flags`: the ADDRS map restricts traced connections.
+pub const FILTER_ADDRS: u32 = 2;
+
+/// Kernel struct field offsets in bytes, resolved by the loader from vmlinux BTF.
+///
+/// Rust eBPF has no CO-RE relocations, so every kernel struct read goes through one of these.
+/// No offset is compiled in: a kernel lacking a field fails at start-up, naming it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelOffsets {
+    pub sk_buff_sk: u32,
+    pub sk_buff_len: u32,
+    pub sk_buff_data: u32,
+    pub sk_buff_head: u32,
+    pub sk_buff_network_header: u32,
+    pub sk_buff_transport_header: u32,
+    pub sk_buff_dev: u32,
+    pub sk_buff_cb: u32,
+    pub sk_buff_queue_mapping: u32,
+    pub sock_common_cookie: u32,
+    pub sock_common_family: u32,
+    pub tcp_sock_write_seq: u32,
+    pub tcp_sock_copied_seq: u32,
+    pub tcp_sock_rcv_nxt: u32,
+    pub tcp_sock_snd_una: u32,
+    pub net_device_ifindex: u32,
+    pub task_struct_pid: u32,
+    pub task_struct_tgid: u32,
+    pub tcp_skb_cb_seq: u32,
+    pub tcp_skb_cb_end_seq: u32,
+    pub msghdr_msg_iter: u32,
+    pub iov_iter_count: u32,
+    pub napi_struct_dev: u32,
+    pub _pad: u32,
+}
+
+/// Key of the 4-tuple -> cookie map, as seen from the local socket.
+///
+/// Addresses are 16 bytes; IPv4 is stored IPv4-mapped (`::ffff:a.b.c.d`) so one key type serves
+/// both families. Ports are in host byte order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TupleKey {
+    pub local_addr: [u8; 16],
+    pub remote_addr: [u8; 16],
+    pub local_port: u16,
+    pub remote_port: u16,
+    pub _pad: u32,
+}
+
+/// Value of the traced-connection map (key: socket cookie).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnInfo {
+    pub tuple: TupleKey,
+    /// `snd_nxt` at ESTABLISHED: the sequence number of stream offset 0 of sent data.
+    pub snd_base: u32,
+    /// `rcv_nxt` at ESTABLISHED: the sequence number of stream offset 0 of received data.
+    pub rcv_base: u32,
+}
+
+/// Value of the NIC IRQ map (key: IRQ number), filled from /proc/interrupts and sysfs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NicIrq {
+    pub ifindex: u32,
+    /// Queue index parsed from the IRQ name (e.g. `virtio0-input.0`), u32::MAX if unknown.
+    pub queue: u32,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all of these are #[repr(C)], Copy, made only of integers and integer arrays, and
+    // have no padding (asserted in event.rs and below), so any byte pattern is a valid value.
+    unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::KernelOffsets {}
+    unsafe impl aya::Pod for super::TupleKey {}
+    unsafe impl aya::Pod for super::ConnInfo {}
+    unsafe impl aya::Pod for super::NicIrq {}
+    unsafe impl aya::Pod for super::Event {}
+}
+
+const _: () = assert!(core::mem::size_of::<Config>() == 32);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 24 * 4);
+const _: () = assert!(core::mem::size_of::<TupleKey>() == 40);
+const _: () = assert!(core::mem::size_of::<ConnInfo>() == 48);
+const _: () = assert!(core::mem::size_of::<NicIrq>() == 8);

@@ -1,0 +1,445 @@
+//! The NDJSON wire format (schema version [`SCHEMA_VERSION`]), documented in docs/schema.md.
+//!
+//! Every line is one JSON object with a `"type"` tag. Every record struct denies unknown fields
+//! so a typo or a drifted producer is an error, not silently ignored data. Timestamps named
+//! `*_ns` are nanoseconds of the clock the record names (kernel records: the node's
+//! CLOCK_MONOTONIC); durations are `dur_ns`/`e2e_ns`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of this wire format. Bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One NDJSON line of any meshlab stream (record output, probe output, merged output).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    Startup(Startup),
+    Clock(ClockSample),
+    Kernel(KernelEvent),
+    Drops(Drops),
+    Summary(Summary),
+    Probe(ProbeEvent),
+    MergeInfo(MergeInfo),
+    Request(MergedRequest),
+    MergeSummary(MergeSummary),
+}
+
+/// First line of a `meshlab record` stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Startup {
+    pub schema_version: u32,
+    pub tool: String,
+    pub version: String,
+    /// Node name: `--node`, else the host name. Names the machine in every later step.
+    pub node: String,
+    pub hostname: String,
+    /// `uname -r`.
+    pub kernel: String,
+    pub command: Vec<String>,
+    pub pid: u32,
+    pub clock: ClockSample,
+    pub attach_plan: Vec<AttachEntry>,
+    pub filters: Filters,
+    pub ring_buffer_bytes: u32,
+    /// NIC IRQs the kernel programs watch (from /proc/interrupts and sysfs).
+    pub nic_irqs: Vec<NicIrqInfo>,
+}
+
+/// How one hook was attached (or why it was not).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttachEntry {
+    /// Hook family member, e.g. `tcp_sendmsg`, `net_dev_queue`, `sock_ops`.
+    pub hook: String,
+    /// `fentry`, `kprobe`, `tp_btf`, `raw_tp`, `tracepoint` or `sock_ops`.
+    pub tier: String,
+    pub status: AttachStatus,
+    /// The kernel's or loader's reason when not attached (verifier log tail included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachStatus {
+    Attached,
+    Failed,
+    /// Not tried: a faster tier already attached, or the hook was not requested.
+    Skipped,
+}
+
+/// Filters in force for a recording (applied in the kernel).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filters {
+    pub ports: Vec<u16>,
+    pub addrs: Vec<String>,
+    /// Network namespace restriction as a `/proc/PID/ns/net` or `/run/netns/NAME` path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<String>,
+    /// cgroup2 directory the sock_ops program is attached to.
+    pub cgroup: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// One connection in `sample_every` is traced (1 = all).
+    pub sample_every: u32,
+    pub raw_irq_stream: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicIrqInfo {
+    pub irq: u32,
+    pub dev: String,
+    pub ifindex: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
+}
+
+/// The node's clocks sampled back to back. `monotonic_ns` is the midpoint of two MONOTONIC
+/// reads that bracket the others; `bracket_ns` (their distance) bounds the conversion error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClockSample {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub realtime_ns: u64,
+    pub monotonic_ns: u64,
+    pub tai_ns: u64,
+    pub boottime_ns: u64,
+    pub bracket_ns: u64,
+}
+
+/// A clock a userland timestamp can be declared in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClockId {
+    Realtime,
+    Monotonic,
+    Tai,
+    Boottime,
+}
+
+/// One kernel event, decoded from `meshlab_common::Event`. Fields a hook does not set are
+/// omitted (see docs/probe-points.md for which hook sets what).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelEvent {
+    pub node: String,
+    /// `meshlab_common::Hook::name()`.
+    pub hook: String,
+    /// CLOCK_MONOTONIC of `node`.
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skb: Option<u64>,
+    /// Raw TCP sequence number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub len: Option<u32>,
+    /// Stream offset of `seq` (relative to the connection's base seen at ESTABLISHED), when the
+    /// connection's bases are known; direction given by `dir`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<Direction>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ifindex: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
+    /// Hook-specific value (driver rc, syscall return, napi work, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<i64>,
+    /// Hook-specific 64-bit value (e.g. rcv base at ESTABLISHED, waker tid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aux: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saddr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sport: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daddr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dport: Option<u16>,
+    /// RX context of this CPU: last NIC IRQ and its entry time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq_entry_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub softirq_raise_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub softirq_entry_ns: Option<u64>,
+    /// Segment lies below data already seen for this connection and direction.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retrans: bool,
+    /// sock_established only: opened by connect() (true) or accept() (false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<bool>,
+}
+
+/// Direction of data relative to the node the event was recorded on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Tx,
+    Rx,
+}
+
+/// Per-hook accounting: `received + dropped == hits` when nothing was lost in userspace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookCounts {
+    /// Events the kernel programs tried to emit (per-CPU hit counters, summed).
+    pub hits: u64,
+    /// Ring buffer reservations that failed.
+    pub dropped: u64,
+    /// Events the reader decoded and wrote.
+    pub received: u64,
+}
+
+/// Drop record, written whenever the drop counters moved since the last one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Drops {
+    pub node: String,
+    pub ts_ns: u64,
+    /// Hook name -> drops since the start of the recording.
+    pub per_hook: BTreeMap<String, u64>,
+    /// CPU index -> drops since the start of the recording.
+    pub per_cpu: Vec<u64>,
+    pub total: u64,
+}
+
+/// Last line of a `meshlab record` stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub node: String,
+    pub ts_ns: u64,
+    pub duration_ns: u64,
+    pub per_hook: BTreeMap<String, HookCounts>,
+    pub received: u64,
+    pub dropped: u64,
+    /// Why the recording ended: `duration`, `sigint`, `sigterm`.
+    pub reason: String,
+}
+
+/// A userland probe event (written by the lab workload, or any instrumented program).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeEvent {
+    /// Node name; may be omitted when the file is given as `--node NAME=FILE` to merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Process role, e.g. `client`, `server`, `sidecar-a`.
+    pub process: String,
+    pub pid: u32,
+    pub tid: u32,
+    /// Timestamp in the clock named by `clock`.
+    pub ts_ns: u64,
+    pub clock: ClockId,
+    pub trace_id: String,
+    /// Probe point name from the catalog (docs/schema.md), e.g. `client.write_begin`.
+    pub point: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conn: Option<ConnRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<Direction>,
+    /// Stream offset of the message's first byte in `dir` on `conn`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub len: Option<u64>,
+}
+
+/// How a userland probe names its connection: by cookie, by 4-tuple (local view), or both.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub laddr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lport: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raddr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rport: Option<u16>,
+    /// Unix socket path for UDS legs (no TCP sequence; offsets count bytes per socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_path: Option<String>,
+}
+
+/// First line of a `meshlab merge` output: provenance of everything that follows.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeInfo {
+    pub schema_version: u32,
+    pub version: String,
+    pub command: Vec<String>,
+    pub inputs: Vec<MergeInput>,
+    /// The startup record of every node's kernel recording, as read.
+    pub nodes: Vec<Startup>,
+    /// Skew injected per node (`--inject-skew`), nanoseconds.
+    pub injected_skew_ns: BTreeMap<String, i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeInput {
+    pub file: String,
+    pub node: String,
+    /// `kernel` or `probe`.
+    pub kind: String,
+}
+
+/// One request's attribution: ordered, non-overlapping segments whose durations sum to
+/// `e2e_ns` exactly.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergedRequest {
+    pub trace_id: String,
+    pub client_node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_node: Option<String>,
+    /// How userland messages were joined to kernel events.
+    pub join: JoinMethod,
+    /// Request start on the client node's CLOCK_MONOTONIC.
+    pub start_ns: u64,
+    pub e2e_ns: u64,
+    pub complete: bool,
+    /// Stages that were not observed (never invented).
+    pub missing: Vec<String>,
+    pub segments: Vec<Segment>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinMethod {
+    /// Connection + stream offset: exact.
+    Offset,
+    /// Fallback: (pid, tid, time order). Labelled because it can mis-pair under pipelining.
+    PidTidTime,
+    /// No userland probes: messages are sendmsg byte ranges, a request is one turn + reply.
+    KernelOnly,
+}
+
+/// One attributed piece of a request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Segment {
+    /// Stable segment name from docs/segments.md.
+    pub name: String,
+    /// Node the segment was measured on; `None` for cross-node derived segments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub layer: Layer,
+    /// Process role (for `process`) or kernel sub-layer (for `kernel`), e.g. `qdisc`.
+    pub unit: String,
+    pub kind: Kind,
+    /// Start on `node`'s CLOCK_MONOTONIC; absent for derived segments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ns: Option<u64>,
+    pub dur_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derived: Option<Derivation>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    Process,
+    Kernel,
+    Network,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Compute,
+    Wait,
+    Queue,
+    Network,
+}
+
+/// A cross-node figure obtained by the difference method: sum(outer) - sum(inner), where
+/// outer spans are measured on one node and inner spans on another.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Derivation {
+    pub method: String,
+    pub outer_node: String,
+    pub outer: Vec<String>,
+    pub inner_node: String,
+    pub inner: Vec<String>,
+}
+
+/// Last line of a `meshlab merge` output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeSummary {
+    pub requests: u64,
+    pub complete: u64,
+    pub incomplete: u64,
+    /// Errors (e.g. a would-be negative segment) with the events that caused them.
+    pub errors: Vec<String>,
+    /// Kernel drops per node, copied from the recordings' summaries.
+    pub dropped_per_node: BTreeMap<String, u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let line = r#"{"type":"clock","realtime_ns":1,"monotonic_ns":2,"tai_ns":3,"boottime_ns":4,"bracket_ns":5,"extra":1}"#;
+        let err = serde_json::from_str::<Record>(line)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `extra`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_type_is_rejected() {
+        let err = serde_json::from_str::<Record>(r#"{"type":"nope"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant `nope`"), "{err}");
+    }
+
+    #[test]
+    fn kernel_event_round_trips_with_optional_fields_omitted() {
+        let ev = KernelEvent {
+            node: "A".into(),
+            hook: "net_dev_queue".into(),
+            ts_ns: 10,
+            cookie: Some(7),
+            seq: Some(1000),
+            len: Some(64),
+            ..Default::default()
+        };
+        let line = serde_json::to_string(&Record::Kernel(ev.clone())).unwrap();
+        assert_eq!(
+            line,
+            r#"{"type":"kernel","node":"A","hook":"net_dev_queue","ts_ns":10,"cpu":0,"pid":0,"tid":0,"cookie":7,"seq":1000,"len":64}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<Record>(&line).unwrap(),
+            Record::Kernel(ev)
+        );
+    }
+}

@@ -1,1 +1,55 @@
-fn main() {}
+//! The `meshlab` command line. Data goes to stdout (or `-o`), logs to stderr; a closed
+//! downstream pipe ends output successfully.
+
+use clap::{Parser, Subcommand};
+use meshlab_user::{kernel, lab, merge, ndjson, report};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "meshlab",
+    version,
+    about = "eBPF tracer for the below-syscall part of RPC latency"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check what this kernel allows and print the attach plan `record` would use.
+    Doctor(kernel::doctor::DoctorArgs),
+    /// Load the kernel programs and write kernel events as NDJSON (needs root).
+    Record(kernel::record::RecordArgs),
+    /// Join kernel and userland NDJSON of all nodes and attribute every microsecond.
+    Merge(merge::cli::MergeArgs),
+    /// Show where the time went: tables, HTML, Perfetto; compare runs.
+    Report(report::cli::ReportArgs),
+    /// The lab: two network namespaces and an RPC workload with userland probes.
+    Lab(lab::cli::LabArgs),
+    /// Run the lab end to end: record, workload, merge, report.
+    Demo(lab::cli::DemoArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_micros()
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Doctor(args) => kernel::doctor::run(args),
+        Command::Record(args) => kernel::record::run(args),
+        Command::Merge(args) => merge::cli::run(args),
+        Command::Report(args) => report::cli::run(args),
+        Command::Lab(args) => lab::cli::run_lab(args),
+        Command::Demo(args) => lab::cli::run_demo(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if ndjson::is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("meshlab: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Placeholder: being built (see the issue for `meshlab merge`).
+
+pub mod cli;

@@ -3,6 +3,7 @@
 //! See docs/lab.md.
 
 pub mod cli;
+pub mod codec;
 pub mod leftovers;
 pub mod netns;
 

@@ -8,9 +8,11 @@
 
 mod event;
 mod hook;
+mod sample;
 
 pub use event::*;
 pub use hook::*;
+pub use sample::*;
 
 /// Maximum number of CIDR-free address filters and port filters the loader may install.
 pub const MAX_FILTER_ENTRIES: u32 = 64;
@@ -47,10 +49,8 @@ pub struct Config {
     pub ifindex: u32,
     /// Non-zero: stream every NIC IRQ / NET softirq / napi_poll event (NIC evaluation).
     pub raw_irq_stream: u32,
-    /// The recorder's own process id, never traced (its NDJSON writes would trace themselves).
-    pub self_tgid: u32,
     /// Explicit padding so the struct has no implicit holes.
-    pub _pad: u32,
+    pub _pad: [u32; 2],
 }
 
 /// `Config::filter_flags`: the PORTS map restricts traced connections.

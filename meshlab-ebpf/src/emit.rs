@@ -1,0 +1,130 @@
+//! Building and submitting events, with exact accounting of every event that could not be
+//! written (HITS = written + DROPS, per hook and CPU).
+
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns};
+use meshlab_common::{ConnInfo, EVENT_FLAG_TUPLE, Event, Hook};
+
+use crate::maps::{DROPS, EVENTS, HITS};
+
+/// CLOCK_MONOTONIC now, the clock of every event.
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Reserves an event for `hook` directly in the ring buffer, stamps time, CPU and current
+/// task, and lets `fill` complete it; `fill` returning `None` discards it uncounted.
+///
+/// Filling in place keeps the 136-byte record off the 512-byte BPF stack. Accounting is exact:
+/// every event either reaches the buffer or is counted in DROPS, and both count in HITS.
+#[inline(always)]
+pub fn emit(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
+    let index = u32::from(hook as u16);
+    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+        bump(&HITS, index);
+        bump(&DROPS, index);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: `ev` points to a reserved, exclusively owned, properly aligned record; zeroing it
+    // first makes every field initialised before the reference is created.
+    let ev = unsafe {
+        core::ptr::write_bytes(ev, 0, 1);
+        &mut *ev
+    };
+    ev.ts_ns = now_ns();
+    ev.pid = (pid_tgid >> 32) as u32;
+    ev.tid = pid_tgid as u32;
+    ev.hook = hook as u16;
+    // SAFETY: helper without preconditions.
+    ev.cpu = unsafe { bpf_get_smp_processor_id() };
+    ev.queue = u32::MAX;
+    if fill(ev).is_some() {
+        bump(&HITS, index);
+        entry.submit(0);
+    } else {
+        entry.discard(0);
+    }
+}
+
+/// Copies a traced connection's local-view 4-tuple into the event.
+#[inline(always)]
+pub fn set_conn_tuple(ev: &mut Event, info: &ConnInfo) {
+    ev.saddr = info.tuple.local_addr;
+    ev.daddr = info.tuple.remote_addr;
+    ev.sport = info.tuple.local_port;
+    ev.dport = info.tuple.remote_port;
+    ev.flags |= EVENT_FLAG_TUPLE;
+}
+
+#[inline(always)]
+fn bump(counters: &aya_ebpf::maps::PerCpuArray<u64>, index: u32) {
+    if let Some(slot) = counters.get_ptr_mut(index) {
+        // Atomic even though the slot is per-CPU: an IRQ-context program (irq_handler_entry)
+        // can nest inside a task-context one on the same CPU, and a plain load/add/store would
+        // then lose an increment and break the exact HITS = received + DROPS accounting.
+        // SAFETY: the map value is a valid, 8-byte aligned u64 for the program's lifetime.
+        unsafe { atomic_add(slot, 1) };
+    }
+}
+
+/// `lock *(u64 *)(ptr) += value`: the BPF atomic add. Rust's AtomicU64::fetch_add is not
+/// available on bpfel-unknown-none (the target declares no compare-and-swap), so this is the
+/// instruction C's `__sync_fetch_and_add` compiles to.
+///
+/// # Safety
+/// `ptr` must point to a valid, 8-byte aligned u64 in a map value.
+#[inline(always)]
+pub unsafe fn atomic_add(ptr: *mut u64, value: u64) {
+    // SAFETY: guaranteed by the caller; the instruction touches only *ptr.
+    unsafe {
+        core::arch::asm!(
+            "lock *(u64 *)({ptr} + 0) += {value}",
+            ptr = in(reg) ptr,
+            value = in(reg) value,
+            options(nostack),
+        );
+    }
+}
+
+/// Positional tracepoint arguments, the same for tp_btf and raw_tp programs (both receive the
+/// tracepoint's TP_PROTO arguments as an array of u64).
+pub trait TpArgs {
+    fn arg_u64(&self, n: usize) -> u64;
+}
+
+impl TpArgs for aya_ebpf::programs::BtfTracePointContext {
+    #[inline(always)]
+    fn arg_u64(&self, n: usize) -> u64 {
+        self.arg(n)
+    }
+}
+
+impl TpArgs for aya_ebpf::programs::RawTracePointContext {
+    #[inline(always)]
+    fn arg_u64(&self, n: usize) -> u64 {
+        self.arg(n)
+    }
+}
+
+/// Defines the tp_btf and raw_tp entry points of one tracepoint over one generic body.
+/// Program names are `<prefix>_btf` and `<prefix>_raw`; the loader picks the tier.
+macro_rules! tp_entries {
+    ($btf:ident, $raw:ident, $tracepoint:literal, $body:ident) => {
+        #[aya_ebpf::macros::btf_tracepoint(function = $tracepoint)]
+        pub fn $btf(ctx: aya_ebpf::programs::BtfTracePointContext) -> i32 {
+            let _ = $body(&ctx);
+            0
+        }
+
+        #[aya_ebpf::macros::raw_tracepoint(tracepoint = $tracepoint)]
+        pub fn $raw(ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
+            let _ = $body(&ctx);
+            0
+        }
+    };
+}
+
+pub(crate) use tp_entries;

@@ -1,0 +1,139 @@
+//! NIC hard IRQs, NET_RX/NET_TX softirqs and napi_poll. They update per-CPU RX context that
+//! RX events carry; with `raw_irq_stream` set they are also streamed (NIC evaluation).
+
+use meshlab_common::{Hook, NET_RX_SOFTIRQ, NET_TX_SOFTIRQ};
+
+use crate::emit::{TpArgs, emit, now_ns, tp_entries};
+use crate::globals::{config, offset};
+use crate::kread::{dev_ifindex, read};
+use crate::maps::{CPU_STATE, CpuState, NIC_IRQS};
+
+#[inline(always)]
+fn cpu_state() -> Option<&'static mut CpuState> {
+    // SAFETY: per-CPU slot, only touched by programs of this CPU.
+    CPU_STATE.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+#[inline(always)]
+fn stream(hook: Hook, value: i32, irq: u32, ifindex: u32, queue: u32) {
+    if config!(raw_irq_stream) == 0 {
+        return;
+    }
+    emit(hook, |ev| {
+        ev.value = value;
+        ev.irq = irq;
+        ev.ifindex = ifindex;
+        ev.queue = queue;
+        Some(())
+    });
+}
+
+/// irq:irq_handler_entry(irq, action): only IRQs the loader mapped to a network device.
+fn try_irq_entry<C: TpArgs>(ctx: &C) -> Option<()> {
+    let irq = ctx.arg_u64(0) as u32;
+    // SAFETY: value copied out at once.
+    let nic = *unsafe { NIC_IRQS.get(&irq) }?;
+    let state = cpu_state()?;
+    state.irq = irq;
+    state.irq_entry_ns = now_ns();
+    stream(Hook::IrqEntry, 0, irq, nic.ifindex, nic.queue);
+    Some(())
+}
+tp_entries!(
+    irq_entry_btf,
+    irq_entry_raw,
+    "irq_handler_entry",
+    try_irq_entry
+);
+
+fn try_irq_exit<C: TpArgs>(ctx: &C) -> Option<()> {
+    let irq = ctx.arg_u64(0) as u32;
+    // SAFETY: value copied out at once.
+    let nic = *unsafe { NIC_IRQS.get(&irq) }?;
+    stream(
+        Hook::IrqExit,
+        ctx.arg_u64(2) as i32,
+        irq,
+        nic.ifindex,
+        nic.queue,
+    );
+    Some(())
+}
+tp_entries!(irq_exit_btf, irq_exit_raw, "irq_handler_exit", try_irq_exit);
+
+#[inline(always)]
+fn net_vector(ctx_vec: u64) -> Option<u32> {
+    let vec = ctx_vec as u32;
+    (vec == NET_RX_SOFTIRQ || vec == NET_TX_SOFTIRQ).then_some(vec)
+}
+
+/// irq:softirq_raise(vec): the first NET_RX raise since the last softirq run is kept.
+fn try_softirq_raise<C: TpArgs>(ctx: &C) -> Option<()> {
+    let vec = net_vector(ctx.arg_u64(0))?;
+    if vec == NET_RX_SOFTIRQ {
+        let state = cpu_state()?;
+        if state.softirq_raise_ns == 0 {
+            state.softirq_raise_ns = now_ns();
+        }
+    }
+    stream(Hook::SoftirqRaise, vec as i32, 0, 0, u32::MAX);
+    Some(())
+}
+tp_entries!(
+    softirq_raise_btf,
+    softirq_raise_raw,
+    "softirq_raise",
+    try_softirq_raise
+);
+
+fn try_softirq_entry<C: TpArgs>(ctx: &C) -> Option<()> {
+    let vec = net_vector(ctx.arg_u64(0))?;
+    if vec == NET_RX_SOFTIRQ {
+        let state = cpu_state()?;
+        state.softirq_entry_ns = now_ns();
+    }
+    stream(Hook::SoftirqEntry, vec as i32, 0, 0, u32::MAX);
+    Some(())
+}
+tp_entries!(
+    softirq_entry_btf,
+    softirq_entry_raw,
+    "softirq_entry",
+    try_softirq_entry
+);
+
+/// irq:softirq_exit(vec): the RX context ends here; later RX work starts from a clean state.
+fn try_softirq_exit<C: TpArgs>(ctx: &C) -> Option<()> {
+    let vec = net_vector(ctx.arg_u64(0))?;
+    if vec == NET_RX_SOFTIRQ {
+        let state = cpu_state()?;
+        state.irq = 0;
+        state.irq_entry_ns = 0;
+        state.softirq_raise_ns = 0;
+        state.softirq_entry_ns = 0;
+    }
+    stream(Hook::SoftirqExit, vec as i32, 0, 0, u32::MAX);
+    Some(())
+}
+tp_entries!(
+    softirq_exit_btf,
+    softirq_exit_raw,
+    "softirq_exit",
+    try_softirq_exit
+);
+
+/// napi:napi_poll(napi, work, budget): raw stream only.
+fn try_napi_poll<C: TpArgs>(ctx: &C) -> Option<()> {
+    if config!(raw_irq_stream) == 0 {
+        return None;
+    }
+    let dev: u64 = read(ctx.arg_u64(0), offset!(napi_struct_dev))?;
+    emit(Hook::NapiPoll, |ev| {
+        ev.ifindex = dev_ifindex(dev);
+        ev.value = ctx.arg_u64(1) as i32;
+        ev.aux = ctx.arg_u64(2);
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(napi_poll_btf, napi_poll_raw, "napi_poll", try_napi_poll);

@@ -1,0 +1,151 @@
+//! Kernel memory reads through BTF-resolved offsets, and TCP/IP header parsing of an skb.
+
+use aya_ebpf::helpers::bpf_probe_read_kernel;
+use meshlab_common::{ConnInfo, TupleKey};
+
+use crate::globals::offset;
+use crate::maps::TRACED_CONNS;
+
+/// Reads a `T` at `base + off` of kernel memory. Errors (unmapped memory) become `None`.
+#[inline(always)]
+pub fn read<T: Copy>(base: u64, off: usize) -> Option<T> {
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel validates the address; a fault returns an error.
+    unsafe { bpf_probe_read_kernel((base as usize + off) as *const T) }.ok()
+}
+
+/// The socket cookie of `sk` (0 if the kernel has not assigned one yet).
+#[inline(always)]
+pub fn sock_cookie(sk: u64) -> u64 {
+    read::<u64>(sk, offset!(sock_common_cookie)).unwrap_or(0)
+}
+
+/// The traced connection `sk` belongs to, with its cookie.
+#[inline(always)]
+pub fn traced_sock(sk: u64) -> Option<(u64, ConnInfo)> {
+    let cookie = sock_cookie(sk);
+    if cookie == 0 {
+        return None;
+    }
+    // SAFETY: the value is copied out immediately; LRU eviction cannot race with the copy
+    // because map values stay valid for the duration of the RCU read section we run in.
+    let info = unsafe { TRACED_CONNS.get(&cookie) }?;
+    Some((cookie, *info))
+}
+
+/// TCP segment facts parsed from an skb's headers.
+pub struct TcpSegment {
+    pub saddr: [u8; 16],
+    pub daddr: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub seq: u32,
+    /// Payload bytes (whole GSO/GRO super-packet).
+    pub len: u32,
+}
+
+const ETH_P_IP_VERSION: u8 = 4;
+const ETH_P_IPV6_VERSION: u8 = 6;
+const IPPROTO_TCP: u8 = 6;
+const IPV6_HEADER_LEN: usize = 40;
+/// `skb->transport_header` is `(u16)~0U` when unset.
+const HEADER_UNSET: u16 = 0xffff;
+
+/// Parses IPv4/IPv6 + TCP from `skb`'s network header. `None` for non-TCP packets.
+///
+/// The payload length is `skb->len` minus everything from `skb->data` to the end of the TCP
+/// header, so it covers GSO (TX) and GRO (RX) super-packets, whose IP length field does not.
+#[inline(always)]
+pub fn parse_tcp(skb: u64) -> Option<TcpSegment> {
+    let head: u64 = read(skb, offset!(sk_buff_head))?;
+    let data: u64 = read(skb, offset!(sk_buff_data))?;
+    let skb_len: u32 = read(skb, offset!(sk_buff_len))?;
+    let network_header: u16 = read(skb, offset!(sk_buff_network_header))?;
+    if network_header == HEADER_UNSET {
+        return None;
+    }
+    let nh = head + u64::from(network_header);
+    let first: u8 = read(nh, 0)?;
+    let mut seg = TcpSegment {
+        saddr: [0; 16],
+        daddr: [0; 16],
+        sport: 0,
+        dport: 0,
+        seq: 0,
+        len: 0,
+    };
+    let th = match first >> 4 {
+        ETH_P_IP_VERSION => {
+            let proto: u8 = read(nh, 9)?;
+            if proto != IPPROTO_TCP {
+                return None;
+            }
+            seg.saddr = ipv4_mapped(read::<[u8; 4]>(nh, 12)?);
+            seg.daddr = ipv4_mapped(read::<[u8; 4]>(nh, 16)?);
+            nh + u64::from(first & 0x0f) * 4
+        }
+        ETH_P_IPV6_VERSION => {
+            // Extension headers are not walked: TCP directly after the fixed header only.
+            let next: u8 = read(nh, 6)?;
+            if next != IPPROTO_TCP {
+                return None;
+            }
+            seg.saddr = read(nh, 8)?;
+            seg.daddr = read(nh, 24)?;
+            nh + IPV6_HEADER_LEN as u64
+        }
+        _ => return None,
+    };
+    seg.sport = u16::from_be(read(th, 0)?);
+    seg.dport = u16::from_be(read(th, 2)?);
+    seg.seq = u32::from_be(read(th, 4)?);
+    let doff: u8 = read(th, 12)?;
+    let header_end = th + u64::from(doff >> 4) * 4;
+    let consumed = header_end.checked_sub(data)?;
+    seg.len = u64::from(skb_len).checked_sub(consumed).unwrap_or(0) as u32;
+    Some(seg)
+}
+
+/// `::ffff:a.b.c.d`, so one 16-byte key type serves both address families.
+#[inline(always)]
+pub fn ipv4_mapped(v4: [u8; 4]) -> [u8; 16] {
+    [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, v4[0], v4[1], v4[2], v4[3],
+    ]
+}
+
+/// The local-view tuple key of a received segment (local = its destination).
+#[inline(always)]
+pub fn rx_tuple_key(seg: &TcpSegment) -> TupleKey {
+    TupleKey {
+        local_addr: seg.daddr,
+        remote_addr: seg.saddr,
+        local_port: seg.dport,
+        remote_port: seg.sport,
+        _pad: 0,
+    }
+}
+
+/// `skb->dev->ifindex`, 0 if the skb has no device.
+#[inline(always)]
+pub fn skb_ifindex(skb: u64) -> u32 {
+    let dev: u64 = read(skb, offset!(sk_buff_dev)).unwrap_or(0);
+    dev_ifindex(dev)
+}
+
+#[inline(always)]
+pub fn dev_ifindex(dev: u64) -> u32 {
+    read::<i32>(dev, offset!(net_device_ifindex)).unwrap_or(0) as u32
+}
+
+/// `TCP_SKB_CB(skb)->seq` and `end_seq` (valid on the TCP RX path and in the receive queue).
+#[inline(always)]
+pub fn tcp_skb_cb_range(skb: u64) -> Option<(u32, u32)> {
+    let cb = skb + offset!(sk_buff_cb) as u64;
+    Some((
+        read(cb, offset!(tcp_skb_cb_seq))?,
+        read(cb, offset!(tcp_skb_cb_end_seq))?,
+    ))
+}

@@ -1,0 +1,90 @@
+//! The maps shared by all hook families.
+
+use aya_ebpf::macros::map;
+use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuArray, RingBuf};
+use meshlab_common::{
+    ConnInfo, DEFAULT_RING_BYTES, HOOK_COUNT, MAX_FILTER_ENTRIES, MAX_NIC_IRQS, MAX_TRACED_CONNS,
+    MAX_TRACKED_THREADS, NicIrq, TupleKey,
+};
+
+/// The one ring buffer every event goes through (size set by the loader).
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+
+/// Per-CPU, per-hook count of events the programs tried to emit.
+#[map]
+pub static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(HOOK_COUNT, 0);
+
+/// Per-CPU, per-hook count of failed ring buffer reservations: lost events, never silent.
+#[map]
+pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(HOOK_COUNT, 0);
+
+/// Traced connections: socket cookie -> 4-tuple and sequence bases. Filled by sock_ops.
+#[map]
+pub static TRACED_CONNS: LruHashMap<u64, ConnInfo> =
+    LruHashMap::with_max_entries(MAX_TRACED_CONNS, 0);
+
+/// Local-view 4-tuple -> cookie, for RX hooks that only have packet headers.
+#[map]
+pub static TUPLES: LruHashMap<TupleKey, u64> = LruHashMap::with_max_entries(MAX_TRACED_CONNS, 0);
+
+/// Threads that own traced sockets: tid -> cookie of the last traced socket they used.
+#[map]
+pub static TRACKED_THREADS: LruHashMap<u32, u64> =
+    LruHashMap::with_max_entries(MAX_TRACKED_THREADS, 0);
+
+/// NIC IRQ numbers -> device and queue (from /proc/interrupts and sysfs).
+#[map]
+pub static NIC_IRQS: HashMap<u32, NicIrq> = HashMap::with_max_entries(MAX_NIC_IRQS, 0);
+
+/// Port filter (host byte order); in force when `FILTER_PORTS` is set.
+#[map]
+pub static FILTER_PORT_SET: HashMap<u16, u8> = HashMap::with_max_entries(MAX_FILTER_ENTRIES, 0);
+
+/// Address filter (16 bytes, IPv4-mapped); in force when `FILTER_ADDRS` is set.
+#[map]
+pub static FILTER_ADDR_SET: HashMap<[u8; 16], u8> =
+    HashMap::with_max_entries(MAX_FILTER_ENTRIES, 0);
+
+/// Per-CPU RX context: the NIC IRQ and NET_RX softirq that precede the RX events on this CPU,
+/// and the traced socket whose data-ready is in progress (to attribute the wakeup it causes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CpuState {
+    pub irq_entry_ns: u64,
+    pub softirq_raise_ns: u64,
+    pub softirq_entry_ns: u64,
+    pub data_ready_ns: u64,
+    pub data_ready_cookie: u64,
+    pub irq: u32,
+    pub _pad: u32,
+}
+
+#[map]
+pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU copy of the last traced skb handed to a driver (net_dev_start_xmit): by the time
+/// net_dev_xmit fires the driver may have freed or forwarded the skb, so its fields are taken
+/// from here, matched by skb address.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct XmitState {
+    pub skb: u64,
+    pub cookie: u64,
+    pub seq: u32,
+    pub len: u32,
+    pub ifindex: u32,
+    pub queue: u32,
+}
+
+#[map]
+pub static XMIT_STATE: PerCpuArray<XmitState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Hit counter of the classic-tracepoint capability probes (doctor only; see tx.rs).
+#[map]
+pub static TRACEPOINT_PROBE_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-CPU scratch for sock_ops: the connection record is built here, not on the 512-byte
+/// BPF stack (the 4-tuple, the record and the map-update copies would not fit together).
+#[map]
+pub static SCRATCH_CONN: PerCpuArray<ConnInfo> = PerCpuArray::with_max_entries(1, 0);

@@ -1,0 +1,160 @@
+//! RX path: netif_receive_skb -> tcp_probe -> sk_data_ready -> (wakeup) ->
+//! skb_copy_datagram_iovec -> recv return.
+
+use meshlab_common::{EVENT_FLAG_TUPLE, Event, Hook};
+
+use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
+use crate::globals::{config, offset};
+use crate::kread::{parse_tcp, read, rx_tuple_key, skb_ifindex, tcp_skb_cb_range, traced_sock};
+use crate::maps::{CPU_STATE, TUPLES};
+use crate::tx::track_thread;
+
+/// Copies this CPU's IRQ/softirq context into an RX event, so a message's RX path is complete
+/// without streaming every interrupt.
+#[inline(always)]
+fn attach_cpu_context(ev: &mut Event) {
+    if let Some(state) = CPU_STATE.get_ptr(0) {
+        // SAFETY: per-CPU slot, only touched by programs of this CPU.
+        let state = unsafe { &*state };
+        ev.irq = state.irq;
+        ev.irq_entry_ns = state.irq_entry_ns;
+        ev.softirq_raise_ns = state.softirq_raise_ns;
+        ev.softirq_entry_ns = state.softirq_entry_ns;
+    }
+}
+
+/// net:netif_receive_skb(skb): the stack takes the skb. No socket yet: the connection is found
+/// by the 4-tuple sock_ops recorded.
+fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
+    let skb = ctx.arg_u64(0);
+    let seg = parse_tcp(skb)?;
+    if seg.len == 0 {
+        return None;
+    }
+    // SAFETY: value copied out at once.
+    let cookie = *unsafe { TUPLES.get(&rx_tuple_key(&seg)) }?;
+    let ifindex = skb_ifindex(skb);
+    let wanted = config!(ifindex);
+    if wanted != 0 && wanted != ifindex {
+        return None;
+    }
+    emit(Hook::NetifReceiveSkb, |ev| {
+        ev.cookie = cookie;
+        ev.skb = skb;
+        ev.seq = seg.seq;
+        ev.len = seg.len;
+        ev.ifindex = ifindex;
+        ev.saddr = seg.daddr;
+        ev.daddr = seg.saddr;
+        ev.sport = seg.dport;
+        ev.dport = seg.sport;
+        ev.flags |= EVENT_FLAG_TUPLE;
+        attach_cpu_context(ev);
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    netif_receive_skb_btf,
+    netif_receive_skb_raw,
+    "netif_receive_skb",
+    try_netif_receive_skb
+);
+
+/// tcp:tcp_probe(sk, skb): TCP processes a segment of an established socket. The range comes
+/// from TCP_SKB_CB (end_seq - seq; a FIN counts one).
+fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
+    let (cookie, info) = traced_sock(ctx.arg_u64(0))?;
+    let skb = ctx.arg_u64(1);
+    let (seq, end_seq) = tcp_skb_cb_range(skb)?;
+    let len = end_seq.wrapping_sub(seq);
+    if len == 0 {
+        return None;
+    }
+    emit(Hook::TcpProbe, |ev| {
+        ev.cookie = cookie;
+        ev.skb = skb;
+        ev.seq = seq;
+        ev.len = len;
+        set_conn_tuple(ev, &info);
+        attach_cpu_context(ev);
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(tcp_probe_btf, tcp_probe_raw, "tcp_probe", try_tcp_probe);
+
+/// sock:sk_data_ready(sk): data is queued and readers are about to be woken. Remembered per
+/// CPU so the sched_waking that follows can be tied to this socket.
+fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
+    let sk = ctx.arg_u64(0);
+    let (cookie, info) = traced_sock(sk)?;
+    let rcv_nxt: u32 = read(sk, offset!(tcp_sock_rcv_nxt))?;
+    emit(Hook::SkDataReady, |ev| {
+        ev.cookie = cookie;
+        ev.seq = rcv_nxt;
+        set_conn_tuple(ev, &info);
+        if let Some(state) = CPU_STATE.get_ptr_mut(0) {
+            // SAFETY: per-CPU slot, only touched by programs of this CPU.
+            unsafe {
+                (*state).data_ready_ns = ev.ts_ns;
+                (*state).data_ready_cookie = cookie;
+            }
+        }
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    sk_data_ready_btf,
+    sk_data_ready_raw,
+    "sk_data_ready",
+    try_sk_data_ready
+);
+
+/// skb:skb_copy_datagram_iovec(skb, len): recvmsg copies a queued skb to user memory.
+fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
+    let skb = ctx.arg_u64(0);
+    let sk: u64 = read(skb, offset!(sk_buff_sk))?;
+    let (cookie, info) = traced_sock(sk)?;
+    let seq = tcp_skb_cb_range(skb).map(|(seq, _)| seq).unwrap_or(0);
+    let len = ctx.arg_u64(1) as u32;
+    emit(Hook::SkbCopyDatagram, |ev| {
+        ev.cookie = cookie;
+        ev.skb = skb;
+        ev.seq = seq;
+        ev.len = len;
+        set_conn_tuple(ev, &info);
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    skb_copy_btf,
+    skb_copy_raw,
+    "skb_copy_datagram_iovec",
+    try_skb_copy
+);
+
+/// sock:sock_recv_length(sk, ret, flags): the recv syscall returns.
+fn try_recv_return<C: TpArgs>(ctx: &C) -> Option<()> {
+    let sk = ctx.arg_u64(0);
+    let (cookie, info) = traced_sock(sk)?;
+    let copied_seq: u32 = read(sk, offset!(tcp_sock_copied_seq))?;
+    let ret = ctx.arg_u64(1) as i32;
+    emit(Hook::RecvReturn, |ev| {
+        ev.cookie = cookie;
+        ev.value = ret;
+        ev.seq = copied_seq;
+        set_conn_tuple(ev, &info);
+        track_thread(ev.tid, cookie);
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    recv_return_btf,
+    recv_return_raw,
+    "sock_recv_length",
+    try_recv_return
+);

@@ -1,0 +1,98 @@
+//! Scheduler: wakeups and switches of threads that own traced sockets, so the socket-queue
+//! wait can be split into "woken" and "running".
+
+use meshlab_common::Hook;
+
+use crate::emit::{TpArgs, emit, now_ns, tp_entries};
+use crate::globals::offset;
+use crate::kread::read;
+use crate::maps::{CPU_STATE, TRACKED_THREADS};
+use crate::tx::track_thread;
+
+/// How long after a traced sk_data_ready on this CPU a sched_waking still belongs to it. The
+/// wakeup runs synchronously inside sock_def_readable, so microseconds suffice; the bound only
+/// guards against a stale state being matched by an unrelated later wakeup.
+const DATA_READY_WAKE_WINDOW_NS: u64 = 200_000;
+
+#[inline(always)]
+fn task_ids(task: u64) -> Option<(u32, u32)> {
+    let tid = read::<i32>(task, offset!(task_struct_pid))? as u32;
+    let pid = read::<i32>(task, offset!(task_struct_tgid)).unwrap_or(0) as u32;
+    Some((pid, tid))
+}
+
+/// The traced socket whose data-ready (on this CPU, just now) is causing a wakeup, if any.
+#[inline(always)]
+fn data_ready_cookie() -> Option<u64> {
+    let state = CPU_STATE.get_ptr(0)?;
+    // SAFETY: per-CPU slot, only touched by programs of this CPU.
+    let state = unsafe { &*state };
+    let recent = now_ns().wrapping_sub(state.data_ready_ns) < DATA_READY_WAKE_WINDOW_NS;
+    (state.data_ready_cookie != 0 && recent).then_some(state.data_ready_cookie)
+}
+
+/// sched:sched_waking(p): fires in the waker's context (unlike sched_wakeup, which may run on
+/// the wakee's CPU), so a wakeup caused by a traced socket's data-ready is recognised here.
+fn try_sched_waking<C: TpArgs>(ctx: &C) -> Option<()> {
+    let task = ctx.arg_u64(0);
+    let (pid, tid) = task_ids(task)?;
+    let cookie = match data_ready_cookie() {
+        Some(cookie) => {
+            track_thread(tid, cookie);
+            cookie
+        }
+        // SAFETY: value copied out at once.
+        None => *unsafe { TRACKED_THREADS.get(&tid) }?,
+    };
+    emit(Hook::SchedWakeup, |ev| {
+        ev.aux = u64::from(ev.tid);
+        ev.pid = pid;
+        ev.tid = tid;
+        ev.cookie = cookie;
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    sched_waking_btf,
+    sched_waking_raw,
+    "sched_waking",
+    try_sched_waking
+);
+
+/// sched:sched_switch(preempt, prev, next, prev_state): value 1 = a tracked thread starts
+/// running, 0 = it stops (aux = prev_state).
+fn try_sched_switch<C: TpArgs>(ctx: &C) -> Option<()> {
+    let prev = ctx.arg_u64(1);
+    if let Some((pid, tid)) = task_ids(prev) {
+        // SAFETY: value copied out at once.
+        if let Some(cookie) = unsafe { TRACKED_THREADS.get(&tid) }.copied() {
+            let prev_state = ctx.arg_u64(3);
+            emit(Hook::SchedSwitch, |ev| {
+                ev.pid = pid;
+                ev.tid = tid;
+                ev.cookie = cookie;
+                ev.value = 0;
+                ev.aux = prev_state;
+                Some(())
+            });
+        }
+    }
+    let (pid, tid) = task_ids(ctx.arg_u64(2))?;
+    // SAFETY: value copied out at once.
+    let cookie = *unsafe { TRACKED_THREADS.get(&tid) }?;
+    emit(Hook::SchedSwitch, |ev| {
+        ev.pid = pid;
+        ev.tid = tid;
+        ev.cookie = cookie;
+        ev.value = 1;
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    sched_switch_btf,
+    sched_switch_raw,
+    "sched_switch",
+    try_sched_switch
+);

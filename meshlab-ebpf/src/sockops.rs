@@ -1,0 +1,159 @@
+//! sock_ops (cgroup2): decides at ESTABLISHED whether a connection is traced, records its
+//! cookie, 4-tuple and sequence bases, and forgets it at close.
+
+use aya_ebpf::EbpfContext;
+use aya_ebpf::helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie};
+use aya_ebpf::macros::sock_ops;
+use aya_ebpf::programs::SockOpsContext;
+use meshlab_common::{
+    AF_INET, AF_INET6, EVENT_FLAG_ACTIVE_OPEN, FILTER_ADDRS, FILTER_PORTS, Hook, TupleKey,
+    conn_sample_hash, conn_sampled,
+};
+
+use crate::emit::{emit, set_conn_tuple};
+use crate::globals::config;
+use crate::kread::ipv4_mapped;
+use crate::maps::{FILTER_ADDR_SET, FILTER_PORT_SET, SCRATCH_CONN, TRACED_CONNS, TUPLES};
+
+// include/uapi/linux/bpf.h; stable UAPI values.
+const BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB: u32 = 4;
+const BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB: u32 = 5;
+const BPF_SOCK_OPS_STATE_CB: u32 = 10;
+const BPF_SOCK_OPS_STATE_CB_FLAG: i32 = 1 << 2;
+/// include/net/tcp_states.h
+const TCP_CLOSE: u32 = 7;
+
+#[sock_ops]
+pub fn meshlab_sock_ops(ctx: SockOpsContext) -> u32 {
+    match ctx.op() {
+        BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB => {
+            let _ = try_established(&ctx, true);
+        }
+        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => {
+            let _ = try_established(&ctx, false);
+        }
+        BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE => {
+            let _ = try_closed(&ctx);
+        }
+        _ => {}
+    }
+    // sock_ops programs return 1 to let the operation proceed.
+    1
+}
+
+/// Writes the connection's local-view 4-tuple (ports in host byte order) into `tuple`.
+fn fill_tuple(ctx: &SockOpsContext, tuple: &mut TupleKey) -> Option<()> {
+    let family = ctx.family() as u16;
+    if family == AF_INET {
+        tuple.local_addr = ipv4_mapped(ctx.local_ip4().to_ne_bytes());
+        tuple.remote_addr = ipv4_mapped(ctx.remote_ip4().to_ne_bytes());
+    } else if family == AF_INET6 {
+        tuple.local_addr = ip6_bytes(ctx.local_ip6());
+        tuple.remote_addr = ip6_bytes(ctx.remote_ip6());
+    } else {
+        return None;
+    }
+    tuple.local_port = ctx.local_port() as u16;
+    // UAPI: remote_port holds the network-order port in its upper 16 bits on little endian.
+    tuple.remote_port = u16::from_be((ctx.remote_port() >> 16) as u16);
+    tuple._pad = 0;
+    Some(())
+}
+
+fn ip6_bytes(words: [u32; 4]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    while i < 4 {
+        let b = words[i].to_ne_bytes();
+        out[i * 4] = b[0];
+        out[i * 4 + 1] = b[1];
+        out[i * 4 + 2] = b[2];
+        out[i * 4 + 3] = b[3];
+        i += 1;
+    }
+    out
+}
+
+/// The in-kernel filters: namespace, ports, addresses, then 1/N connection sampling.
+fn wanted(ctx: &SockOpsContext, tuple: &TupleKey) -> bool {
+    let netns = config!(netns_cookie);
+    // SAFETY: sock_ops may call bpf_get_netns_cookie with its context (5.15+).
+    if netns != 0 && unsafe { bpf_get_netns_cookie(ctx.as_ptr()) } != netns {
+        return false;
+    }
+    let flags = config!(filter_flags);
+    // SAFETY (map gets): only presence is checked.
+    if flags & FILTER_PORTS != 0
+        && unsafe { FILTER_PORT_SET.get(&tuple.local_port) }.is_none()
+        && unsafe { FILTER_PORT_SET.get(&tuple.remote_port) }.is_none()
+    {
+        return false;
+    }
+    if flags & FILTER_ADDRS != 0
+        && unsafe { FILTER_ADDR_SET.get(&tuple.local_addr) }.is_none()
+        && unsafe { FILTER_ADDR_SET.get(&tuple.remote_addr) }.is_none()
+    {
+        return false;
+    }
+    let hash = conn_sample_hash(
+        &tuple.local_addr,
+        tuple.local_port,
+        &tuple.remote_addr,
+        tuple.remote_port,
+    );
+    conn_sampled(hash, config!(sample_every))
+}
+
+fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
+    let info = SCRATCH_CONN.get_ptr_mut(0)?;
+    // SAFETY: per-CPU scratch slot; sock_ops runs with bottom halves or preemption disabled
+    // for the duration of the program, so nothing else on this CPU uses it meanwhile.
+    let info = unsafe { &mut *info };
+    fill_tuple(ctx, &mut info.tuple)?;
+    if !wanted(ctx, &info.tuple) {
+        return None;
+    }
+    // Also makes the kernel assign the cookie, so tracepoints that read sk_cookie see it.
+    // SAFETY: helper valid for sock_ops contexts.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    // SAFETY: plain context field reads, rewritten by the verifier into socket accesses.
+    let (snd_nxt, rcv_nxt) = unsafe { ((*ctx.ops).snd_nxt, (*ctx.ops).rcv_nxt) };
+    info.snd_base = snd_nxt;
+    info.rcv_base = rcv_nxt;
+    TRACED_CONNS.insert(&cookie, &*info, 0).ok()?;
+    TUPLES.insert(&info.tuple, &cookie, 0).ok()?;
+    // Ask for STATE_CB so the connection leaves the maps when it closes.
+    let _ = ctx.set_cb_flags(ctx.cb_flags() as i32 | BPF_SOCK_OPS_STATE_CB_FLAG);
+
+    emit(Hook::SockEstablished, |ev| {
+        // Passive opens complete in softirq context: the current task is unrelated.
+        ev.pid = 0;
+        ev.tid = 0;
+        ev.cookie = cookie;
+        ev.seq = snd_nxt;
+        ev.aux = u64::from(rcv_nxt);
+        if active {
+            ev.flags |= EVENT_FLAG_ACTIVE_OPEN;
+        }
+        set_conn_tuple(ev, info);
+        Some(())
+    });
+    Some(())
+}
+
+fn try_closed(ctx: &SockOpsContext) -> Option<()> {
+    // SAFETY: helper valid for sock_ops contexts.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    // SAFETY: value copied out at once.
+    let info = *unsafe { TRACED_CONNS.get(&cookie) }?;
+    let _ = TUPLES.remove(&info.tuple);
+    let _ = TRACED_CONNS.remove(&cookie);
+    emit(Hook::SockClosed, |ev| {
+        ev.pid = 0;
+        ev.tid = 0;
+        ev.cookie = cookie;
+        set_conn_tuple(ev, &info);
+        Some(())
+    });
+    Some(())
+}

@@ -1,0 +1,211 @@
+//! TX path: tcp_sendmsg -> net_dev_queue -> (qdisc) -> net_dev_start_xmit -> net_dev_xmit,
+//! and the send syscall's return.
+
+use aya_ebpf::macros::{fentry, kprobe, tracepoint};
+use aya_ebpf::programs::{FEntryContext, ProbeContext, TracePointContext};
+use meshlab_common::{ConnInfo, Hook};
+
+use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
+use crate::globals::{config, offset};
+use crate::kread::{parse_tcp, read, skb_ifindex, traced_sock};
+use crate::maps::{TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE};
+
+/// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
+#[inline(always)]
+pub fn track_thread(tid: u32, cookie: u64) {
+    let _ = TRACKED_THREADS.insert(&tid, &cookie, 0);
+}
+
+/// TCP send entry: the socket's write pointer and the bytes this call still has to copy.
+#[inline(always)]
+fn on_tcp_sendmsg(sk: u64, bytes: u64) -> Option<()> {
+    let (cookie, info) = traced_sock(sk)?;
+    emit(Hook::TcpSendmsg, |ev| {
+        ev.cookie = cookie;
+        ev.seq = read(sk, offset!(tcp_sock_write_seq))?;
+        ev.len = bytes as u32;
+        set_conn_tuple(ev, &info);
+        track_thread(ev.tid, cookie);
+        Some(())
+    });
+    Some(())
+}
+
+#[fentry(function = "tcp_sendmsg")]
+pub fn tcp_sendmsg_fentry(ctx: FEntryContext) -> i32 {
+    // tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size)
+    let _ = on_tcp_sendmsg(ctx.arg(0), ctx.arg(2));
+    0
+}
+
+#[kprobe(function = "tcp_sendmsg")]
+pub fn tcp_sendmsg_kprobe(ctx: ProbeContext) -> u32 {
+    if let (Some(sk), Some(size)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(2)) {
+        let _ = on_tcp_sendmsg(sk, size);
+    }
+    0
+}
+
+/// tcp:tcp_sendmsg_locked(sk, msg, skb, size_goal): fires once per copy loop iteration; each
+/// carries the write pointer and the bytes left, so every one names the same message end.
+fn try_tcp_sendmsg_locked<C: TpArgs>(ctx: &C) -> Option<()> {
+    let msg = ctx.arg_u64(1);
+    let left: u64 = read(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))?;
+    on_tcp_sendmsg(ctx.arg_u64(0), left)
+}
+tp_entries!(
+    tcp_sendmsg_locked_btf,
+    tcp_sendmsg_locked_raw,
+    "tcp_sendmsg_locked",
+    try_tcp_sendmsg_locked
+);
+
+/// sock:sock_send_length(sk, ret, flags): the send syscall returns.
+fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
+    let sk = ctx.arg_u64(0);
+    let (cookie, info) = traced_sock(sk)?;
+    emit(Hook::SendReturn, |ev| {
+        ev.cookie = cookie;
+        ev.value = ctx.arg_u64(1) as i32;
+        ev.seq = read(sk, offset!(tcp_sock_write_seq))?;
+        set_conn_tuple(ev, &info);
+        track_thread(ev.tid, cookie);
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    send_return_btf,
+    send_return_raw,
+    "sock_send_length",
+    try_send_return
+);
+
+/// What the TX skb hooks record about a traced, payload-carrying skb.
+struct TxSkb {
+    cookie: u64,
+    info: ConnInfo,
+    seq: u32,
+    len: u32,
+    ifindex: u32,
+    queue: u32,
+}
+
+/// `None` for untraced skbs, payload-less ones (pure ACKs) and other devices than `--device`.
+#[inline(always)]
+fn traced_tx_skb(skb: u64) -> Option<TxSkb> {
+    let sk: u64 = read(skb, offset!(sk_buff_sk))?;
+    let (cookie, info) = traced_sock(sk)?;
+    let seg = parse_tcp(skb)?;
+    if seg.len == 0 {
+        return None;
+    }
+    let ifindex = skb_ifindex(skb);
+    let wanted = config!(ifindex);
+    if wanted != 0 && wanted != ifindex {
+        return None;
+    }
+    let queue = u32::from(read::<u16>(skb, offset!(sk_buff_queue_mapping)).unwrap_or(u16::MAX));
+    Some(TxSkb {
+        cookie,
+        info,
+        seq: seg.seq,
+        len: seg.len,
+        ifindex,
+        queue,
+    })
+}
+
+#[inline(always)]
+fn emit_tx_skb(hook: Hook, skb: u64, tx: &TxSkb) {
+    emit(hook, |ev| {
+        ev.cookie = tx.cookie;
+        ev.skb = skb;
+        ev.seq = tx.seq;
+        ev.len = tx.len;
+        ev.ifindex = tx.ifindex;
+        ev.queue = tx.queue;
+        set_conn_tuple(ev, &tx.info);
+        Some(())
+    });
+}
+
+/// net:net_dev_queue(skb): the skb enters the device layer; the qdisc enqueue follows.
+fn try_net_dev_queue<C: TpArgs>(ctx: &C) -> Option<()> {
+    let skb = ctx.arg_u64(0);
+    emit_tx_skb(Hook::NetDevQueue, skb, &traced_tx_skb(skb)?);
+    Some(())
+}
+tp_entries!(
+    net_dev_queue_btf,
+    net_dev_queue_raw,
+    "net_dev_queue",
+    try_net_dev_queue
+);
+
+/// net:net_dev_start_xmit(skb, dev): the qdisc hands the skb to the driver.
+fn try_net_dev_start_xmit<C: TpArgs>(ctx: &C) -> Option<()> {
+    let skb = ctx.arg_u64(0);
+    let tx = traced_tx_skb(skb)?;
+    if let Some(state) = XMIT_STATE.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, written and read by programs of this CPU only.
+        unsafe {
+            (*state).skb = skb;
+            (*state).cookie = tx.cookie;
+            (*state).seq = tx.seq;
+            (*state).len = tx.len;
+            (*state).ifindex = tx.ifindex;
+            (*state).queue = tx.queue;
+        }
+    }
+    emit_tx_skb(Hook::NetDevStartXmit, skb, &tx);
+    Some(())
+}
+tp_entries!(
+    net_dev_start_xmit_btf,
+    net_dev_start_xmit_raw,
+    "net_dev_start_xmit",
+    try_net_dev_start_xmit
+);
+
+/// net:net_dev_xmit(skb, rc, dev, skb_len): the driver returned. The skb may already be freed
+/// or queued on a veth peer, so its facts come from the matching start_xmit on this CPU.
+fn try_net_dev_xmit<C: TpArgs>(ctx: &C) -> Option<()> {
+    let skb = ctx.arg_u64(0);
+    let state = XMIT_STATE.get_ptr_mut(0)?;
+    // SAFETY: per-CPU slot, written and read by programs of this CPU only.
+    let state = unsafe { &mut *state };
+    if state.skb != skb || skb == 0 {
+        return None;
+    }
+    state.skb = 0;
+    let rc = ctx.arg_u64(1) as i32;
+    emit(Hook::NetDevXmit, |ev| {
+        ev.cookie = state.cookie;
+        ev.skb = skb;
+        ev.seq = state.seq;
+        ev.len = state.len;
+        ev.ifindex = state.ifindex;
+        ev.queue = state.queue;
+        ev.value = rc;
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    net_dev_xmit_btf,
+    net_dev_xmit_raw,
+    "net_dev_xmit",
+    try_net_dev_xmit
+);
+
+/// Classic (perf) tracepoint: only a capability probe for `meshlab doctor`. raw_tp exists on
+/// every kernel that has the BPF ring buffer (5.8+), so record never needs this tier.
+#[tracepoint(category = "net", name = "net_dev_queue")]
+pub fn net_dev_queue_tracepoint(_ctx: TracePointContext) -> u32 {
+    if let Some(slot) = TRACEPOINT_PROBE_HITS.get_ptr_mut(0) {
+        // SAFETY: valid per-CPU u64 slot; atomic for the same nesting reason as emit::bump.
+        unsafe { crate::emit::atomic_add(slot, 1) };
+    }
+    0
+}

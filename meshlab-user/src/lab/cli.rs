@@ -2,7 +2,7 @@
 
 use clap::Subcommand;
 
-use super::leftovers;
+use super::{leftovers, workload};
 
 /// `meshlab lab`: the two-namespace test bed and its RPC workload.
 #[derive(Debug, clap::Args)]
@@ -15,6 +15,10 @@ pub struct LabArgs {
 enum LabCommand {
     /// Remove lab namespaces (and processes in them) left behind by crashed runs.
     Down,
+    /// Echo RPC server (kitex-echo shape).
+    Server(workload::server::ServerArgs),
+    /// Ping-pong load generator with latency quantiles.
+    Client(workload::client::ClientArgs),
 }
 
 /// `meshlab demo`: the lab end to end.
@@ -28,6 +32,8 @@ pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
             eprintln!("meshlab lab down: removed {} namespace(s)", removed.len());
             Ok(())
         }
+        LabCommand::Server(args) => workload::server::run(args),
+        LabCommand::Client(args) => workload::client::run(args),
     }
 }
 

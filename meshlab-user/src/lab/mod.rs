@@ -6,6 +6,8 @@ pub mod cli;
 pub mod codec;
 pub mod leftovers;
 pub mod netns;
+pub mod probes;
+pub mod workload;
 
 /// Env var that turns "skip: not root / tool missing" into a test failure (CI on a prepared host).
 pub const REQUIRE_PRIVILEGED_ENV: &str = "MESHLAB_REQUIRE_PRIVILEGED";

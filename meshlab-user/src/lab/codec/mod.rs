@@ -84,6 +84,24 @@ pub fn encode(proto: Proto, env: &Envelope, out: &mut Vec<u8>) -> usize {
     out.len() - start
 }
 
+/// Length of the frame at the front of `buf` once its length field has arrived (`Ok(None)`
+/// before that), without decoding it: lets a reader timestamp "whole message read" apart
+/// from "message decoded".
+pub fn frame_len(proto: Proto, buf: &[u8]) -> Result<Option<usize>, CodecError> {
+    let Some(total) = buf.first_chunk::<4>().map(|b| u32::from_be_bytes(*b)) else {
+        return Ok(None);
+    };
+    if proto == Proto::Ttheader && buf.len() >= 6 && !ttheader::is_ttheader(buf) {
+        return Err(CodecError::NotTtHeader {
+            found: u16::from_be_bytes([buf[4], buf[5]]),
+        });
+    }
+    if total > MAX_FRAME_BYTES {
+        return Err(CodecError::FrameTooLarge(total));
+    }
+    Ok(Some(4 + total as usize))
+}
+
 /// Decodes one frame from the front of `buf`: `Ok(None)` when more bytes are needed,
 /// otherwise the envelope and the number of bytes it occupied.
 pub fn decode(proto: Proto, buf: &[u8]) -> Result<Option<(Envelope, usize)>, CodecError> {

@@ -82,7 +82,7 @@ impl TtHeader {
                 put_string16(out, v);
             }
         }
-        while (out.len() - info_start) % 4 != 0 {
+        while !(out.len() - info_start).is_multiple_of(4) {
             out.push(INFO_PADDING);
         }
         let info_words = u16::try_from((out.len() - info_start) / 4).expect("header too large");

@@ -1,0 +1,279 @@
+//! `meshlab lab client`: ping-pong load generator (kitex-benchmark's client shape).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use hdrhistogram::Histogram;
+
+use super::latency::{LatencySummary, new_histogram, quantiles};
+use super::{Conn, Endpoint, endpoint, framed_trace_id, poll_readable, read_frame};
+use crate::lab::codec::thrift::{MessageKind, ThriftMessage};
+use crate::lab::codec::{self, Envelope, Proto};
+use crate::lab::probes::{ProbeSink, RequestProbes, SampleRate};
+use crate::schema::Direction;
+
+#[derive(Debug, clap::Args)]
+pub struct ClientArgs {
+    /// Server (or sidecar) TCP address.
+    #[arg(long, conflicts_with = "unix")]
+    pub connect: Option<SocketAddr>,
+    /// Server (or sidecar) unix socket path.
+    #[arg(long)]
+    pub unix: Option<PathBuf>,
+    /// Payload bytes echoed per request.
+    #[arg(long, default_value_t = 64)]
+    pub payload: usize,
+    /// Connections, one thread each, one request in flight per connection.
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
+    /// Total request rate limit (0 = as fast as responses come back).
+    #[arg(long, default_value_t = 0)]
+    pub qps: u64,
+    /// Time before measuring starts (requests are sent, not recorded).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Measured time after warm-up.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub duration: Duration,
+    #[arg(long, value_enum, default_value_t = Proto::Ttheader)]
+    pub proto: Proto,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+/// Probe flags shared by client and server. No `--trace`, no probes.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TraceArgs {
+    /// Write userland probe NDJSON to this file.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Trace one request in N.
+    #[arg(long, default_value = "1/1")]
+    pub trace_sample: SampleRate,
+    /// Node name written into probe records (the machine, e.g. A).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Process role written into probe records.
+    #[arg(long)]
+    pub process: Option<String>,
+}
+
+impl TraceArgs {
+    pub fn open(&self, default_role: &str) -> anyhow::Result<Option<Arc<ProbeSink>>> {
+        let Some(path) = &self.trace else {
+            return Ok(None);
+        };
+        let role = self.process.as_deref().unwrap_or(default_role);
+        let sink = ProbeSink::create(path, self.trace_sample, self.node.clone(), role)?;
+        Ok(Some(Arc::new(sink)))
+    }
+}
+
+/// `1s`, `250ms`, `2.5s`, `1m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map(|i| s.split_at(i))
+        .ok_or_else(|| format!("`{s}`: expected a number with a unit, e.g. 5s or 250ms"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: `{num}` is not a number"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "us" => n / 1e6,
+        _ => return Err(format!("`{s}`: unit `{unit}` is not one of us, ms, s, m")),
+    };
+    if !(secs >= 0.0 && secs.is_finite()) {
+        return Err(format!("`{s}`: must be a non-negative duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+struct ConnResult {
+    hist: Histogram<u64>,
+    sent: u64,
+}
+
+pub fn run(args: ClientArgs) -> anyhow::Result<()> {
+    let ep = endpoint(args.connect, args.unix.clone())?;
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let probes = args.trace.open("client")?;
+    let start = Instant::now();
+    let measure_from = start + args.warmup;
+    let end = measure_from + args.duration;
+    // Each connection gets an equal share of the rate limit.
+    let interval =
+        (args.qps > 0).then(|| Duration::from_secs_f64(args.concurrency as f64 / args.qps as f64));
+    let workers: Vec<_> = (0..args.concurrency)
+        .map(|index| {
+            let ep = ep.clone();
+            let probes = probes.clone();
+            let (proto, payload) = (args.proto, args.payload);
+            std::thread::spawn(move || {
+                let job = Job {
+                    ep,
+                    proto,
+                    payload,
+                    index,
+                    measure_from,
+                    end,
+                    interval,
+                    probes,
+                };
+                job.run()
+            })
+        })
+        .collect();
+    let mut hist = new_histogram();
+    let mut sent = 0;
+    let mut first_error = None;
+    for w in workers {
+        match w.join().expect("client thread panicked") {
+            Ok(r) => {
+                hist.add(&r.hist).expect("same histogram bounds");
+                sent += r.sent;
+            }
+            Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    if let Some(p) = &probes {
+        p.flush()?;
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let duration_s = args.duration.as_secs_f64();
+    let q = quantiles(&hist);
+    let summary = LatencySummary {
+        proto: format!("{:?}", args.proto).to_lowercase(),
+        endpoint: ep.to_string(),
+        payload: args.payload,
+        concurrency: args.concurrency,
+        requests: hist.len(),
+        requests_total: sent,
+        duration_s,
+        qps: hist.len() as f64 / duration_s.max(1e-9),
+        p50_us: q.p50_us,
+        p90_us: q.p90_us,
+        p99_us: q.p99_us,
+        p999_us: q.p999_us,
+        max_us: q.max_us,
+        mean_us: q.mean_us,
+    };
+    eprintln!("{}", summary.line());
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, &summary)?;
+        out.write_all(b"\n")?;
+    }
+    if summary.requests == 0 {
+        bail!("no request completed after warm-up");
+    }
+    Ok(())
+}
+
+struct Job {
+    ep: Endpoint,
+    proto: Proto,
+    payload: usize,
+    index: usize,
+    measure_from: Instant,
+    end: Instant,
+    interval: Option<Duration>,
+    probes: Option<Arc<ProbeSink>>,
+}
+
+impl Job {
+    fn run(self) -> anyhow::Result<ConnResult> {
+        let mut conn = Conn::connect_patiently(&self.ep, Duration::from_secs(5))
+            .with_context(|| format!("connect to {}", self.ep))?;
+        let unix_path = match &self.ep {
+            Endpoint::Unix(p) => Some(p.clone()),
+            Endpoint::Tcp(_) => None,
+        };
+        let conn_ref = conn.conn_ref(unix_path.as_ref());
+        let pid = std::process::id();
+        let body = vec![b'x'; self.payload];
+        let mut hist = new_histogram();
+        let (mut tx_offset, mut rx_offset) = (0u64, 0u64);
+        let mut out = Vec::with_capacity(self.payload + 128);
+        let mut inbuf = Vec::with_capacity(self.payload + 128);
+        let mut next_send = Instant::now();
+        let mut seq_id: i32 = 0;
+        while Instant::now() < self.end {
+            if let Some(interval) = self.interval {
+                if let Some(wait) = next_send.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                next_send += interval;
+            }
+            let sampled = self.probes.as_ref().is_some_and(|p| p.rate.sampled(seq_id));
+            let mut probes = RequestProbes::new(sampled);
+            let t0 = Instant::now();
+            probes.hit("client.encode_begin");
+            let trace_id = sampled.then(|| match self.proto {
+                Proto::Ttheader => format!("{pid:x}-{}-{seq_id}", self.index),
+                Proto::Framed => framed_trace_id(&conn_ref, false, seq_id),
+            });
+            let envelope = Envelope {
+                trace_id: trace_id.clone().filter(|_| self.proto == Proto::Ttheader),
+                message: ThriftMessage {
+                    name: "echo".into(),
+                    kind: MessageKind::Call,
+                    seq_id,
+                    body: body.clone(),
+                },
+            };
+            out.clear();
+            let len = codec::encode(self.proto, &envelope, &mut out) as u64;
+            probes.hit("client.encode_end");
+            probes.hit_bytes("client.write_begin", Direction::Tx, tx_offset, len);
+            conn.write_all(&out).context("send request")?;
+            probes.hit("client.write_end");
+            tx_offset += len;
+            poll_readable(std::os::fd::AsRawFd::as_raw_fd(&conn), -1)?;
+            probes.hit("client.read_ready");
+            let frame_len = read_frame(&mut conn, self.proto, &mut inbuf)?;
+            probes.hit_bytes(
+                "client.read_end",
+                Direction::Rx,
+                rx_offset,
+                frame_len as u64,
+            );
+            rx_offset += frame_len as u64;
+            let (reply, _) = codec::decode(self.proto, &inbuf[..frame_len])?
+                .context("a whole frame was read")?;
+            inbuf.drain(..frame_len);
+            probes.hit("client.decode_end");
+            let elapsed = t0.elapsed();
+            if reply.message.seq_id != seq_id || reply.message.body != body {
+                bail!(
+                    "reply {} does not echo request {seq_id}",
+                    reply.message.seq_id
+                );
+            }
+            if t0 >= self.measure_from {
+                hist.saturating_record(elapsed.as_nanos() as u64);
+            }
+            if let (Some(sink), Some(id)) = (&self.probes, &trace_id) {
+                sink.emit(id, &conn_ref, &probes.hits)?;
+            }
+            seq_id = seq_id.wrapping_add(1);
+        }
+        Ok(ConnResult {
+            hist,
+            sent: seq_id as u64,
+        })
+    }
+}

@@ -1,0 +1,187 @@
+//! `meshlab lab server`: echoes every request (kitex-echo's server shape), one thread per
+//! connection, until SIGINT/SIGTERM.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::client::TraceArgs;
+use super::{
+    Conn, Endpoint, FrameReadError, endpoint, framed_trace_id, install_shutdown_handler,
+    poll_readable, read_frame, shutting_down,
+};
+use crate::lab::codec::thrift::MessageKind;
+use crate::lab::codec::{self, Envelope, Proto};
+use crate::lab::probes::{Hit, ProbeSink, RequestProbes, realtime_ns};
+use crate::schema::Direction;
+
+/// How often blocked threads look at the shutdown flag.
+const POLL_TICK_MS: i32 = 100;
+
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// TCP address to listen on (port 0 picks one; see --ready-file).
+    #[arg(long, conflicts_with = "unix")]
+    pub listen: Option<SocketAddr>,
+    /// Unix socket path to listen on (removed on exit).
+    #[arg(long)]
+    pub unix: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Proto::Ttheader)]
+    pub proto: Proto,
+    /// Written once listening: the bound address (`tcp:IP:PORT` or `unix:PATH`).
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+pub fn run(args: ServerArgs) -> anyhow::Result<()> {
+    install_shutdown_handler();
+    let ep = endpoint(args.listen, args.unix.clone())?;
+    let probes = args.trace.open("server")?;
+    let (listener, bound) = match &ep {
+        Endpoint::Tcp(a) => {
+            let l = TcpListener::bind(a).with_context(|| format!("listen on {a}"))?;
+            let bound = Endpoint::Tcp(l.local_addr()?);
+            (Listener::Tcp(l), bound)
+        }
+        Endpoint::Unix(p) => {
+            let l = UnixListener::bind(p).with_context(|| format!("listen on {}", p.display()))?;
+            (Listener::Unix(l, p.clone()), ep.clone())
+        }
+    };
+    if let Some(path) = &args.ready_file {
+        std::fs::write(path, bound.to_string())
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    log::info!("echo server ({:?}) listening on {bound}", args.proto);
+    let fd = match &listener {
+        Listener::Tcp(l) => l.as_raw_fd(),
+        Listener::Unix(l, _) => l.as_raw_fd(),
+    };
+    let result = accept_loop(&listener, fd, args.proto, &probes);
+    if let Listener::Unix(_, path) = &listener {
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(p) = &probes {
+        p.flush()?;
+    }
+    result
+}
+
+fn accept_loop(
+    listener: &Listener,
+    fd: i32,
+    proto: Proto,
+    probes: &Option<Arc<ProbeSink>>,
+) -> anyhow::Result<()> {
+    while !shutting_down() {
+        if !poll_readable(fd, POLL_TICK_MS)? {
+            continue;
+        }
+        let (conn, unix_path) = match listener {
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept()?;
+                s.set_nodelay(true)?;
+                (Conn::Tcp(s), None)
+            }
+            Listener::Unix(l, p) => (Conn::Unix(l.accept()?.0), Some(p.clone())),
+        };
+        let probes = probes.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = serve(conn, unix_path, proto, probes) {
+                log::warn!("connection ended: {e:#}");
+            }
+        });
+    }
+    log::info!("echo server: shutting down");
+    Ok(())
+}
+
+fn serve(
+    mut conn: Conn,
+    unix_path: Option<PathBuf>,
+    proto: Proto,
+    probes: Option<Arc<ProbeSink>>,
+) -> anyhow::Result<()> {
+    let conn_ref = conn.conn_ref(unix_path.as_ref());
+    let tracing = probes.is_some();
+    let (mut tx_offset, mut rx_offset) = (0u64, 0u64);
+    let mut inbuf = Vec::with_capacity(1024);
+    let mut out = Vec::with_capacity(1024);
+    loop {
+        // Leftover bytes of a pipelined request are already here: no readiness to wait for.
+        if inbuf.is_empty() {
+            while !poll_readable(conn.as_raw_fd(), POLL_TICK_MS)? {
+                if shutting_down() {
+                    return Ok(());
+                }
+            }
+        }
+        // The sampling decision needs the decoded request: take these two timestamps when
+        // tracing at all, keep them only if the request turns out sampled.
+        let ready_ts = tracing.then(realtime_ns);
+        let frame_len = match read_frame(&mut conn, proto, &mut inbuf) {
+            Ok(n) => n,
+            Err(FrameReadError::Closed) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let read_end_ts = tracing.then(realtime_ns);
+        let (request, _) =
+            codec::decode(proto, &inbuf[..frame_len])?.context("whole frame read")?;
+        inbuf.drain(..frame_len);
+        let seq_id = request.message.seq_id;
+        let trace_id = match (&probes, proto) {
+            (None, _) => None,
+            (Some(_), Proto::Ttheader) => request.trace_id.clone(),
+            (Some(p), Proto::Framed) => p
+                .rate
+                .sampled(seq_id)
+                .then(|| framed_trace_id(&conn_ref, true, seq_id)),
+        };
+        let mut hits = RequestProbes::new(trace_id.is_some());
+        if let (Some(ready), Some(read_end)) = (ready_ts, read_end_ts) {
+            hits.push(Hit {
+                point: "server.read_ready",
+                ts_ns: ready,
+                bytes: None,
+            });
+            let bytes = Some((Direction::Rx, rx_offset, frame_len as u64));
+            hits.push(Hit {
+                point: "server.read_end",
+                ts_ns: read_end,
+                bytes,
+            });
+        }
+        rx_offset += frame_len as u64;
+        hits.hit("server.decode_end");
+        hits.hit("server.handler_begin");
+        let mut reply = request.message;
+        reply.kind = MessageKind::Reply;
+        hits.hit("server.handler_end");
+        out.clear();
+        let env = Envelope {
+            trace_id: trace_id.clone(),
+            message: reply,
+        };
+        let len = codec::encode(proto, &env, &mut out) as u64;
+        hits.hit("server.encode_end");
+        hits.hit_bytes("server.write_begin", Direction::Tx, tx_offset, len);
+        conn.write_all(&out).context("send reply")?;
+        hits.hit("server.write_end");
+        tx_offset += len;
+        if let (Some(sink), Some(id)) = (&probes, &trace_id) {
+            sink.emit(id, &conn_ref, &hits.hits)?;
+        }
+    }
+}

@@ -4,9 +4,12 @@
 
 pub mod cli;
 pub mod codec;
+pub mod haproxy;
 pub mod leftovers;
 pub mod netns;
 pub mod probes;
+pub mod process;
+pub mod topology;
 pub mod workload;
 
 /// Env var that turns "skip: not root / tool missing" into a test failure (CI on a prepared host).

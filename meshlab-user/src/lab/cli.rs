@@ -21,9 +21,7 @@ enum LabCommand {
     Client(workload::client::ClientArgs),
 }
 
-/// `meshlab demo`: the lab end to end.
-#[derive(Debug, clap::Args)]
-pub struct DemoArgs {}
+pub use super::demo::DemoArgs;
 
 pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
     match args.command {
@@ -37,6 +35,6 @@ pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
     }
 }
 
-pub fn run_demo(_args: DemoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("meshlab demo is not built yet")
+pub fn run_demo(args: DemoArgs) -> anyhow::Result<()> {
+    super::demo::run(args)
 }

@@ -4,6 +4,8 @@
 
 pub mod cli;
 pub mod codec;
+pub mod demo;
+mod demo_summary;
 pub mod haproxy;
 pub mod leftovers;
 pub mod netns;

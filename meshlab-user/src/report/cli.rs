@@ -1,8 +1,221 @@
 //! `meshlab report`.
 
-#[derive(Debug, clap::Args)]
-pub struct ReportArgs {}
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
 
-pub fn run(_args: ReportArgs) -> anyhow::Result<()> {
-    anyhow::bail!("meshlab report is not built yet")
+use anyhow::{Context, bail};
+
+use crate::schema::MergedRequest;
+
+use super::aggregate::Aggregate;
+use super::compare::{ladder, write_ladder};
+use super::html::{self, Representatives};
+use super::perfetto::TraceWriter;
+use super::select::for_each_request;
+use super::summary::RunReport;
+use super::text::write_run;
+
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("input").required(true).args(["merged", "compare"]))]
+pub struct ReportArgs {
+    /// Merged NDJSON (the output of `meshlab merge`).
+    #[arg(value_name = "MERGED", conflicts_with = "compare")]
+    pub merged: Option<PathBuf>,
+    /// Print JSON instead of the text tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML report (waterfalls, charts, provenance) to FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "compare")]
+    pub html: Option<PathBuf>,
+    /// Also write a Chrome/Perfetto trace-event JSON of the requests to FILE.
+    #[arg(long, value_name = "FILE", conflicts_with = "compare")]
+    pub perfetto: Option<PathBuf>,
+    /// Requests in the Perfetto trace: the first N of the file, plus the median and p99 ones.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub perfetto_max: usize,
+    /// Compare runs (merged NDJSON files): p50 ladder with steps over the first run.
+    #[arg(long, value_name = "RUN", num_args = 2..)]
+    pub compare: Vec<PathBuf>,
+    /// Names of the compared runs, comma-separated, in order (default: file names).
+    #[arg(
+        long,
+        value_name = "A,B,...",
+        value_delimiter = ',',
+        requires = "compare"
+    )]
+    pub labels: Vec<String>,
+}
+
+pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    if !args.compare.is_empty() {
+        return run_compare(&args);
+    }
+    let path = args
+        .merged
+        .as_deref()
+        .expect("clap requires MERGED or --compare");
+    let mut agg = Aggregate::from_file(path)?;
+    let report = RunReport::new(&mut agg);
+    // Files first: a reader closing stdout early must not cost the HTML or the trace.
+    if args.html.is_some() || args.perfetto.is_some() {
+        write_files(&args, path, &agg, &report)?;
+    }
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        write_run(&report, &mut out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn write_files(
+    args: &ReportArgs,
+    path: &Path,
+    agg: &Aggregate,
+    report: &RunReport,
+) -> anyhow::Result<()> {
+    let (median_at, p99_at) = (report.median_request, report.p99_request);
+    let mut median: Option<MergedRequest> = None;
+    let mut p99: Option<MergedRequest> = None;
+    let mut trace = match &args.perfetto {
+        Some(file) => {
+            let nodes: Vec<String> = agg
+                .info
+                .iter()
+                .flat_map(|i| i.nodes.iter().map(|n| n.node.clone()))
+                .collect();
+            let tmp = temp_path(file);
+            let f =
+                File::create(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
+            Some((TraceWriter::new(BufWriter::new(f), &nodes)?, tmp, file))
+        }
+        None => None,
+    };
+    let perfetto_max = if trace.is_some() {
+        args.perfetto_max
+    } else {
+        0
+    };
+    for_each_request(
+        path,
+        |i| i < perfetto_max || i == median_at || i == p99_at,
+        |i, req| {
+            if let Some((w, _, _)) = trace.as_mut() {
+                let label = match (i == median_at, i == p99_at) {
+                    (true, true) => Some("median and p99"),
+                    (true, false) => Some("median"),
+                    (false, true) => Some("p99"),
+                    _ => None,
+                };
+                w.request(&req, label)?;
+            }
+            if i == median_at {
+                median = Some(req.clone());
+            }
+            if i == p99_at {
+                p99 = Some(req);
+            }
+            Ok(())
+        },
+    )?;
+    let (Some(median), Some(p99)) = (median, p99) else {
+        bail!(
+            "{}: the file changed between the two passes (representative requests not found)",
+            path.display()
+        );
+    };
+    if let Some((w, tmp, file)) = trace {
+        let other = serde_json::json!({
+            "source": path.display().to_string(),
+            "generator": format!("meshlab {}", env!("CARGO_PKG_VERSION")),
+            "clocks": "each node's events are on that node's CLOCK_MONOTONIC; events with args.display_only are placed for display",
+            "median_trace_id": median.trace_id, "p99_trace_id": p99.trace_id,
+        });
+        let events = w.events;
+        w.finish(other)?
+            .into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()?;
+        publish(&tmp, file)?;
+        log::info!("wrote {} ({events} trace events)", file.display());
+    }
+    if let Some(file) = &args.html {
+        let page = html::render(
+            report,
+            agg,
+            &Representatives {
+                median: &median,
+                p99: &p99,
+            },
+        );
+        let tmp = temp_path(file);
+        std::fs::write(&tmp, page).with_context(|| format!("{}: cannot write", tmp.display()))?;
+        publish(&tmp, file)?;
+        log::info!("wrote {}", file.display());
+    }
+    Ok(())
+}
+
+fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
+    let labels: Vec<String> = if args.labels.is_empty() {
+        args.compare
+            .iter()
+            .map(|p| {
+                p.file_stem().map_or_else(
+                    || p.display().to_string(),
+                    |s| s.to_string_lossy().into_owned(),
+                )
+            })
+            .collect()
+    } else if args.labels.len() == args.compare.len() {
+        args.labels.clone()
+    } else {
+        bail!(
+            "--labels has {} names for {} runs; give one per run",
+            args.labels.len(),
+            args.compare.len()
+        );
+    };
+    let runs = args
+        .compare
+        .iter()
+        .map(|p| Aggregate::from_file(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ladder = ladder(&runs, &labels);
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &ladder)?;
+        writeln!(out)?;
+    } else {
+        write_ladder(&ladder, &mut out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Output is written beside its destination and renamed into place when complete, so an
+/// earlier file of that name is never left half-overwritten.
+fn temp_path(file: &Path) -> PathBuf {
+    let mut name = file
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(format!(".tmp-{}", std::process::id()));
+    file.with_file_name(name)
+}
+
+fn publish(tmp: &Path, file: &Path) -> anyhow::Result<()> {
+    std::fs::rename(tmp, file).with_context(|| {
+        format!(
+            "{}: cannot move {} into place",
+            file.display(),
+            tmp.display()
+        )
+    })
 }

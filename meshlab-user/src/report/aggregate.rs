@@ -1,0 +1,284 @@
+//! One streaming pass over a merged NDJSON file: per-segment and per-group duration samples,
+//! completeness counters and provenance. Requests themselves are not kept; only their
+//! end-to-end times in file order, so a second pass can fetch the few the pictures need.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::ndjson::{NdjsonError, RecordReader};
+use crate::schema::{JoinMethod, Kind, Layer, MergeInfo, MergeSummary, MergedRequest, Record};
+
+use super::quantile::Samples;
+
+/// Why a merged file could not be reported on.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Ndjson(#[from] NdjsonError),
+    #[error(
+        "{file}:{line}: expected a merged record (merge_info, request or merge_summary), found a `{found}` record; run `meshlab merge` first"
+    )]
+    NotMerged {
+        file: PathBuf,
+        line: u64,
+        found: String,
+    },
+    #[error(
+        "{file}:{line}: a second `merge_info` record: concatenated merge outputs are not one run"
+    )]
+    SecondMergeInfo { file: PathBuf, line: u64 },
+    #[error("{file}: no `request` records: nothing to report")]
+    NoRequests { file: PathBuf },
+}
+
+/// Identity of a segment across requests: the same name measured on the same node in the same
+/// place. Derived segments have no node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SegmentKey {
+    pub name: String,
+    pub node: Option<String>,
+    pub layer: Layer,
+    pub unit: String,
+    pub kind: Kind,
+    pub derived: bool,
+}
+
+/// Label of a group a segment's time is added to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GroupKey {
+    /// Node name, or `derived` for cross-node segments.
+    Node(String),
+    /// node / layer / unit, e.g. `B / kernel / qdisc`.
+    NodeUnit(String, Layer, String),
+    Kind(Kind),
+}
+
+/// Completeness counters of a run, always reported.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Completeness {
+    pub requests: u64,
+    pub complete: u64,
+    pub incomplete: u64,
+    /// Stage name -> requests it was missing from.
+    pub missing: BTreeMap<String, u64>,
+    /// Requests whose segments do not add up to their end-to-end time (a merge bug).
+    pub sum_mismatch: u64,
+    /// Join method -> requests (offset / pid_tid_time / kernel_only).
+    pub joins: BTreeMap<String, u64>,
+}
+
+/// Everything one pass collects.
+#[derive(Debug, Default)]
+pub struct Aggregate {
+    pub file: PathBuf,
+    pub info: Option<MergeInfo>,
+    pub summary: Option<MergeSummary>,
+    pub completeness: Completeness,
+    pub e2e: Samples,
+    /// End-to-end of each request in file order (index = request number, 0-based).
+    pub e2e_by_index: Vec<u64>,
+    /// Segments in request order (see [`Aggregate::catalog_insert`]).
+    pub catalog: Vec<SegmentKey>,
+    pub segments: BTreeMap<SegmentKey, Samples>,
+    pub groups: BTreeMap<GroupKey, Samples>,
+    /// p50 of the first and second half (file order) of each segment; set by `finish`.
+    pub half_medians: BTreeMap<SegmentKey, (u64, u64)>,
+    pub e2e_half_medians: Option<(u64, u64)>,
+}
+
+impl Aggregate {
+    /// Reads `path` once.
+    pub fn from_file(path: &Path) -> Result<Self, ReportError> {
+        let mut agg = Aggregate {
+            file: path.into(),
+            ..Default::default()
+        };
+        let mut reader = RecordReader::open(path)?;
+        while let Some(record) = reader.next() {
+            match record? {
+                Record::MergeInfo(info) => {
+                    if agg.info.is_some() {
+                        return Err(ReportError::SecondMergeInfo {
+                            file: path.into(),
+                            line: reader.line(),
+                        });
+                    }
+                    agg.info = Some(info);
+                }
+                Record::Request(req) => agg.add_request(&req),
+                Record::MergeSummary(s) => agg.summary = Some(s),
+                other => {
+                    return Err(ReportError::NotMerged {
+                        file: path.into(),
+                        line: reader.line(),
+                        found: record_type(&other).into(),
+                    });
+                }
+            }
+        }
+        if agg.completeness.requests == 0 {
+            return Err(ReportError::NoRequests { file: path.into() });
+        }
+        if agg.info.is_none() {
+            log::warn!(
+                "{}: no merge_info record: provenance unknown",
+                path.display()
+            );
+        }
+        if agg.summary.is_none() {
+            log::warn!(
+                "{}: no merge_summary record: the merge may have been cut short",
+                path.display()
+            );
+        }
+        agg.finish();
+        Ok(agg)
+    }
+
+    pub fn add_request(&mut self, req: &MergedRequest) {
+        let c = &mut self.completeness;
+        c.requests += 1;
+        if req.complete {
+            c.complete += 1;
+        } else {
+            c.incomplete += 1;
+        }
+        for stage in &req.missing {
+            *c.missing.entry(stage.clone()).or_default() += 1;
+        }
+        *c.joins.entry(join_name(req.join).into()).or_default() += 1;
+        let total: u128 = req.segments.iter().map(|s| s.dur_ns as u128).sum();
+        if total != req.e2e_ns as u128 {
+            c.sum_mismatch += 1;
+        }
+        self.e2e.push(req.e2e_ns);
+        self.e2e_by_index.push(req.e2e_ns);
+
+        // One sample per request and key: a segment repeated within a request is summed.
+        let mut per_segment: Vec<(SegmentKey, u64)> = Vec::new();
+        let mut per_group: BTreeMap<GroupKey, u64> = BTreeMap::new();
+        let mut previous: Option<SegmentKey> = None;
+        for seg in &req.segments {
+            let key = segment_key(seg);
+            self.catalog_insert(&key, previous.as_ref());
+            match per_segment.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, d)) => *d += seg.dur_ns,
+                None => per_segment.push((key.clone(), seg.dur_ns)),
+            }
+            for g in group_keys(&key) {
+                *per_group.entry(g).or_default() += seg.dur_ns;
+            }
+            previous = Some(key);
+        }
+        for (key, dur) in per_segment {
+            self.segments.entry(key).or_default().push(dur);
+        }
+        for (key, dur) in per_group {
+            self.groups.entry(key).or_default().push(dur);
+        }
+    }
+
+    /// Keeps the catalog in request order: a segment not seen before goes right after the
+    /// segment that preceded it in this request (or first), so runs whose requests gain a stage
+    /// (a sidecar hop, an IRQ seen only sometimes) still list stages in path order.
+    fn catalog_insert(&mut self, key: &SegmentKey, previous: Option<&SegmentKey>) {
+        if self.catalog.contains(key) {
+            return;
+        }
+        let at = previous
+            .and_then(|p| self.catalog.iter().position(|k| k == p))
+            .map_or(0, |i| i + 1);
+        self.catalog.insert(at, key.clone());
+    }
+
+    /// Request numbers (0-based, file order) of the median and the p99 request: the first
+    /// request whose end-to-end equals the nearest-rank p50 / p99 of all end-to-end times.
+    pub fn representative_requests(&self) -> (usize, usize) {
+        let pick = |value: u64| {
+            self.e2e_by_index
+                .iter()
+                .position(|&v| v == value)
+                .expect("a quantile is one of the samples")
+        };
+        (pick(self.e2e.quantile(500)), pick(self.e2e.quantile(990)))
+    }
+
+    /// Notes the half medians, then sorts every sample set; called once after the pass.
+    fn finish(&mut self) {
+        self.e2e_half_medians = self.e2e.half_medians();
+        self.e2e.finish();
+        for (key, s) in self.segments.iter_mut() {
+            if let Some(h) = s.half_medians() {
+                self.half_medians.insert(key.clone(), h);
+            }
+            s.finish();
+        }
+        for s in self.groups.values_mut() {
+            s.finish();
+        }
+    }
+}
+
+pub fn segment_key(seg: &crate::schema::Segment) -> SegmentKey {
+    SegmentKey {
+        name: seg.name.clone(),
+        node: seg.node.clone(),
+        layer: seg.layer,
+        unit: seg.unit.clone(),
+        kind: seg.kind,
+        derived: seg.derived.is_some(),
+    }
+}
+
+/// The node column of a segment: its node, or `derived` for cross-node segments.
+pub fn node_label(key: &SegmentKey) -> &str {
+    key.node.as_deref().unwrap_or("derived")
+}
+
+fn group_keys(key: &SegmentKey) -> [GroupKey; 3] {
+    let node = node_label(key).to_owned();
+    [
+        GroupKey::Node(node.clone()),
+        GroupKey::NodeUnit(node, key.layer, key.unit.clone()),
+        GroupKey::Kind(key.kind),
+    ]
+}
+
+pub fn join_name(j: JoinMethod) -> &'static str {
+    match j {
+        JoinMethod::Offset => "offset",
+        JoinMethod::PidTidTime => "pid_tid_time",
+        JoinMethod::KernelOnly => "kernel_only",
+    }
+}
+
+pub fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Compute => "compute",
+        Kind::Wait => "wait",
+        Kind::Queue => "queue",
+        Kind::Network => "network",
+    }
+}
+
+pub fn layer_name(l: Layer) -> &'static str {
+    match l {
+        Layer::Process => "process",
+        Layer::Kernel => "kernel",
+        Layer::Network => "network",
+    }
+}
+
+fn record_type(r: &Record) -> &'static str {
+    match r {
+        Record::Startup(_) => "startup",
+        Record::Clock(_) => "clock",
+        Record::Kernel(_) => "kernel",
+        Record::Drops(_) => "drops",
+        Record::Summary(_) => "summary",
+        Record::Probe(_) => "probe",
+        Record::MergeInfo(_) => "merge_info",
+        Record::Request(_) => "request",
+        Record::MergeSummary(_) => "merge_summary",
+    }
+}

@@ -1,0 +1,164 @@
+//! `--html FILE`: one self-contained page (inline CSS and SVG; no script, no font, no fetch).
+//! Charts are hand-built SVG; docs/report.md says why.
+
+pub mod charts;
+pub mod svg;
+pub mod waterfall;
+
+mod page;
+
+use std::fmt::Write as _;
+
+use crate::schema::{Kind, MergedRequest};
+
+use super::aggregate::{Aggregate, node_label};
+use super::summary::RunReport;
+use charts::{Series, StackRow};
+use svg::escape;
+
+/// The two requests the waterfalls show.
+pub struct Representatives<'a> {
+    pub median: &'a MergedRequest,
+    pub p99: &'a MergedRequest,
+}
+
+pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> String {
+    let mut body = String::new();
+    page::header(&mut body, report);
+    for (id, title, req) in [
+        ("waterfall-median", "Median request", reps.median),
+        ("waterfall-p99", "p99 request", reps.p99),
+    ] {
+        let _ = write!(
+            body,
+            "<section id=\"{id}\"><h2>{title}: {} µs <span class=\"muted\">trace {}{}</span></h2>\
+             <div class=\"scroll\">{}</div><p class=\"note\">Node {client}'s bars are at their true times on \
+             {client}'s clock. Another node's bars keep their spacing on that node's own clock; their block is \
+             centred in {client}'s wait only for display (clocks of different machines are never subtracted). \
+             Hatched bars are derived by the difference method and placed for display only.</p></section>",
+            super::table::us(req.e2e_ns),
+            escape(&req.trace_id),
+            if req.complete {
+                String::new()
+            } else {
+                format!(" · incomplete, missing {}", escape(&req.missing.join(", ")))
+            },
+            waterfall::svg(req, &req.client_node),
+            client = escape(&req.client_node),
+        );
+    }
+    let _ = write!(
+        body,
+        "<section id=\"by-kind\"><h2>Where the time goes, by kind</h2><div class=\"scroll\">{}</div>\
+         <p class=\"note\">Mean time per request in each kind, for all segments and per node; then the median \
+         and the p99 request themselves.</p></section>",
+        charts::stacked_bars(&stack_rows(report, reps))
+    );
+    let _ = write!(
+        body,
+        "<section id=\"cdf-e2e\"><h2>Distribution of end-to-end</h2><div class=\"scroll\">{}</div></section>",
+        charts::cdf(
+            &[Series {
+                label: "end-to-end".into(),
+                sorted: agg.e2e.sorted()
+            }],
+            "CDF of end-to-end"
+        )
+    );
+    let largest = largest_segments(agg, 5);
+    let _ = write!(
+        body,
+        "<section id=\"cdf-segments\"><h2>Distribution of the largest segments</h2><div class=\"scroll\">{}</div>\
+         <p class=\"note\">The {} segments with the largest mean.</p></section>",
+        charts::cdf(&largest, "CDF of the largest segments"),
+        largest.len()
+    );
+    page::segment_table(&mut body, report);
+    page::provenance(&mut body, report, agg);
+    page::wrap(&report.file, &body)
+}
+
+fn stack_rows(report: &RunReport, reps: &Representatives) -> Vec<StackRow> {
+    let n = report.e2e.n as f64;
+    let mean_of = |node: Option<&str>| -> Vec<(Kind, f64)> {
+        svg::KINDS
+            .iter()
+            .map(|&k| {
+                let sum: u128 = report
+                    .segments
+                    .iter()
+                    .filter(|s| s.kind == k && node.is_none_or(|n| s.node == n))
+                    .map(|s| s.stats.sum_ns)
+                    .sum();
+                (k, sum as f64 / n)
+            })
+            .collect()
+    };
+    let of_request = |r: &MergedRequest| -> Vec<(Kind, f64)> {
+        svg::KINDS
+            .iter()
+            .map(|&k| {
+                (
+                    k,
+                    r.segments
+                        .iter()
+                        .filter(|s| s.kind == k)
+                        .map(|s| s.dur_ns as f64)
+                        .sum(),
+                )
+            })
+            .collect()
+    };
+    let mut rows = vec![StackRow {
+        label: "all nodes (mean)".into(),
+        by_kind: mean_of(None),
+    }];
+    // Measured nodes in path order, derived last.
+    let mut nodes: Vec<&str> = Vec::new();
+    for s in report.segments.iter().filter(|s| !s.derived) {
+        if !nodes.contains(&s.node.as_str()) {
+            nodes.push(&s.node);
+        }
+    }
+    if report.segments.iter().any(|s| s.derived) {
+        nodes.push("derived");
+    }
+    for node in nodes {
+        rows.push(StackRow {
+            label: format!("{node} (mean)"),
+            by_kind: mean_of(Some(node)),
+        });
+    }
+    rows.push(StackRow {
+        label: "median request".into(),
+        by_kind: of_request(reps.median),
+    });
+    rows.push(StackRow {
+        label: "p99 request".into(),
+        by_kind: of_request(reps.p99),
+    });
+    rows
+}
+
+/// The `count` segments with the largest mean, with their sorted samples.
+pub fn largest_segments(agg: &Aggregate, count: usize) -> Vec<Series<'_>> {
+    let mut keys: Vec<_> = agg.catalog.iter().collect();
+    keys.sort_by(|a, b| {
+        let mean = |k| {
+            agg.segments[k]
+                .sorted()
+                .iter()
+                .map(|&v| v as u128)
+                .sum::<u128>()
+                / agg.segments[k].len().max(1) as u128
+        };
+        mean(*b).cmp(&mean(*a)).then_with(|| a.name.cmp(&b.name))
+    });
+    keys.into_iter()
+        .take(count)
+        .map(|k| Series {
+            label: format!("{} ({})", k.name, node_label(k)),
+            sorted: agg.segments[k].sorted(),
+        })
+        .collect()
+}

@@ -1,0 +1,279 @@
+//! The page around the charts: header cards, segment table, provenance, CSS.
+
+use std::fmt::Write as _;
+
+use crate::schema::AttachStatus;
+
+use super::super::aggregate::{Aggregate, kind_name, layer_name};
+use super::super::summary::RunReport;
+use super::super::table::{percent, us, us_f};
+use super::svg::{escape, kind_color};
+
+pub fn header(out: &mut String, r: &RunReport) {
+    let c = &r.completeness;
+    let drops: u64 = r.kernel_drops.values().sum();
+    let _ = write!(
+        out,
+        "<header><h1>meshlab report</h1><p class=\"muted\">{} · {} requests · meshlab {}</p></header>\
+         <section class=\"cards\" id=\"summary\">",
+        escape(&r.file),
+        c.requests,
+        env!("CARGO_PKG_VERSION")
+    );
+    for (label, value) in [
+        ("end-to-end p50", format!("{} µs", us(r.e2e.p50_ns))),
+        ("p90", format!("{} µs", us(r.e2e.p90_ns))),
+        ("p99", format!("{} µs", us(r.e2e.p99_ns))),
+        ("mean", format!("{} µs", us_f(r.e2e.mean_ns))),
+        ("complete", format!("{} / {}", c.complete, c.requests)),
+        (
+            "kernel drops",
+            if r.kernel_drops.is_empty() {
+                "unknown".into()
+            } else {
+                drops.to_string()
+            },
+        ),
+    ] {
+        let _ = write!(
+            out,
+            "<div class=\"card\"><div class=\"label\">{label}</div><div class=\"value\">{value}</div></div>"
+        );
+    }
+    out.push_str("</section>");
+}
+
+pub fn segment_table(out: &mut String, r: &RunReport) {
+    out.push_str(
+        "<section id=\"segments\"><h2>Segments in path order</h2><table class=\"num\"><thead><tr><th>node</th>\
+         <th>layer</th><th>unit</th><th>kind</th><th>segment</th><th>n</th><th>p50 µs</th><th>p90 µs</th>\
+         <th>p99 µs</th><th>mean µs</th><th>share</th></tr></thead><tbody>",
+    );
+    for s in &r.segments {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>\
+             <td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&s.node),
+            layer_name(s.layer),
+            escape(&s.unit),
+            kind_color(s.kind),
+            kind_name(s.kind),
+            escape(&s.name),
+            if s.derived { " <em>(derived)</em>" } else { "" },
+            s.stats.n,
+            us(s.stats.p50_ns),
+            us(s.stats.p90_ns),
+            us(s.stats.p99_ns),
+            us_f(s.stats.mean_ns),
+            percent(s.share)
+        );
+    }
+    let _ = write!(
+        out,
+        "</tbody></table><p class=\"note\">Quantiles: {}. Share: the segment's time over all end-to-end time.</p></section>",
+        r.quantile_method
+    );
+}
+
+pub fn provenance(out: &mut String, r: &RunReport, agg: &Aggregate) {
+    out.push_str("<section id=\"provenance\"><h2>Provenance</h2><dl>");
+    let c = &r.completeness;
+    let mut item = |k: &str, v: String| {
+        let _ = write!(out, "<dt>{k}</dt><dd>{v}</dd>");
+    };
+    match &agg.info {
+        Some(info) => {
+            item(
+                "merge command",
+                format!("<code>{}</code>", escape(&info.command.join(" "))),
+            );
+            let inputs: Vec<String> = info
+                .inputs
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} ({}, {})",
+                        escape(&i.file),
+                        escape(&i.node),
+                        escape(&i.kind)
+                    )
+                })
+                .collect();
+            item("inputs", inputs.join("<br>"));
+            let skew: Vec<String> = info
+                .injected_skew_ns
+                .iter()
+                .map(|(n, s)| format!("{} {s} ns", escape(n)))
+                .collect();
+            item(
+                "injected skew",
+                if skew.is_empty() {
+                    "none".into()
+                } else {
+                    skew.join(", ")
+                },
+            );
+        }
+        None => item(
+            "merge command",
+            "unknown: the file has no merge_info record".into(),
+        ),
+    }
+    let joins: Vec<String> = c.joins.iter().map(|(j, n)| format!("{j} {n}")).collect();
+    item(
+        "requests",
+        format!(
+            "{} ({} complete, {} incomplete); joins: {}",
+            c.requests,
+            c.complete,
+            c.incomplete,
+            joins.join(", ")
+        ),
+    );
+    let missing: Vec<String> = c
+        .missing
+        .iter()
+        .map(|(s, n)| format!("{} {n}", escape(s)))
+        .collect();
+    item(
+        "missing stages",
+        if missing.is_empty() {
+            "none".into()
+        } else {
+            missing.join(", ")
+        },
+    );
+    let drops: Vec<String> = r
+        .kernel_drops
+        .iter()
+        .map(|(n, d)| format!("{} {d}", escape(n)))
+        .collect();
+    item(
+        "kernel drops",
+        if drops.is_empty() {
+            "unknown (no merge_summary)".into()
+        } else {
+            drops.join(", ")
+        },
+    );
+    item(
+        "merge errors",
+        if r.merge_errors.is_empty() {
+            "none".into()
+        } else {
+            escape(&r.merge_errors.join("; "))
+        },
+    );
+    item("sums ≠ end-to-end", c.sum_mismatch.to_string());
+    out.push_str("</dl>");
+    nodes(out, r);
+    out.push_str("</section>");
+}
+
+fn nodes(out: &mut String, r: &RunReport) {
+    if r.nodes.is_empty() {
+        return;
+    }
+    out.push_str("<h3>Nodes</h3><table><thead><tr><th>node</th><th>host</th><th>kernel</th><th>sampling</th><th>record command</th></tr></thead><tbody>");
+    for n in &r.nodes {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>1 connection in {}</td><td><code>{}</code></td></tr>",
+            escape(&n.node),
+            escape(&n.hostname),
+            escape(&n.kernel),
+            n.sample_every,
+            escape(&n.command.join(" "))
+        );
+    }
+    out.push_str("</tbody></table><h3 id=\"attach-plan\">Attach plan (tier per hook)</h3><table><thead><tr><th>hook</th>");
+    for n in &r.nodes {
+        let _ = write!(out, "<th>{}</th>", escape(&n.node));
+    }
+    out.push_str("</tr></thead><tbody>");
+    let mut hooks: Vec<&str> = Vec::new();
+    for n in &r.nodes {
+        for e in &n.attach_plan {
+            if !hooks.contains(&e.hook.as_str()) {
+                hooks.push(&e.hook);
+            }
+        }
+    }
+    for hook in hooks {
+        let _ = write!(out, "<tr><td>{}</td>", escape(hook));
+        for n in &r.nodes {
+            let cells: Vec<String> = n
+                .attach_plan
+                .iter()
+                .filter(|e| e.hook == hook)
+                .map(|e| match e.status {
+                    AttachStatus::Attached => {
+                        format!("<span class=\"ok\">{}</span>", escape(&e.tier))
+                    }
+                    AttachStatus::Failed => format!(
+                        "<span class=\"failed\" title=\"{}\">{} failed</span>",
+                        escape(e.error.as_deref().unwrap_or("")),
+                        escape(&e.tier)
+                    ),
+                    AttachStatus::Skipped => {
+                        format!("<span class=\"muted\">{} skipped</span>", escape(&e.tier))
+                    }
+                })
+                .collect();
+            let _ = write!(
+                out,
+                "<td>{}</td>",
+                if cells.is_empty() {
+                    "-".into()
+                } else {
+                    cells.join(" → ")
+                }
+            );
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
+}
+
+const CSS: &str = "
+:root{--fg:#1f2937;--muted:#6b7280;--line:#e5e7eb;--band0:#f8fafc;--band1:#eef2f7}
+*{box-sizing:border-box}
+body{margin:0;padding:24px 32px;font:14px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;color:var(--fg);background:#fff}
+h1{font-size:24px;margin:0 0 2px}h2{font-size:17px;margin:28px 0 8px}h3{font-size:15px;margin:18px 0 6px}
+.muted{color:var(--muted);font-weight:normal;font-size:13px}
+.note{color:var(--muted);font-size:12.5px;max-width:1240px;margin:4px 0}
+.cards{display:flex;gap:12px;flex-wrap:wrap;margin-top:14px}
+.card{border:1px solid var(--line);border-radius:8px;padding:8px 14px;min-width:140px}
+.card .label{color:var(--muted);font-size:12px}.card .value{font-size:19px;font-weight:600}
+.scroll{overflow-x:auto}
+svg.chart{display:block;font-size:11.5px}
+svg .grid{stroke:#e5e7eb;stroke-width:1}
+svg .tick,svg .axis-label{fill:#6b7280}
+svg .band0{fill:var(--band0)}svg .band1{fill:var(--band1)}
+svg .band-title{font-weight:600;fill:#374151}
+svg .row-label{fill:#374151}
+svg .bar-label{fill:#4b5563;font-size:11px}
+svg .in-bar{fill:#fff;font-weight:600}
+svg .legend{fill:#374151}
+svg .cdf-line{fill:none;stroke-width:2}
+svg .e2e-mark{stroke:#111827;stroke-dasharray:4 3}
+svg .e2e-label{fill:#111827;font-weight:600}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+th,td{padding:3px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{background:#f9fafb;font-weight:600}
+table.num td:nth-child(n+6){text-align:right;font-variant-numeric:tabular-nums}
+.swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px}
+dl{display:grid;grid-template-columns:170px 1fr;gap:4px 14px;margin:0}dt{color:var(--muted)}dd{margin:0}
+code{font-size:12.5px;background:#f3f4f6;padding:1px 4px;border-radius:3px}
+.ok{color:#166534}.failed{color:#b91c1c;font-weight:600}
+";
+
+pub fn wrap(file: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>meshlab report — {}</title><style>{CSS}</style></head><body>{body}</body></html>\n",
+        escape(file)
+    )
+}

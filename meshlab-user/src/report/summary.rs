@@ -1,0 +1,159 @@
+//! The figures of one run, as printed (text) and serialized (`--json`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::schema::{AttachEntry, Kind, Layer};
+
+use super::aggregate::{Aggregate, Completeness, GroupKey, SegmentKey, node_label};
+use super::quantile::Stats;
+
+/// How quantiles are computed; printed in both outputs so figures can be re-derived.
+pub const QUANTILE_METHOD: &str = "nearest-rank: the sample at 1-based rank ceil(q*n)";
+
+#[derive(Debug, Serialize)]
+pub struct RunReport {
+    pub file: String,
+    pub quantile_method: &'static str,
+    pub completeness: Completeness,
+    /// Kernel ring-buffer drops per node, from the merge summary (empty when it is absent).
+    pub kernel_drops: BTreeMap<String, u64>,
+    pub merge_errors: Vec<String>,
+    pub nodes: Vec<NodeInfo>,
+    pub e2e: Stats,
+    pub segments: Vec<SegmentRow>,
+    pub by_node: Vec<GroupRow>,
+    pub by_unit: Vec<GroupRow>,
+    pub by_kind: Vec<GroupRow>,
+    /// 0-based request numbers (file order) of the median and the p99 request.
+    pub median_request: usize,
+    pub p99_request: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeInfo {
+    pub node: String,
+    pub hostname: String,
+    pub kernel: String,
+    pub command: Vec<String>,
+    /// One connection in `sample_every` was traced.
+    pub sample_every: u32,
+    pub injected_skew_ns: i64,
+    pub attach_plan: Vec<AttachEntry>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SegmentRow {
+    pub name: String,
+    /// `derived` for cross-node segments.
+    pub node: String,
+    pub layer: Layer,
+    pub unit: String,
+    pub kind: Kind,
+    pub derived: bool,
+    #[serde(flatten)]
+    pub stats: Stats,
+    /// Σ this segment over all requests / Σ end-to-end over all requests.
+    pub share: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GroupRow {
+    /// e.g. `A`, `B / kernel / qdisc`, `queue`.
+    pub group: String,
+    #[serde(flatten)]
+    pub stats: Stats,
+    pub share: f64,
+}
+
+impl RunReport {
+    /// Builds the figures; `agg` must have been through [`Aggregate::finish`].
+    pub fn new(agg: &mut Aggregate) -> Self {
+        let e2e = agg.e2e.finish().expect("at least one request");
+        let share = |s: &Stats| s.sum_ns as f64 / e2e.sum_ns.max(1) as f64;
+        let segments = agg
+            .catalog
+            .iter()
+            .map(|key| {
+                let stats = agg
+                    .segments
+                    .get_mut(key)
+                    .and_then(|s| s.finish())
+                    .expect("catalogued");
+                segment_row(key, share(&stats), stats)
+            })
+            .collect();
+        let mut by_node = Vec::new();
+        let mut by_unit = Vec::new();
+        let mut by_kind = Vec::new();
+        for (key, samples) in agg.groups.iter_mut() {
+            let Some(stats) = samples.finish() else {
+                continue;
+            };
+            let (label, list) = match key {
+                GroupKey::Node(n) => (n.clone(), &mut by_node),
+                GroupKey::NodeUnit(n, l, u) => (
+                    format!("{n} / {} / {u}", super::aggregate::layer_name(*l)),
+                    &mut by_unit,
+                ),
+                GroupKey::Kind(k) => (super::aggregate::kind_name(*k).to_owned(), &mut by_kind),
+            };
+            list.push(GroupRow {
+                group: label,
+                share: share(&stats),
+                stats,
+            });
+        }
+        let (median_request, p99_request) = agg.representative_requests();
+        let summary = agg.summary.as_ref();
+        RunReport {
+            file: agg.file.display().to_string(),
+            quantile_method: QUANTILE_METHOD,
+            completeness: agg.completeness.clone(),
+            kernel_drops: summary
+                .map(|s| s.dropped_per_node.clone())
+                .unwrap_or_default(),
+            merge_errors: summary.map(|s| s.errors.clone()).unwrap_or_default(),
+            nodes: node_infos(agg),
+            e2e,
+            segments,
+            by_node,
+            by_unit,
+            by_kind,
+            median_request,
+            p99_request,
+        }
+    }
+}
+
+fn segment_row(key: &SegmentKey, share: f64, stats: Stats) -> SegmentRow {
+    SegmentRow {
+        name: key.name.clone(),
+        node: node_label(key).to_owned(),
+        layer: key.layer,
+        unit: key.unit.clone(),
+        kind: key.kind,
+        derived: key.derived,
+        stats,
+        share,
+    }
+}
+
+fn node_infos(agg: &Aggregate) -> Vec<NodeInfo> {
+    let Some(info) = &agg.info else {
+        return Vec::new();
+    };
+    info.nodes
+        .iter()
+        .map(|s| NodeInfo {
+            node: s.node.clone(),
+            hostname: s.hostname.clone(),
+            kernel: s.kernel.clone(),
+            command: s.command.clone(),
+            sample_every: s.filters.sample_every,
+            injected_skew_ns: info.injected_skew_ns.get(&s.node).copied().unwrap_or(0),
+            attach_plan: s.attach_plan.clone(),
+        })
+        .collect()
+}

@@ -1,0 +1,215 @@
+//! The terminal report of one run.
+
+use std::collections::BTreeSet;
+use std::io::{self, Write};
+
+use crate::schema::AttachStatus;
+
+use super::aggregate::{kind_name, layer_name};
+use super::summary::{GroupRow, RunReport};
+use super::table::{Align, Table, percent, us, us_f};
+
+pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "meshlab report: {}", r.file)?;
+    write_completeness(r, out)?;
+    write_nodes(r, out)?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "end-to-end (us): n {}  p50 {}  p90 {}  p99 {}  mean {}",
+        r.e2e.n,
+        us(r.e2e.p50_ns),
+        us(r.e2e.p90_ns),
+        us(r.e2e.p99_ns),
+        us_f(r.e2e.mean_ns)
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "segments in path order (us; n = requests with the segment; share = its time / all end-to-end time)"
+    )?;
+    let mut t = Table::new(&[
+        ("node", Align::Left),
+        ("layer", Align::Left),
+        ("unit", Align::Left),
+        ("kind", Align::Left),
+        ("segment", Align::Left),
+        ("n", Align::Right),
+        ("p50", Align::Right),
+        ("p90", Align::Right),
+        ("p99", Align::Right),
+        ("mean", Align::Right),
+        ("share", Align::Right),
+    ]);
+    for s in &r.segments {
+        let name = if s.derived {
+            format!("{} (derived)", s.name)
+        } else {
+            s.name.clone()
+        };
+        t.row(vec![
+            s.node.clone(),
+            layer_name(s.layer).into(),
+            s.unit.clone(),
+            kind_name(s.kind).into(),
+            name,
+            s.stats.n.to_string(),
+            us(s.stats.p50_ns),
+            us(s.stats.p90_ns),
+            us(s.stats.p99_ns),
+            us_f(s.stats.mean_ns),
+            percent(s.share),
+        ]);
+    }
+    t.write(out, "  ")?;
+    let total: f64 = r.segments.iter().map(|s| s.share).sum();
+    writeln!(out, "  shares add up to {}", percent(total))?;
+    write_groups(out, "by node", &r.by_node)?;
+    write_groups(out, "by node / layer / unit", &r.by_unit)?;
+    write_groups(out, "by kind", &r.by_kind)?;
+    writeln!(out)?;
+    writeln!(out, "quantiles: {}", r.quantile_method)
+}
+
+fn write_groups(out: &mut dyn Write, title: &str, rows: &[GroupRow]) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{title} (us; per request, the sum of its segments in the group)"
+    )?;
+    let mut t = Table::new(&[
+        ("group", Align::Left),
+        ("n", Align::Right),
+        ("p50", Align::Right),
+        ("p90", Align::Right),
+        ("p99", Align::Right),
+        ("mean", Align::Right),
+        ("share", Align::Right),
+    ]);
+    for g in rows {
+        t.row(vec![
+            g.group.clone(),
+            g.stats.n.to_string(),
+            us(g.stats.p50_ns),
+            us(g.stats.p90_ns),
+            us(g.stats.p99_ns),
+            us_f(g.stats.mean_ns),
+            percent(g.share),
+        ]);
+    }
+    t.write(out, "  ")
+}
+
+fn write_completeness(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
+    let c = &r.completeness;
+    let joins: Vec<String> = c.joins.iter().map(|(j, n)| format!("{j} {n}")).collect();
+    writeln!(
+        out,
+        "requests: {}  complete: {}  incomplete: {}  joins: {}",
+        c.requests,
+        c.complete,
+        c.incomplete,
+        joins.join(", ")
+    )?;
+    let missing: Vec<String> = c.missing.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    writeln!(
+        out,
+        "missing stages (requests): {}",
+        if missing.is_empty() {
+            "none".into()
+        } else {
+            missing.join(", ")
+        }
+    )?;
+    let drops: Vec<String> = r
+        .kernel_drops
+        .iter()
+        .map(|(n, d)| format!("{n} {d}"))
+        .collect();
+    writeln!(
+        out,
+        "kernel drops per node: {}",
+        if drops.is_empty() {
+            "unknown (no merge_summary)".into()
+        } else {
+            drops.join(", ")
+        }
+    )?;
+    writeln!(
+        out,
+        "merge errors: {}  requests whose segments do not sum to end-to-end: {}",
+        r.merge_errors.len(),
+        c.sum_mismatch
+    )?;
+    for e in &r.merge_errors {
+        writeln!(out, "  error: {e}")?;
+    }
+    Ok(())
+}
+
+/// Kernel, sampling and command per node, then the attach plan as a hook x node matrix of tiers.
+fn write_nodes(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out)?;
+    if r.nodes.is_empty() {
+        return writeln!(out, "nodes: unknown (no merge_info record)");
+    }
+    writeln!(out, "nodes")?;
+    let mut t = Table::new(&[
+        ("node", Align::Left),
+        ("kernel", Align::Left),
+        ("sampling", Align::Left),
+        ("skew injected", Align::Right),
+        ("command", Align::Left),
+    ]);
+    for n in &r.nodes {
+        t.row(vec![
+            n.node.clone(),
+            n.kernel.clone(),
+            format!("1/{}", n.sample_every),
+            format!("{} ns", n.injected_skew_ns),
+            n.command.join(" "),
+        ]);
+    }
+    t.write(out, "  ")?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "attach plan (tier per hook; FAILED = no tier attached, - = not planned)"
+    )?;
+    let mut hooks: Vec<&str> = Vec::new();
+    for n in &r.nodes {
+        for e in &n.attach_plan {
+            if !hooks.contains(&e.hook.as_str()) {
+                hooks.push(&e.hook);
+            }
+        }
+    }
+    let mut columns = vec![("hook", Align::Left)];
+    columns.extend(r.nodes.iter().map(|n| (n.node.as_str(), Align::Left)));
+    let mut t = Table::new(&columns);
+    let mut failures = BTreeSet::new();
+    for hook in hooks {
+        let mut row = vec![hook.to_owned()];
+        for n in &r.nodes {
+            let entries: Vec<_> = n.attach_plan.iter().filter(|e| e.hook == hook).collect();
+            let cell = match entries.iter().find(|e| e.status == AttachStatus::Attached) {
+                Some(e) => e.tier.clone(),
+                None if entries.iter().any(|e| e.status == AttachStatus::Failed) => {
+                    for e in entries.iter().filter(|e| e.status == AttachStatus::Failed) {
+                        let why = e.error.as_deref().unwrap_or("no reason given");
+                        failures.insert(format!("{} {hook} ({}): {why}", n.node, e.tier));
+                    }
+                    "FAILED".into()
+                }
+                None => "-".into(),
+            };
+            row.push(cell);
+        }
+        t.row(row);
+    }
+    t.write(out, "  ")?;
+    for f in failures {
+        writeln!(out, "  failed: {f}")?;
+    }
+    Ok(())
+}

@@ -6,13 +6,12 @@ use meshlab_common::Hook;
 use crate::emit::{TpArgs, emit, now_ns, tp_entries};
 use crate::globals::offset;
 use crate::kread::read;
-use crate::maps::{CPU_STATE, TRACKED_THREADS};
-use crate::tx::track_thread;
+use crate::maps::{CPU_STATE, TRACED_CONNS, TRACKED_THREADS};
 
 /// How long after a traced sk_data_ready on this CPU a sched_waking still belongs to it. The
 /// wakeup runs synchronously inside sock_def_readable, so microseconds suffice; the bound only
-/// guards against a stale state being matched by an unrelated later wakeup.
-const DATA_READY_WAKE_WINDOW_NS: u64 = 200_000;
+/// guards against a stale state being matched by a later wakeup.
+const DATA_READY_WAKE_WINDOW_NS: u64 = 50_000;
 
 #[inline(always)]
 fn task_ids(task: u64) -> Option<(u32, u32)> {
@@ -31,19 +30,28 @@ fn data_ready_cookie() -> Option<u64> {
     (state.data_ready_cookie != 0 && recent).then_some(state.data_ready_cookie)
 }
 
+/// The traced socket thread `tid` last used, if the thread is tracked and that connection is
+/// still traced; a thread whose connection closed is forgotten here, so it stops costing events.
+#[inline(always)]
+fn tracked_cookie(tid: u32) -> Option<u64> {
+    // SAFETY: value copied out at once.
+    let cookie = *unsafe { TRACKED_THREADS.get(&tid) }?;
+    // SAFETY: presence check only.
+    if unsafe { TRACED_CONNS.get(&cookie) }.is_none() {
+        let _ = TRACKED_THREADS.remove(&tid);
+        return None;
+    }
+    Some(cookie)
+}
+
 /// sched:sched_waking(p): fires in the waker's context (unlike sched_wakeup, which may run on
-/// the wakee's CPU), so a wakeup caused by a traced socket's data-ready is recognised here.
+/// the wakee's CPU). Only threads that own traced sockets count; when a traced socket's
+/// data-ready on this CPU just happened, the wakeup is credited to that socket.
 fn try_sched_waking<C: TpArgs>(ctx: &C) -> Option<()> {
     let task = ctx.arg_u64(0);
     let (pid, tid) = task_ids(task)?;
-    let cookie = match data_ready_cookie() {
-        Some(cookie) => {
-            track_thread(tid, cookie);
-            cookie
-        }
-        // SAFETY: value copied out at once.
-        None => *unsafe { TRACKED_THREADS.get(&tid) }?,
-    };
+    let owned = tracked_cookie(tid)?;
+    let cookie = data_ready_cookie().unwrap_or(owned);
     emit(Hook::SchedWakeup, |ev| {
         ev.aux = u64::from(ev.tid);
         ev.pid = pid;
@@ -65,8 +73,7 @@ tp_entries!(
 fn try_sched_switch<C: TpArgs>(ctx: &C) -> Option<()> {
     let prev = ctx.arg_u64(1);
     if let Some((pid, tid)) = task_ids(prev) {
-        // SAFETY: value copied out at once.
-        if let Some(cookie) = unsafe { TRACKED_THREADS.get(&tid) }.copied() {
+        if let Some(cookie) = tracked_cookie(tid) {
             let prev_state = ctx.arg_u64(3);
             emit(Hook::SchedSwitch, |ev| {
                 ev.pid = pid;
@@ -79,8 +86,7 @@ fn try_sched_switch<C: TpArgs>(ctx: &C) -> Option<()> {
         }
     }
     let (pid, tid) = task_ids(ctx.arg_u64(2))?;
-    // SAFETY: value copied out at once.
-    let cookie = *unsafe { TRACKED_THREADS.get(&tid) }?;
+    let cookie = tracked_cookie(tid)?;
     emit(Hook::SchedSwitch, |ev| {
         ev.pid = pid;
         ev.tid = tid;

@@ -23,16 +23,27 @@ const BPF_SOCK_OPS_STATE_CB_FLAG: i32 = 1 << 2;
 /// include/net/tcp_states.h
 const TCP_CLOSE: u32 = 7;
 
+/// Reads one `bpf_sock_ops` context field. The verifier only allows context loads at a
+/// constant offset from the unmodified context pointer; a volatile load of the field's own
+/// address keeps LLVM from reusing a shifted base pointer for neighbouring fields.
+macro_rules! ctx_field {
+    ($ctx:expr, $($field:tt)+) => {
+        // SAFETY: `ops` is the program's context; the field exists in every kernel's
+        // bpf_sock_ops (UAPI), and the verifier rewrites the load into a socket access.
+        unsafe { core::ptr::read_volatile(&raw const (*$ctx.ops).$($field)+) }
+    };
+}
+
 #[sock_ops]
 pub fn meshlab_sock_ops(ctx: SockOpsContext) -> u32 {
-    match ctx.op() {
+    match ctx_field!(ctx, op) {
         BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB => {
             let _ = try_established(&ctx, true);
         }
         BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => {
             let _ = try_established(&ctx, false);
         }
-        BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == TCP_CLOSE => {
+        BPF_SOCK_OPS_STATE_CB if ctx_field!(ctx, __bindgen_anon_1.args[1]) == TCP_CLOSE => {
             let _ = try_closed(&ctx);
         }
         _ => {}
@@ -43,19 +54,31 @@ pub fn meshlab_sock_ops(ctx: SockOpsContext) -> u32 {
 
 /// Writes the connection's local-view 4-tuple (ports in host byte order) into `tuple`.
 fn fill_tuple(ctx: &SockOpsContext, tuple: &mut TupleKey) -> Option<()> {
-    let family = ctx.family() as u16;
+    let family = ctx_field!(ctx, family) as u16;
     if family == AF_INET {
-        tuple.local_addr = ipv4_mapped(ctx.local_ip4().to_ne_bytes());
-        tuple.remote_addr = ipv4_mapped(ctx.remote_ip4().to_ne_bytes());
+        tuple.local_addr = ipv4_mapped(ctx_field!(ctx, local_ip4).to_ne_bytes());
+        tuple.remote_addr = ipv4_mapped(ctx_field!(ctx, remote_ip4).to_ne_bytes());
     } else if family == AF_INET6 {
-        tuple.local_addr = ip6_bytes(ctx.local_ip6());
-        tuple.remote_addr = ip6_bytes(ctx.remote_ip6());
+        let local = [
+            ctx_field!(ctx, local_ip6[0]),
+            ctx_field!(ctx, local_ip6[1]),
+            ctx_field!(ctx, local_ip6[2]),
+            ctx_field!(ctx, local_ip6[3]),
+        ];
+        let remote = [
+            ctx_field!(ctx, remote_ip6[0]),
+            ctx_field!(ctx, remote_ip6[1]),
+            ctx_field!(ctx, remote_ip6[2]),
+            ctx_field!(ctx, remote_ip6[3]),
+        ];
+        tuple.local_addr = ip6_bytes(local);
+        tuple.remote_addr = ip6_bytes(remote);
     } else {
         return None;
     }
-    tuple.local_port = ctx.local_port() as u16;
+    tuple.local_port = ctx_field!(ctx, local_port) as u16;
     // UAPI: remote_port holds the network-order port in its upper 16 bits on little endian.
-    tuple.remote_port = u16::from_be((ctx.remote_port() >> 16) as u16);
+    tuple.remote_port = u16::from_be((ctx_field!(ctx, remote_port) >> 16) as u16);
     tuple._pad = 0;
     Some(())
 }
@@ -116,14 +139,14 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
     // Also makes the kernel assign the cookie, so tracepoints that read sk_cookie see it.
     // SAFETY: helper valid for sock_ops contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    // SAFETY: plain context field reads, rewritten by the verifier into socket accesses.
-    let (snd_nxt, rcv_nxt) = unsafe { ((*ctx.ops).snd_nxt, (*ctx.ops).rcv_nxt) };
+    let (snd_nxt, rcv_nxt) = (ctx_field!(ctx, snd_nxt), ctx_field!(ctx, rcv_nxt));
     info.snd_base = snd_nxt;
     info.rcv_base = rcv_nxt;
     TRACED_CONNS.insert(&cookie, &*info, 0).ok()?;
     TUPLES.insert(&info.tuple, &cookie, 0).ok()?;
     // Ask for STATE_CB so the connection leaves the maps when it closes.
-    let _ = ctx.set_cb_flags(ctx.cb_flags() as i32 | BPF_SOCK_OPS_STATE_CB_FLAG);
+    let _ = ctx
+        .set_cb_flags(ctx_field!(ctx, bpf_sock_ops_cb_flags) as i32 | BPF_SOCK_OPS_STATE_CB_FLAG);
 
     emit(Hook::SockEstablished, |ev| {
         // Passive opens complete in softirq context: the current task is unrelated.

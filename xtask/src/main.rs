@@ -1,1 +1,139 @@
-fn main() {}
+//! Developer tasks. The README's two commands are `cargo xtask demo` and `cargo xtask test`;
+//! both install what is missing first (`setup`), so a fresh machine needs nothing else.
+
+mod setup;
+mod vm;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "meshlab developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the toolchain and packages meshlab needs (idempotent; says what it installs).
+    Setup,
+    /// Set up, build, and run every check and test (rustfmt, clippy, unit, privileged, VM).
+    Test(TestArgs),
+    /// Set up, build, and run the lab demo (`meshlab demo`) with the given arguments.
+    Demo {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Boot stock Debian kernels under qemu and run commands in them.
+    Vm(vm::VmArgs),
+}
+
+#[derive(clap::Args)]
+struct TestArgs {
+    /// CI mode: a privileged or VM test that would skip fails instead.
+    #[arg(long)]
+    ci: bool,
+    /// Skip the qemu guest tests (they need ~1 GB of kernel packages on first run).
+    #[arg(long)]
+    no_vm: bool,
+    /// Extra arguments for `cargo test` (e.g. a test name filter).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    cargo_args: Vec<String>,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Task::Setup => setup::run(),
+        Task::Test(args) => test(args),
+        Task::Demo { args } => demo(&args),
+        Task::Vm(args) => vm::run(args),
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+/// Runs a command in the workspace root, echoing it; fails with its status.
+pub fn run_cmd(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: $ {}", render(cmd));
+    let status = cmd
+        .current_dir(workspace_root())
+        .status()
+        .with_context(|| format!("starting {}", render(cmd)))?;
+    if !status.success() {
+        bail!("`{}` failed: {status}", render(cmd));
+    }
+    Ok(())
+}
+
+fn render(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|s| s.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+fn test(args: TestArgs) -> Result<()> {
+    setup::run()?;
+    run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
+    run_cmd(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+    let mut test = cargo();
+    test.args(["test", "--all-targets"]);
+    if args.ci {
+        // Turns every "skip: not root / tool missing" into a failure: CI must run them all.
+        test.env("MESHLAB_REQUIRE_PRIVILEGED", "1");
+    }
+    if !setup::is_root() {
+        // Privileged tests load eBPF and create namespaces: run the test binaries through sudo.
+        test.args([
+            "--config",
+            "target.x86_64-unknown-linux-gnu.runner='sudo -E'",
+        ]);
+    }
+    test.args(&args.cargo_args);
+    run_cmd(&mut test)?;
+    if !args.no_vm {
+        vm_tests(args.ci)?;
+    }
+    Ok(())
+}
+
+/// Runs `meshlab doctor` inside each stock Debian kernel under qemu: the fentry/kprobe tiers
+/// that this host kernel cannot offer must attach there.
+fn vm_tests(ci: bool) -> Result<()> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["vm", "check"]);
+    if ci {
+        cmd.env("MESHLAB_REQUIRE_VM", "1");
+    }
+    run_cmd(&mut cmd)
+}
+
+fn demo(args: &[String]) -> Result<()> {
+    setup::run()?;
+    run_cmd(cargo().args(["build", "--release", "--bin", "meshlab"]))?;
+    let exe = workspace_root().join("target/release/meshlab");
+    let mut cmd = if setup::is_root() {
+        Command::new(&exe)
+    } else {
+        let mut c = Command::new("sudo");
+        c.arg(&exe);
+        c
+    };
+    cmd.arg("demo").args(args);
+    run_cmd(&mut cmd)
+}

@@ -1,5 +1,298 @@
+//! `meshlab doctor`: what this kernel allows, found by really loading and attaching every tier
+//! of every hook, and the attach plan `record` would use.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
+use meshlab_common::Config;
+use object::{Object, ObjectSection};
+use serde::Serialize;
+
+use super::plan::{Family, HOOKS, TRACEPOINT_PROBE};
+use super::{btf_offsets, loader, setup, sysinfo};
+use crate::schema::{AttachEntry, AttachStatus};
+
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {}
-pub fn run(_args: DoctorArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+pub struct DoctorArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DoctorReport {
+    pub kernel: String,
+    pub btf: bool,
+    pub lockdown: Option<String>,
+    pub tracefs: Result<String, String>,
+    pub bpffs: Option<String>,
+    pub cgroup2: Option<String>,
+    /// Programs, maps and BTF found in the embedded eBPF object.
+    pub object: ObjectFacts,
+    /// Every tier of every hook, as tried.
+    pub tiers: Vec<AttachEntry>,
+    /// Per family and tier: did it load and attach for every hook of the family that has it?
+    pub families: BTreeMap<String, BTreeMap<String, String>>,
+    /// What `record` would use: hook -> tier.
+    pub plan: BTreeMap<String, String>,
+    pub usable: bool,
+    /// Why attach-tier probing could not run, if it could not.
+    pub probe_error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ObjectFacts {
+    pub bytes: usize,
+    pub programs: usize,
+    pub has_btf: bool,
+    pub missing_programs: Vec<String>,
+}
+
+pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
+    let report = diagnose();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        print_table(&mut out, &report)?;
+    }
+    out.flush()?;
+    if !report.usable {
+        anyhow::bail!("nothing usable: record cannot trace on this machine (see above)");
+    }
+    Ok(())
+}
+
+pub fn diagnose() -> DoctorReport {
+    let mounts = sysinfo::mounts();
+    let mut report = DoctorReport {
+        kernel: sysinfo::kernel_release(),
+        btf: Path::new(btf_offsets::VMLINUX_BTF).exists(),
+        lockdown: sysinfo::lockdown_mode(),
+        tracefs: sysinfo::ensure_tracefs().map(|p| p.display().to_string()),
+        bpffs: sysinfo::find_mount(&mounts, "bpf").map(|p| p.display().to_string()),
+        cgroup2: sysinfo::find_mount(&mounts, "cgroup2").map(|p| p.display().to_string()),
+        object: inspect_object(loader::EBPF_OBJECT),
+        tiers: Vec::new(),
+        families: BTreeMap::new(),
+        plan: BTreeMap::new(),
+        usable: false,
+        probe_error: None,
+    };
+    if let Err(e) = probe_tiers(&mut report) {
+        report.probe_error = Some(format!("{e:#}"));
+    }
+    summarize(&mut report);
+    report
+}
+
+/// Checks the embedded ELF with `object`: every program the hook table names must be there.
+pub fn inspect_object(bytes: &[u8]) -> ObjectFacts {
+    let Ok(file) = object::File::parse(bytes) else {
+        return ObjectFacts {
+            bytes: bytes.len(),
+            programs: 0,
+            has_btf: false,
+            missing_programs: vec!["<unparsable ELF>".into()],
+        };
+    };
+    let symbols: std::collections::HashSet<String> = {
+        use object::ObjectSymbol;
+        file.symbols()
+            .filter_map(|s| s.name().ok().map(str::to_owned))
+            .collect()
+    };
+    let wanted = HOOKS
+        .iter()
+        .flat_map(|h| h.tiers.iter())
+        .chain(std::iter::once(&TRACEPOINT_PROBE));
+    let missing_programs = wanted
+        .filter(|t| !symbols.contains(t.program))
+        .map(|t| t.program.to_owned())
+        .collect();
+    let programs = file
+        .sections()
+        .filter(|s| {
+            s.name().is_ok_and(|n| {
+                [
+                    "tp_btf/",
+                    "raw_tp/",
+                    "kprobe/",
+                    "fentry/",
+                    "tracepoint/",
+                    "sockops",
+                ]
+                .iter()
+                .any(|p| n.starts_with(p))
+            })
+        })
+        .count();
+    ObjectFacts {
+        bytes: bytes.len(),
+        programs,
+        has_btf: file.section_by_name(".BTF").is_some(),
+        missing_programs,
+    }
+}
+
+fn probe_tiers(report: &mut DoctorReport) -> anyhow::Result<()> {
+    setup::require_root("probing attach tiers")?;
+    setup::raise_memlock();
+    let (mut ebpf, _) = setup::load(&Config::default(), meshlab_common::DEFAULT_RING_BYTES, &[])?;
+    let btf = loader::kernel_btf()?;
+    let cgroup_path = setup::cgroup_dir(None)?;
+    let cgroup = loader::open_cgroup(&cgroup_path)
+        .with_context(|| format!("opening {}", cgroup_path.display()))?;
+    for hook in HOOKS {
+        report.tiers.extend(loader::attach_hook(
+            &mut ebpf,
+            &btf,
+            hook,
+            Some(&cgroup),
+            true,
+        ));
+    }
+    let probe = super::plan::HookSpec {
+        name: "net_dev_queue",
+        family: Family::Tx,
+        tiers: std::slice::from_ref(&TRACEPOINT_PROBE),
+        raw_stream_only: false,
+    };
+    report
+        .tiers
+        .extend(loader::attach_hook(&mut ebpf, &btf, &probe, None, true));
+    Ok(())
+}
+
+fn summarize(report: &mut DoctorReport) {
+    for hook in HOOKS {
+        let family = hook.family.name().to_owned();
+        for entry in report.tiers.iter().filter(|e| e.hook == hook.name) {
+            let cell = report
+                .families
+                .entry(family.clone())
+                .or_default()
+                .entry(entry.tier.clone())
+                .or_insert_with(|| "usable".into());
+            if entry.status != AttachStatus::Attached {
+                *cell = format!("unusable: {}", entry.error.clone().unwrap_or_default());
+            }
+        }
+        if let Some(first) = report
+            .tiers
+            .iter()
+            .find(|e| e.hook == hook.name && e.status == AttachStatus::Attached)
+        {
+            report.plan.insert(hook.name.to_owned(), first.tier.clone());
+        }
+    }
+    if let Some(tp) = report.tiers.iter().find(|e| e.tier == "tracepoint") {
+        let cell = if tp.status == AttachStatus::Attached {
+            "usable (capability probe; record uses raw_tp/tp_btf)".to_owned()
+        } else {
+            format!("unusable: {}", tp.error.clone().unwrap_or_default())
+        };
+        report
+            .families
+            .entry("tx".into())
+            .or_default()
+            .insert("tracepoint".into(), cell);
+    }
+    let has = |family: Family| {
+        HOOKS
+            .iter()
+            .any(|h| h.family == family && report.plan.contains_key(h.name))
+    };
+    report.usable = report.plan.contains_key("sock_ops") && has(Family::Tx) && has(Family::Rx);
+}
+
+fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
+    writeln!(out, "kernel      {}", r.kernel)?;
+    writeln!(
+        out,
+        "btf         {}",
+        if r.btf {
+            btf_offsets::VMLINUX_BTF
+        } else {
+            "MISSING (record needs CONFIG_DEBUG_INFO_BTF)"
+        }
+    )?;
+    writeln!(
+        out,
+        "lockdown    {}",
+        r.lockdown.as_deref().unwrap_or("not available")
+    )?;
+    match &r.tracefs {
+        Ok(p) => writeln!(out, "tracefs     {p}")?,
+        Err(e) => writeln!(out, "tracefs     MISSING: {e}")?,
+    }
+    writeln!(
+        out,
+        "bpffs       {}",
+        r.bpffs
+            .as_deref()
+            .unwrap_or("not mounted (not needed: meshlab pins nothing)")
+    )?;
+    writeln!(
+        out,
+        "cgroup2     {}",
+        r.cgroup2
+            .as_deref()
+            .unwrap_or("MISSING (sock_ops needs cgroup v2)")
+    )?;
+    writeln!(
+        out,
+        "object      {} bytes, {} programs, BTF {}{}",
+        r.object.bytes,
+        r.object.programs,
+        if r.object.has_btf {
+            "present"
+        } else {
+            "MISSING"
+        },
+        if r.object.missing_programs.is_empty() {
+            String::new()
+        } else {
+            format!(", MISSING programs: {:?}", r.object.missing_programs)
+        }
+    )?;
+    if let Some(e) = &r.probe_error {
+        writeln!(out, "\nattach tiers: not probed: {e}")?;
+    }
+    writeln!(out, "\n{:<8} {:<11} result", "family", "tier")?;
+    for (family, tiers) in &r.families {
+        for (tier, result) in tiers {
+            writeln!(out, "{family:<8} {tier:<11} {result}")?;
+        }
+    }
+    writeln!(out, "\nattach plan (record):")?;
+    for hook in HOOKS {
+        let tier = r.plan.get(hook.name).map(String::as_str).unwrap_or("NONE");
+        writeln!(out, "  {:<20} {tier}", hook.name)?;
+    }
+    writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_object_has_every_program_of_the_hook_table_and_btf() {
+        let facts = inspect_object(loader::EBPF_OBJECT);
+        assert!(
+            facts.missing_programs.is_empty(),
+            "{:?}",
+            facts.missing_programs
+        );
+        assert!(
+            facts.has_btf,
+            "the object must carry BTF (tp_btf/fentry and map definitions)"
+        );
+        let tier_count: usize = HOOKS.iter().map(|h| h.tiers.len()).sum::<usize>() + 1;
+        assert_eq!(facts.programs, tier_count);
+    }
 }

@@ -1,4 +1,12 @@
 //! The kernel side seen from userspace: capability probe, BTF offsets, loader, recorder.
 
+pub mod btf_offsets;
+pub mod clock;
+pub mod decode;
 pub mod doctor;
+pub mod loader;
+pub mod plan;
 pub mod record;
+pub mod session;
+pub mod setup;
+pub mod sysinfo;

@@ -1,5 +1,286 @@
+//! `meshlab record`: load the kernel programs, attach them tier by tier, and stream events as
+//! NDJSON until --duration, Ctrl-C or SIGTERM.
+
+use std::fs::File;
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use aya::maps::HashMap as BpfHashMap;
+use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
+
+use super::plan::{HOOKS, HookSpec};
+use super::{clock, loader, session, setup, sysinfo};
+use crate::schema::{AttachEntry, AttachStatus, Filters, Record, SCHEMA_VERSION, Startup};
+
 #[derive(Debug, clap::Args)]
-pub struct RecordArgs {}
-pub fn run(_args: RecordArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not built yet")
+pub struct RecordArgs {
+    /// Output NDJSON file ("-" for stdout).
+    #[arg(short, long, default_value = "-")]
+    pub output: PathBuf,
+    /// Stop after this long (e.g. 500ms, 5s, 10m); default: until Ctrl-C or SIGTERM.
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Node name written into every record (default: the host name).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// Trace only connections of this network namespace (/run/netns/NAME or /proc/PID/ns/net).
+    #[arg(long)]
+    pub netns: Option<PathBuf>,
+    /// Trace only connections with this local or remote port (repeatable).
+    #[arg(long = "port")]
+    pub ports: Vec<u16>,
+    /// Trace only connections with this local or remote address (repeatable).
+    #[arg(long = "addr")]
+    pub addrs: Vec<IpAddr>,
+    /// cgroup2 directory to attach sock_ops to (default: the cgroup2 root, i.e. everything).
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+    /// Only packets through this network device (name inside --netns).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Trace one connection in N, chosen by a hash of the 4-tuple both ends agree on ("1/N").
+    #[arg(long, value_parser = parse_sample, default_value = "1/1")]
+    pub sample_conns: u32,
+    /// Also stream every NIC IRQ, NET softirq and napi_poll event (NIC evaluation).
+    #[arg(long)]
+    pub raw_irq: bool,
+    /// Created once every program is attached and the startup record is written.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+    /// Ring buffer size in bytes (a power of two, at least the page size).
+    #[arg(long, default_value_t = DEFAULT_RING_BYTES)]
+    pub ring_bytes: u32,
+    /// Seconds between periodic clock records.
+    #[arg(long, default_value_t = 5)]
+    pub clock_every_secs: u64,
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a number with a unit, e.g. 5s"))?;
+    let secs = match unit {
+        "ms" => value / 1000.0,
+        "s" | "" => value,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("`{s}`: must be a non-negative duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_sample(s: &str) -> Result<u32, String> {
+    let n = s
+        .strip_prefix("1/")
+        .ok_or_else(|| format!("`{s}`: expected 1/N, e.g. 1/10"))?;
+    let n: u32 = n
+        .parse()
+        .map_err(|_| format!("`{s}`: N must be a positive integer"))?;
+    if n == 0 {
+        return Err(format!("`{s}`: N must be at least 1"));
+    }
+    Ok(n)
+}
+
+pub fn run(args: RecordArgs) -> anyhow::Result<()> {
+    setup::require_root("meshlab record")?;
+    if !args.ring_bytes.is_power_of_two() || args.ring_bytes < 4096 {
+        bail!(
+            "--ring-bytes {}: must be a power of two and at least 4096",
+            args.ring_bytes
+        );
+    }
+    setup::raise_memlock();
+    let node = args.node.clone().unwrap_or_else(sysinfo::hostname);
+    let netns = setup::netns_facts(args.netns.as_deref())?;
+    let ifindex = match &args.device {
+        Some(dev) => {
+            *netns
+                .dev_names
+                .iter()
+                .find(|(_, name)| *name == dev)
+                .with_context(|| format!("--device {dev}: no such device in the traced namespace"))?
+                .0
+        }
+        None => 0,
+    };
+    let config = Config {
+        netns_cookie: if args.netns.is_some() {
+            netns.cookie
+        } else {
+            0
+        },
+        filter_flags: if args.ports.is_empty() {
+            0
+        } else {
+            FILTER_PORTS
+        } | if args.addrs.is_empty() {
+            0
+        } else {
+            FILTER_ADDRS
+        },
+        sample_every: args.sample_conns,
+        ifindex,
+        raw_irq_stream: u32::from(args.raw_irq),
+        _pad: [0; 2],
+    };
+    let nic_irqs = sysinfo::nic_irqs();
+    let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, &nic_irqs)?;
+    install_filters(&mut ebpf, &args)?;
+
+    let cgroup_path = setup::cgroup_dir(args.cgroup.as_deref())?;
+    let cgroup = loader::open_cgroup(&cgroup_path)
+        .with_context(|| format!("opening cgroup2 directory {}", cgroup_path.display()))?;
+    let btf = loader::kernel_btf()?;
+    let mut attach_plan: Vec<AttachEntry> = Vec::new();
+    let mut attached: Vec<&'static super::plan::TierSpec> = Vec::new();
+    for hook in HOOKS {
+        if hook.raw_stream_only && !args.raw_irq {
+            attach_plan.push(not_requested(hook));
+            continue;
+        }
+        let entries = loader::attach_hook(&mut ebpf, &btf, hook, Some(&cgroup), false);
+        match hook
+            .tiers
+            .iter()
+            .zip(&entries)
+            .find(|(_, e)| e.status == AttachStatus::Attached)
+        {
+            Some((spec, _)) => attached.push(spec),
+            None if hook.name == "sock_ops" => {
+                bail!(
+                    "sock_ops could not attach to {}: {:?}",
+                    cgroup_path.display(),
+                    entries[0].error
+                )
+            }
+            None => log::warn!(
+                "{}: no tier attached; its events will be missing",
+                hook.name
+            ),
+        }
+        attach_plan.extend(entries);
+    }
+
+    let startup = Startup {
+        schema_version: SCHEMA_VERSION,
+        tool: "meshlab".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        node: node.clone(),
+        hostname: sysinfo::hostname(),
+        kernel: sysinfo::kernel_release(),
+        command: std::env::args().collect(),
+        pid: std::process::id(),
+        clock: clock::sample_clocks(None),
+        attach_plan,
+        filters: Filters {
+            ports: args.ports.clone(),
+            addrs: args.addrs.iter().map(ToString::to_string).collect(),
+            netns: args.netns.as_ref().map(|p| p.display().to_string()),
+            cgroup: cgroup_path.display().to_string(),
+            device: args.device.clone(),
+            sample_every: args.sample_conns,
+            raw_irq_stream: args.raw_irq,
+        },
+        ring_buffer_bytes: args.ring_bytes,
+        nic_irqs,
+    };
+    let out = open_output(&args.output)?;
+    let mut session = session::Session::new(ebpf, attached, node, netns.dev_names, out)?;
+    session.write_record(&Record::Startup(startup))?;
+    session.flush()?;
+    if let Some(ready) = &args.ready_file {
+        File::create(ready).with_context(|| format!("creating ready file {}", ready.display()))?;
+    }
+    let summary = session.run(
+        args.duration,
+        Duration::from_secs(args.clock_every_secs.max(1)),
+    )?;
+    eprintln!("{summary}");
+    Ok(())
+}
+
+fn not_requested(hook: &HookSpec) -> AttachEntry {
+    AttachEntry {
+        hook: hook.name.into(),
+        tier: hook.tiers[0].tier.name().into(),
+        status: AttachStatus::Skipped,
+        error: Some("not requested (--raw-irq)".into()),
+    }
+}
+
+fn install_filters(ebpf: &mut aya::Ebpf, args: &RecordArgs) -> anyhow::Result<()> {
+    let mut ports: BpfHashMap<_, u16, u8> = BpfHashMap::try_from(
+        ebpf.map_mut("FILTER_PORT_SET")
+            .context("FILTER_PORT_SET map missing")?,
+    )?;
+    for port in &args.ports {
+        ports.insert(port, 1, 0)?;
+    }
+    let mut addrs: BpfHashMap<_, [u8; 16], u8> = BpfHashMap::try_from(
+        ebpf.map_mut("FILTER_ADDR_SET")
+            .context("FILTER_ADDR_SET map missing")?,
+    )?;
+    for addr in &args.addrs {
+        let bytes = match addr {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        addrs.insert(bytes, 1, 0)?;
+    }
+    Ok(())
+}
+
+/// The output file (created, truncated) or stdout. Under sudo the file is handed to the
+/// invoking user, so a recording can be merged and deleted without root.
+fn open_output(path: &std::path::Path) -> anyhow::Result<Box<dyn Write + Send>> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(std::io::stdout()));
+    }
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    if let (Some(uid), Some(gid)) = (env_id("SUDO_UID"), env_id("SUDO_GID")) {
+        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))
+            .with_context(|| format!("handing {} to uid {uid}", path.display()))?;
+    }
+    Ok(Box::new(file))
+}
+
+fn env_id(name: &str) -> Option<u32> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_samples_parse_or_explain() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(
+            parse_duration("5 parsecs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(
+            parse_duration("x")
+                .unwrap_err()
+                .contains("expected a number")
+        );
+        assert_eq!(parse_sample("1/10").unwrap(), 10);
+        assert!(parse_sample("10").unwrap_err().contains("1/N"));
+        assert!(parse_sample("1/0").unwrap_err().contains("at least 1"));
+    }
 }

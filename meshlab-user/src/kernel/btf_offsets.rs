@@ -1,0 +1,241 @@
+//! Kernel struct field offsets from vmlinux BTF, handed to the eBPF programs at load.
+//!
+//! Rust eBPF has no CO-RE relocations, so this is how the programs stay correct across kernel
+//! builds: every field they read is looked up here by name, through anonymous unions and
+//! structs, and a kernel without one of them fails at start-up naming the struct and field.
+
+use std::path::Path;
+
+use btf_rs::{Btf, Type};
+use meshlab_common::KernelOffsets;
+
+/// Where the running kernel publishes its BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+#[derive(Debug, thiserror::Error)]
+pub enum OffsetError {
+    #[error("cannot read kernel BTF {path}: {source} (needs CONFIG_DEBUG_INFO_BTF=y)")]
+    Read { path: String, source: btf_rs::Error },
+    #[error("kernel BTF has no struct {0}")]
+    NoStruct(String),
+    #[error(
+        "kernel struct {strukt} has no field {field} (this kernel is not supported by this meshlab version)"
+    )]
+    NoField { strukt: String, field: String },
+    #[error("kernel struct {strukt} field {field} is a bitfield; meshlab reads whole fields only")]
+    Bitfield { strukt: String, field: String },
+    #[error("BTF error while resolving {strukt}.{field}: {source}")]
+    Btf {
+        strukt: String,
+        field: String,
+        source: btf_rs::Error,
+    },
+}
+
+/// Resolves every offset the kernel programs need from the BTF file at `path`.
+pub fn resolve_offsets(path: &Path) -> Result<KernelOffsets, OffsetError> {
+    let btf = Btf::from_file(path).map_err(|source| OffsetError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    resolve_offsets_from(&btf)
+}
+
+/// Like [`resolve_offsets`] for an already parsed BTF.
+pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
+    let r = Resolver { btf };
+    Ok(KernelOffsets {
+        sk_buff_sk: r.offset("sk_buff", "sk")?,
+        sk_buff_len: r.offset("sk_buff", "len")?,
+        sk_buff_data: r.offset("sk_buff", "data")?,
+        sk_buff_head: r.offset("sk_buff", "head")?,
+        sk_buff_network_header: r.offset("sk_buff", "network_header")?,
+        sk_buff_transport_header: r.offset("sk_buff", "transport_header")?,
+        sk_buff_dev: r.offset("sk_buff", "dev")?,
+        sk_buff_cb: r.offset("sk_buff", "cb")?,
+        sk_buff_queue_mapping: r.offset("sk_buff", "queue_mapping")?,
+        sock_common_cookie: r.offset("sock", "__sk_common.skc_cookie")?,
+        sock_common_family: r.offset("sock", "__sk_common.skc_family")?,
+        tcp_sock_write_seq: r.offset("tcp_sock", "write_seq")?,
+        tcp_sock_copied_seq: r.offset("tcp_sock", "copied_seq")?,
+        tcp_sock_rcv_nxt: r.offset("tcp_sock", "rcv_nxt")?,
+        tcp_sock_snd_una: r.offset("tcp_sock", "snd_una")?,
+        net_device_ifindex: r.offset("net_device", "ifindex")?,
+        task_struct_pid: r.offset("task_struct", "pid")?,
+        task_struct_tgid: r.offset("task_struct", "tgid")?,
+        tcp_skb_cb_seq: r.offset("tcp_skb_cb", "seq")?,
+        tcp_skb_cb_end_seq: r.offset("tcp_skb_cb", "end_seq")?,
+        msghdr_msg_iter: r.offset("msghdr", "msg_iter")?,
+        iov_iter_count: r.offset("iov_iter", "count")?,
+        napi_struct_dev: r.offset("napi_struct", "dev")?,
+        _pad: 0,
+    })
+}
+
+struct Resolver<'a> {
+    btf: &'a Btf,
+}
+
+impl Resolver<'_> {
+    /// Byte offset of `path` (dot-separated member names) inside `struct strukt`. Anonymous
+    /// struct/union members are searched transparently, as C does.
+    fn offset(&self, strukt: &str, path: &str) -> Result<u32, OffsetError> {
+        let err_ctx = |source| OffsetError::Btf {
+            strukt: strukt.into(),
+            field: path.into(),
+            source,
+        };
+        let mut current = self.find_struct(strukt)?;
+        let mut bits = 0u32;
+        let mut parts = path.split('.').peekable();
+        while let Some(name) = parts.next() {
+            let (member_bits, member_type) = self
+                .find_member(&current, name)
+                .map_err(err_ctx)?
+                .ok_or_else(|| OffsetError::NoField {
+                    strukt: strukt.into(),
+                    field: path.into(),
+                })?;
+            bits += member_bits;
+            if parts.peek().is_some() {
+                current = match member_type {
+                    Type::Struct(s) | Type::Union(s) => s,
+                    _ => {
+                        return Err(OffsetError::NoField {
+                            strukt: strukt.into(),
+                            field: path.into(),
+                        });
+                    }
+                };
+            }
+        }
+        if bits % 8 != 0 {
+            return Err(OffsetError::Bitfield {
+                strukt: strukt.into(),
+                field: path.into(),
+            });
+        }
+        Ok(bits / 8)
+    }
+
+    /// The struct named `name` with members (skipping forward declarations and empty stubs).
+    fn find_struct(&self, name: &str) -> Result<btf_rs::Struct, OffsetError> {
+        let types = self
+            .btf
+            .resolve_types_by_name(name)
+            .map_err(|_| OffsetError::NoStruct(name.into()))?;
+        types
+            .into_iter()
+            .find_map(|t| match t {
+                Type::Struct(s) if !s.members.is_empty() => Some(s),
+                _ => None,
+            })
+            .ok_or_else(|| OffsetError::NoStruct(name.into()))
+    }
+
+    /// Finds `name` among `strukt`'s members, descending into anonymous members. Returns the
+    /// member's bit offset from the start of `strukt` and its type with modifiers stripped.
+    fn find_member(
+        &self,
+        strukt: &btf_rs::Struct,
+        name: &str,
+    ) -> Result<Option<(u32, Type)>, btf_rs::Error> {
+        for member in &strukt.members {
+            let member_name = self.btf.resolve_name(member).unwrap_or_default();
+            let ty = self.strip_modifiers(self.btf.resolve_chained_type(member)?)?;
+            if member_name == name {
+                return Ok(Some((member.bit_offset(), ty)));
+            }
+            if member_name.is_empty()
+                && let Type::Struct(inner) | Type::Union(inner) = &ty
+                && let Some((bits, found)) = self.find_member(inner, name)?
+            {
+                return Ok(Some((member.bit_offset() + bits, found)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Follows typedef/const/volatile/restrict/type-tag links to the underlying type.
+    fn strip_modifiers(&self, mut ty: Type) -> Result<Type, btf_rs::Error> {
+        loop {
+            ty = match &ty {
+                Type::Typedef(t) => self.btf.resolve_chained_type(t)?,
+                Type::Const(t) | Type::Volatile(t) | Type::Restrict(t) => {
+                    self.btf.resolve_chained_type(t)?
+                }
+                Type::TypeTag(t) => self.btf.resolve_chained_type(t)?,
+                _ => return Ok(ty),
+            };
+        }
+    }
+}
+
+/// Does this kernel have BTF for a function (needed by fentry and tp_btf)?
+pub fn has_btf_func(btf: &Btf, name: &str) -> bool {
+    btf.resolve_types_by_name(name)
+        .map(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs on every machine that has kernel BTF (all CI machines here do): the offsets must be
+    /// consistent with facts that hold on every Linux build.
+    #[test]
+    fn running_kernel_offsets_are_plausible() {
+        if !Path::new(VMLINUX_BTF).exists() {
+            eprintln!("SKIP: {VMLINUX_BTF} missing");
+            assert!(
+                std::env::var_os("MESHLAB_REQUIRE_PRIVILEGED").is_none(),
+                "BTF required in CI"
+            );
+            return;
+        }
+        let off = resolve_offsets(Path::new(VMLINUX_BTF)).expect("resolve");
+        // struct sock starts with struct sock_common; tcp_skb_cb starts with seq, end_seq.
+        assert!(
+            off.sock_common_cookie > 0 && off.sock_common_cookie < 256,
+            "{off:?}"
+        );
+        assert_eq!(off.tcp_skb_cb_seq, 0);
+        assert_eq!(off.tcp_skb_cb_end_seq, 4);
+        // In sk_buff, head precedes data and both follow the header offsets' union area.
+        assert_eq!(
+            off.sk_buff_data,
+            off.sk_buff_head + 8,
+            "head and data are adjacent pointers"
+        );
+        assert!(off.sk_buff_transport_header > off.sk_buff_queue_mapping);
+        assert_ne!(off.task_struct_pid, off.task_struct_tgid);
+        assert_eq!(
+            off.task_struct_tgid,
+            off.task_struct_pid + 4,
+            "pid and tgid are adjacent"
+        );
+    }
+
+    #[test]
+    fn missing_field_names_struct_and_field() {
+        if !Path::new(VMLINUX_BTF).exists() {
+            eprintln!("SKIP: {VMLINUX_BTF} missing");
+            return;
+        }
+        let btf = Btf::from_file(VMLINUX_BTF).unwrap();
+        let err = Resolver { btf: &btf }
+            .offset("sk_buff", "no_such_field")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sk_buff") && err.contains("no_such_field"),
+            "{err}"
+        );
+        let err = Resolver { btf: &btf }
+            .offset("no_such_struct_xyz", "a")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no_such_struct_xyz"), "{err}");
+    }
+}

@@ -1,0 +1,399 @@
+//! Turning raw ring buffer records into `kernel` NDJSON lines: stream offsets from the
+//! connection's sequence bases, retransmission marks, device names. No per-event allocation:
+//! lines are serialized from a borrowed view straight into the buffered writer.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{IpAddr, Ipv6Addr};
+
+use meshlab_common::{EVENT_FLAG_ACTIVE_OPEN, EVENT_FLAG_TUPLE, Event, HOOK_COUNT, Hook};
+use serde::Serialize;
+
+use crate::schema::Direction;
+
+/// Per-connection decoding state, keyed by cookie.
+#[derive(Debug, Default)]
+struct ConnState {
+    snd_base: u32,
+    rcv_base: u32,
+    /// Highest stream offset seen per direction, to unwrap 32-bit sequence numbers.
+    tx_hi: u64,
+    rx_hi: u64,
+    /// Highest segment end seen per skb hook, to mark retransmissions.
+    seg_end: [u64; HOOK_COUNT as usize],
+}
+
+/// Decodes events of one node; counts what it received per hook.
+pub struct Decoder {
+    node: String,
+    conns: HashMap<u64, ConnState>,
+    dev_names: HashMap<u32, String>,
+    received: [u64; HOOK_COUNT as usize],
+    unknown_hooks: u64,
+}
+
+impl Decoder {
+    pub fn new(node: String, dev_names: HashMap<u32, String>) -> Self {
+        Self {
+            node,
+            conns: HashMap::new(),
+            dev_names,
+            received: [0; HOOK_COUNT as usize],
+            unknown_hooks: 0,
+        }
+    }
+
+    /// Events received per hook (index = hook id).
+    pub fn received(&self) -> &[u64; HOOK_COUNT as usize] {
+        &self.received
+    }
+
+    /// Records with a hook id this build does not know (a mismatched object; should be 0).
+    pub fn unknown_hooks(&self) -> u64 {
+        self.unknown_hooks
+    }
+
+    /// Decodes one ring buffer record and writes its NDJSON line.
+    pub fn write_event(&mut self, ev: &Event, out: &mut impl Write) -> std::io::Result<()> {
+        let Some(hook) = Hook::from_u16(ev.hook) else {
+            self.unknown_hooks += 1;
+            return Ok(());
+        };
+        self.received[usize::from(ev.hook)] += 1;
+        let line = self.view(hook, ev);
+        serde_json::to_writer(&mut *out, &line)?;
+        out.write_all(b"\n")
+    }
+
+    fn view<'a>(&'a mut self, hook: Hook, ev: &Event) -> KernelLine<'a> {
+        let Self {
+            node,
+            conns,
+            dev_names,
+            ..
+        } = self;
+        let mut line = KernelLine {
+            node,
+            hook: hook.name(),
+            ts_ns: ev.ts_ns,
+            cpu: ev.cpu,
+            pid: ev.pid,
+            tid: ev.tid,
+            cookie: (ev.cookie != 0).then_some(ev.cookie),
+            skb: (ev.skb != 0).then_some(ev.skb),
+            seq: None,
+            len: None,
+            offset: None,
+            dir: None,
+            ifindex: (ev.ifindex != 0).then_some(ev.ifindex),
+            dev: dev_names.get(&ev.ifindex).map(String::as_str),
+            queue: (ev.queue != u32::MAX).then_some(ev.queue),
+            value: None,
+            aux: None,
+            saddr: None,
+            sport: None,
+            daddr: None,
+            dport: None,
+            irq: None,
+            irq_entry_ns: (ev.irq_entry_ns != 0).then_some(ev.irq_entry_ns),
+            softirq_raise_ns: (ev.softirq_raise_ns != 0).then_some(ev.softirq_raise_ns),
+            softirq_entry_ns: (ev.softirq_entry_ns != 0).then_some(ev.softirq_entry_ns),
+            retrans: false,
+            active: None,
+        };
+        if ev.flags & EVENT_FLAG_TUPLE != 0 {
+            line.saddr = Some(Addr(ev.saddr));
+            line.sport = Some(ev.sport);
+            line.daddr = Some(Addr(ev.daddr));
+            line.dport = Some(ev.dport);
+        }
+        if ev.irq_entry_ns != 0 || matches!(hook, Hook::IrqEntry | Hook::IrqExit) {
+            line.irq = Some(ev.irq);
+        }
+        match hook {
+            Hook::SockEstablished => {
+                line.seq = Some(ev.seq);
+                line.aux = Some(ev.aux);
+                line.active = Some(ev.flags & EVENT_FLAG_ACTIVE_OPEN != 0);
+                conns.insert(
+                    ev.cookie,
+                    ConnState {
+                        snd_base: ev.seq,
+                        rcv_base: ev.aux as u32,
+                        ..ConnState::default()
+                    },
+                );
+            }
+            Hook::SockClosed => {}
+            Hook::TcpSendmsg
+            | Hook::SendReturn
+            | Hook::NetDevQueue
+            | Hook::NetDevStartXmit
+            | Hook::NetDevXmit
+            | Hook::NetifReceiveSkb
+            | Hook::TcpProbe
+            | Hook::SkDataReady
+            | Hook::SkbCopyDatagram
+            | Hook::RecvReturn => fill_stream_position(conns, hook, ev, &mut line),
+            Hook::SchedWakeup => line.aux = Some(ev.aux),
+            Hook::SchedSwitch => {
+                line.value = Some(i64::from(ev.value));
+                if ev.value == 0 {
+                    line.aux = Some(ev.aux);
+                }
+            }
+            Hook::IrqEntry
+            | Hook::IrqExit
+            | Hook::SoftirqRaise
+            | Hook::SoftirqEntry
+            | Hook::SoftirqExit => {
+                line.value = Some(i64::from(ev.value));
+            }
+            Hook::NapiPoll => {
+                line.value = Some(i64::from(ev.value));
+                line.aux = Some(ev.aux);
+            }
+        }
+        line
+    }
+}
+
+/// Direction, raw sequence, length and (when the connection's bases are known) stream offset
+/// and retransmission mark of a TX/RX event.
+fn fill_stream_position(
+    conns: &mut HashMap<u64, ConnState>,
+    hook: Hook,
+    ev: &Event,
+    line: &mut KernelLine<'_>,
+) {
+    {
+        let dir = match hook {
+            Hook::TcpSendmsg
+            | Hook::SendReturn
+            | Hook::NetDevQueue
+            | Hook::NetDevStartXmit
+            | Hook::NetDevXmit => Direction::Tx,
+            _ => Direction::Rx,
+        };
+        line.dir = Some(dir);
+        line.seq = Some(ev.seq);
+        if !matches!(
+            hook,
+            Hook::SkDataReady | Hook::SendReturn | Hook::RecvReturn
+        ) {
+            line.len = Some(ev.len);
+        }
+        if matches!(hook, Hook::SendReturn | Hook::RecvReturn | Hook::NetDevXmit) {
+            line.value = Some(i64::from(ev.value));
+        }
+        let Some(conn) = conns.get_mut(&ev.cookie) else {
+            // Connection established before the recording started: no bases, no offsets.
+            return;
+        };
+        let offset = match dir {
+            Direction::Tx => unwrap_offset(ev.seq, conn.snd_base, &mut conn.tx_hi),
+            Direction::Rx => unwrap_offset(ev.seq, conn.rcv_base, &mut conn.rx_hi),
+        };
+        line.offset = Some(offset);
+        if matches!(
+            hook,
+            Hook::NetDevQueue
+                | Hook::NetDevStartXmit
+                | Hook::NetDevXmit
+                | Hook::NetifReceiveSkb
+                | Hook::TcpProbe
+        ) {
+            let end = offset + u64::from(ev.len);
+            let seen = &mut conn.seg_end[usize::from(ev.hook)];
+            line.retrans = end <= *seen;
+            *seen = (*seen).max(end);
+        }
+    }
+}
+
+/// Maps a 32-bit sequence number to a 64-bit stream offset: the candidate nearest to the
+/// highest offset seen so far, so streams longer than 4 GiB keep counting up.
+pub fn unwrap_offset(seq: u32, base: u32, hi: &mut u64) -> u64 {
+    let rel = seq.wrapping_sub(base);
+    let delta = i64::from(rel.wrapping_sub(*hi as u32) as i32);
+    let offset = (*hi as i64 + delta).max(0) as u64;
+    *hi = (*hi).max(offset);
+    offset
+}
+
+/// A 16-byte address printed as IPv4 when IPv4-mapped, else IPv6; serialized without an
+/// intermediate String.
+#[derive(Clone, Copy)]
+struct Addr([u8; 16]);
+
+impl Serialize for Addr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v6 = Ipv6Addr::from(self.0);
+        let ip = v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6));
+        s.collect_str(&ip)
+    }
+}
+
+/// Borrowed twin of [`crate::schema::KernelEvent`]: same fields, same order, same omissions
+/// (a test checks that every line parses back as a `KernelEvent` with unknown fields denied).
+#[derive(Serialize)]
+#[serde(tag = "type", rename = "kernel")]
+struct KernelLine<'a> {
+    node: &'a str,
+    hook: &'static str,
+    ts_ns: u64,
+    cpu: u32,
+    pid: u32,
+    tid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cookie: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    len: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dir: Option<Direction>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ifindex: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dev: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aux: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    saddr: Option<Addr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sport: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    daddr: Option<Addr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dport: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    irq: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    irq_entry_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    softirq_raise_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    softirq_entry_ns: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    retrans: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active: Option<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{KernelEvent, Record};
+
+    fn v4(a: [u8; 4]) -> [u8; 16] {
+        [
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a[0], a[1], a[2], a[3],
+        ]
+    }
+
+    fn event(hook: Hook, seq: u32, len: u32) -> Event {
+        Event {
+            ts_ns: 1_000,
+            cookie: 42,
+            skb: 0xffff_8880_0000_1000,
+            hook: hook as u16,
+            seq,
+            len,
+            pid: 7,
+            tid: 8,
+            cpu: 1,
+            queue: u32::MAX,
+            flags: EVENT_FLAG_TUPLE,
+            saddr: v4([10, 0, 0, 1]),
+            daddr: v4([10, 0, 0, 2]),
+            sport: 40000,
+            dport: 8080,
+            ..Event::default()
+        }
+    }
+
+    fn decode(d: &mut Decoder, ev: &Event) -> KernelEvent {
+        let mut out = Vec::new();
+        d.write_event(ev, &mut out).unwrap();
+        match serde_json::from_slice::<Record>(&out)
+            .expect("line parses with unknown fields denied")
+        {
+            Record::Kernel(k) => k,
+            other => panic!("not a kernel record: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn offsets_come_from_the_established_bases_and_retransmissions_are_marked() {
+        let mut d = Decoder::new("A".into(), HashMap::from([(3, "veth-a".to_owned())]));
+        let mut est = event(Hook::SockEstablished, 1_000_001, 0);
+        est.aux = 5_000_001;
+        est.flags |= EVENT_FLAG_ACTIVE_OPEN;
+        let k = decode(&mut d, &est);
+        assert_eq!(
+            (k.seq, k.aux, k.active),
+            (Some(1_000_001), Some(5_000_001), Some(true))
+        );
+
+        let mut q = event(Hook::NetDevQueue, 1_000_001 + 64, 100);
+        q.ifindex = 3;
+        let k = decode(&mut d, &q);
+        assert_eq!(
+            (k.offset, k.len, k.dir, k.retrans),
+            (Some(64), Some(100), Some(Direction::Tx), false)
+        );
+        assert_eq!(k.dev.as_deref(), Some("veth-a"));
+        assert_eq!(
+            (k.saddr.as_deref(), k.dport),
+            (Some("10.0.0.1"), Some(8080))
+        );
+        // The same range again on the same hook is a retransmission.
+        assert!(decode(&mut d, &q).retrans);
+
+        let rx = decode(&mut d, &event(Hook::NetifReceiveSkb, 5_000_001 + 10, 20));
+        assert_eq!((rx.offset, rx.dir), (Some(10), Some(Direction::Rx)));
+        assert_eq!(d.received()[Hook::NetDevQueue as usize], 2);
+    }
+
+    #[test]
+    fn sequence_wrap_keeps_offsets_growing() {
+        let mut hi = 0;
+        let base = u32::MAX - 10;
+        assert_eq!(unwrap_offset(base.wrapping_add(5), base, &mut hi), 5);
+        assert_eq!(unwrap_offset(base.wrapping_add(20), base, &mut hi), 20);
+        // Past 4 GiB of stream the offset keeps growing instead of wrapping to 0.
+        let mut hi = u64::from(u32::MAX) - 100;
+        let off = unwrap_offset(base.wrapping_add(u32::MAX).wrapping_add(50), base, &mut hi);
+        assert_eq!(off, u64::from(u32::MAX) + 50);
+        // A late (retransmitted) segment just below the high mark stays below it.
+        assert_eq!(
+            unwrap_offset(base.wrapping_add(u32::MAX).wrapping_sub(10), base, &mut hi),
+            u64::from(u32::MAX) - 10
+        );
+    }
+
+    #[test]
+    fn unknown_connection_has_no_offset_and_unknown_hook_is_counted() {
+        let mut d = Decoder::new("B".into(), HashMap::new());
+        let k = decode(&mut d, &event(Hook::TcpProbe, 123, 10));
+        assert_eq!((k.offset, k.seq), (None, Some(123)));
+        let mut bad = event(Hook::TcpProbe, 1, 1);
+        bad.hook = 999;
+        let mut out = Vec::new();
+        d.write_event(&bad, &mut out).unwrap();
+        assert!(out.is_empty());
+        assert_eq!(d.unknown_hooks(), 1);
+    }
+}

@@ -1,0 +1,192 @@
+//! Loading the embedded eBPF object and attaching its programs tier by tier.
+
+use std::fs::File;
+use std::path::Path;
+
+use aya::programs::{
+    BtfTracePoint, CgroupAttachMode, FEntry, KProbe, ProgramError, RawTracePoint, SockOps,
+    TracePoint,
+};
+use aya::{Btf, Ebpf, EbpfLoader};
+use meshlab_common::{Config, KernelOffsets};
+
+use super::plan::{HookSpec, Tier, TierSpec};
+use crate::schema::{AttachEntry, AttachStatus};
+
+/// The kernel programs, built from meshlab-ebpf by build.rs and embedded in the binary.
+pub static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/meshlab-ebpf.o"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("loading the eBPF object failed: {0}")]
+    Object(#[from] aya::EbpfError),
+    #[error("reading kernel BTF for the loader failed: {0}")]
+    Btf(#[from] aya::BtfError),
+}
+
+/// Loads the object with its read-only globals and ring buffer size; no program is loaded
+/// into the kernel yet (that happens per tier in [`attach_hook`]).
+pub fn load_object(
+    config: &Config,
+    offsets: &KernelOffsets,
+    ring_bytes: u32,
+) -> Result<Ebpf, LoadError> {
+    let ebpf = EbpfLoader::new()
+        .override_global("CONFIG", config, true)
+        .override_global("OFFSETS", offsets, true)
+        .map_max_entries("EVENTS", ring_bytes)
+        .load(EBPF_OBJECT)?;
+    Ok(ebpf)
+}
+
+/// The kernel's BTF as aya needs it for fentry and tp_btf (its own parser: aya's program
+/// loading API takes this type; btf_offsets.rs uses btf-rs for field offsets, which aya's
+/// public API does not expose).
+pub fn kernel_btf() -> Result<Btf, LoadError> {
+    Ok(Btf::from_sys_fs()?)
+}
+
+/// Attaches `hook`: tiers are tried fastest first. With `try_all` (doctor) every tier is
+/// tried and detached again; otherwise the first that attaches stays and the rest are skipped.
+pub fn attach_hook(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    hook: &HookSpec,
+    cgroup: Option<&File>,
+    try_all: bool,
+) -> Vec<AttachEntry> {
+    let mut entries = Vec::with_capacity(hook.tiers.len());
+    let mut attached = false;
+    for spec in hook.tiers {
+        if attached && !try_all {
+            entries.push(entry(hook.name, spec.tier, AttachStatus::Skipped, None));
+            continue;
+        }
+        match attach_tier(ebpf, btf, spec, cgroup) {
+            Ok(()) => {
+                attached = true;
+                entries.push(entry(hook.name, spec.tier, AttachStatus::Attached, None));
+                if try_all {
+                    let _ = detach_tier(ebpf, spec);
+                }
+            }
+            Err(e) => {
+                let _ = detach_tier(ebpf, spec);
+                entries.push(entry(hook.name, spec.tier, AttachStatus::Failed, Some(e)));
+            }
+        }
+    }
+    entries
+}
+
+fn entry(hook: &str, tier: Tier, status: AttachStatus, error: Option<String>) -> AttachEntry {
+    AttachEntry {
+        hook: hook.to_owned(),
+        tier: tier.name().to_owned(),
+        status,
+        error,
+    }
+}
+
+/// Loads and attaches one program. The error is the kernel's reason, with the verifier log's
+/// tail when the verifier refused the program.
+pub fn attach_tier(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    spec: &TierSpec,
+    cgroup: Option<&File>,
+) -> Result<(), String> {
+    let program = ebpf
+        .program_mut(spec.program)
+        .ok_or_else(|| format!("program {} missing from the embedded object", spec.program))?;
+    let result: Result<(), ProgramError> = (|| {
+        match spec.tier {
+            Tier::Fentry => {
+                let p: &mut FEntry = program.try_into()?;
+                p.load(spec.target, btf)?;
+                p.attach()?;
+            }
+            Tier::Kprobe => {
+                let p: &mut KProbe = program.try_into()?;
+                p.load()?;
+                p.attach(spec.target, 0)?;
+            }
+            Tier::TpBtf => {
+                let p: &mut BtfTracePoint = program.try_into()?;
+                p.load(spec.target, btf)?;
+                p.attach()?;
+            }
+            Tier::RawTp => {
+                let p: &mut RawTracePoint = program.try_into()?;
+                p.load()?;
+                p.attach(spec.target)?;
+            }
+            Tier::Tracepoint => {
+                let p: &mut TracePoint = program.try_into()?;
+                let (category, name) = spec.target.split_once(':').unwrap_or(("", spec.target));
+                p.load()?;
+                p.attach(category, name)?;
+            }
+            Tier::SockOps => {
+                let Some(cgroup) = cgroup else {
+                    return Err(ProgramError::UnexpectedProgramType);
+                };
+                let p: &mut SockOps = program.try_into()?;
+                p.load()?;
+                p.attach(cgroup, CgroupAttachMode::Single)?;
+            }
+        }
+        Ok(())
+    })();
+    result.map_err(describe_program_error)
+}
+
+/// Detaches and unloads one tier's program (all its links).
+pub fn detach_tier(ebpf: &mut Ebpf, spec: &TierSpec) -> Result<(), ProgramError> {
+    let Some(program) = ebpf.program_mut(spec.program) else {
+        return Ok(());
+    };
+    match spec.tier {
+        Tier::Fentry => <&mut FEntry>::try_from(program)?.unload(),
+        Tier::Kprobe => <&mut KProbe>::try_from(program)?.unload(),
+        Tier::TpBtf => <&mut BtfTracePoint>::try_from(program)?.unload(),
+        Tier::RawTp => <&mut RawTracePoint>::try_from(program)?.unload(),
+        Tier::Tracepoint => <&mut TracePoint>::try_from(program)?.unload(),
+        Tier::SockOps => <&mut SockOps>::try_from(program)?.unload(),
+    }
+}
+
+/// One line for the plan: the error chain, and for verifier rejections the log's last lines
+/// (the full log can be thousands of lines; the tail says why).
+fn describe_program_error(err: ProgramError) -> String {
+    const VERIFIER_TAIL_LINES: usize = 8;
+    if let ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = &err
+    {
+        let log = verifier_log.to_string();
+        let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = lines[lines.len().saturating_sub(VERIFIER_TAIL_LINES)..].join(" | ");
+        if tail.is_empty() {
+            return format!(
+                "load failed: {io_error} (no verifier output: refused before verification)"
+            );
+        }
+        return format!("load failed: {io_error}; verifier: {tail}");
+    }
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Opens the cgroup2 directory sock_ops attaches to.
+pub fn open_cgroup(path: &Path) -> std::io::Result<File> {
+    File::open(path)
+}

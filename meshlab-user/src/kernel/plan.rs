@@ -1,0 +1,308 @@
+//! The hook table: every probe point, its family, and its attach tiers fastest first.
+//!
+//! The same table drives `meshlab doctor` (which tries every tier) and `meshlab record` (which
+//! takes the first tier that attaches, per hook).
+
+use std::fmt;
+
+/// How a program is attached to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// BPF trampoline on a kernel function (needs BTF and CONFIG_FUNCTION_TRACER; ~fastest).
+    Fentry,
+    /// kprobe on a kernel function (needs CONFIG_KPROBES).
+    Kprobe,
+    /// BTF-typed raw tracepoint (5.5+): ~8 ns bare cost.
+    TpBtf,
+    /// Raw tracepoint (4.17+): same arguments as tp_btf, no BTF needed.
+    RawTp,
+    /// Classic perf tracepoint (~41 ns): only a capability probe, see tx.rs in meshlab-ebpf.
+    Tracepoint,
+    /// cgroup2 sock_ops.
+    SockOps,
+}
+
+impl Tier {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Fentry => "fentry",
+            Tier::Kprobe => "kprobe",
+            Tier::TpBtf => "tp_btf",
+            Tier::RawTp => "raw_tp",
+            Tier::Tracepoint => "tracepoint",
+            Tier::SockOps => "sock_ops",
+        }
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Hook families of design.md §3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    SockOps,
+    Tx,
+    Rx,
+    Irq,
+    Sched,
+}
+
+impl Family {
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::SockOps => "sockops",
+            Family::Tx => "tx",
+            Family::Rx => "rx",
+            Family::Irq => "irq",
+            Family::Sched => "sched",
+        }
+    }
+}
+
+/// One way to attach one hook: the program (by its name in the eBPF object) and its target.
+#[derive(Clone, Copy, Debug)]
+pub struct TierSpec {
+    pub tier: Tier,
+    pub program: &'static str,
+    /// Kernel function (fentry/kprobe), tracepoint name (tp_btf/raw_tp) or
+    /// `category:name` (tracepoint); empty for sock_ops.
+    pub target: &'static str,
+}
+
+/// A probe point and its tiers, fastest first.
+#[derive(Clone, Copy, Debug)]
+pub struct HookSpec {
+    /// Name in the attach plan (and docs/probe-points.md).
+    pub name: &'static str,
+    pub family: Family,
+    pub tiers: &'static [TierSpec],
+    /// Recorded only with `--raw-irq` (otherwise its state feeds RX events and costs nothing
+    /// to leave detached, except for the IRQ/softirq context hooks, which are always needed).
+    pub raw_stream_only: bool,
+}
+
+const fn tp(
+    program_btf: &'static str,
+    program_raw: &'static str,
+    target: &'static str,
+) -> [TierSpec; 2] {
+    [
+        TierSpec {
+            tier: Tier::TpBtf,
+            program: program_btf,
+            target,
+        },
+        TierSpec {
+            tier: Tier::RawTp,
+            program: program_raw,
+            target,
+        },
+    ]
+}
+
+macro_rules! tracepoint_hook {
+    ($name:literal, $family:expr, $btf:literal, $raw:literal, $target:literal) => {
+        HookSpec {
+            name: $name,
+            family: $family,
+            tiers: &tp($btf, $raw, $target),
+            raw_stream_only: false,
+        }
+    };
+}
+
+/// Every hook `record` attaches, in path order within each family.
+pub const HOOKS: &[HookSpec] = &[
+    HookSpec {
+        name: "sock_ops",
+        family: Family::SockOps,
+        tiers: &[TierSpec {
+            tier: Tier::SockOps,
+            program: "meshlab_sock_ops",
+            target: "",
+        }],
+        raw_stream_only: false,
+    },
+    HookSpec {
+        name: "tcp_sendmsg",
+        family: Family::Tx,
+        tiers: &[
+            TierSpec {
+                tier: Tier::Fentry,
+                program: "tcp_sendmsg_fentry",
+                target: "tcp_sendmsg",
+            },
+            TierSpec {
+                tier: Tier::Kprobe,
+                program: "tcp_sendmsg_kprobe",
+                target: "tcp_sendmsg",
+            },
+            TierSpec {
+                tier: Tier::TpBtf,
+                program: "tcp_sendmsg_locked_btf",
+                target: "tcp_sendmsg_locked",
+            },
+            TierSpec {
+                tier: Tier::RawTp,
+                program: "tcp_sendmsg_locked_raw",
+                target: "tcp_sendmsg_locked",
+            },
+        ],
+        raw_stream_only: false,
+    },
+    tracepoint_hook!(
+        "net_dev_queue",
+        Family::Tx,
+        "net_dev_queue_btf",
+        "net_dev_queue_raw",
+        "net_dev_queue"
+    ),
+    tracepoint_hook!(
+        "net_dev_start_xmit",
+        Family::Tx,
+        "net_dev_start_xmit_btf",
+        "net_dev_start_xmit_raw",
+        "net_dev_start_xmit"
+    ),
+    tracepoint_hook!(
+        "net_dev_xmit",
+        Family::Tx,
+        "net_dev_xmit_btf",
+        "net_dev_xmit_raw",
+        "net_dev_xmit"
+    ),
+    tracepoint_hook!(
+        "send_return",
+        Family::Tx,
+        "send_return_btf",
+        "send_return_raw",
+        "sock_send_length"
+    ),
+    tracepoint_hook!(
+        "netif_receive_skb",
+        Family::Rx,
+        "netif_receive_skb_btf",
+        "netif_receive_skb_raw",
+        "netif_receive_skb"
+    ),
+    tracepoint_hook!(
+        "tcp_probe",
+        Family::Rx,
+        "tcp_probe_btf",
+        "tcp_probe_raw",
+        "tcp_probe"
+    ),
+    tracepoint_hook!(
+        "sk_data_ready",
+        Family::Rx,
+        "sk_data_ready_btf",
+        "sk_data_ready_raw",
+        "sk_data_ready"
+    ),
+    tracepoint_hook!(
+        "skb_copy_datagram",
+        Family::Rx,
+        "skb_copy_btf",
+        "skb_copy_raw",
+        "skb_copy_datagram_iovec"
+    ),
+    tracepoint_hook!(
+        "recv_return",
+        Family::Rx,
+        "recv_return_btf",
+        "recv_return_raw",
+        "sock_recv_length"
+    ),
+    tracepoint_hook!(
+        "irq_entry",
+        Family::Irq,
+        "irq_entry_btf",
+        "irq_entry_raw",
+        "irq_handler_entry"
+    ),
+    HookSpec {
+        name: "irq_exit",
+        family: Family::Irq,
+        tiers: &tp("irq_exit_btf", "irq_exit_raw", "irq_handler_exit"),
+        raw_stream_only: true,
+    },
+    tracepoint_hook!(
+        "softirq_raise",
+        Family::Irq,
+        "softirq_raise_btf",
+        "softirq_raise_raw",
+        "softirq_raise"
+    ),
+    tracepoint_hook!(
+        "softirq_entry",
+        Family::Irq,
+        "softirq_entry_btf",
+        "softirq_entry_raw",
+        "softirq_entry"
+    ),
+    tracepoint_hook!(
+        "softirq_exit",
+        Family::Irq,
+        "softirq_exit_btf",
+        "softirq_exit_raw",
+        "softirq_exit"
+    ),
+    HookSpec {
+        name: "napi_poll",
+        family: Family::Irq,
+        tiers: &tp("napi_poll_btf", "napi_poll_raw", "napi_poll"),
+        raw_stream_only: true,
+    },
+    tracepoint_hook!(
+        "sched_wakeup",
+        Family::Sched,
+        "sched_waking_btf",
+        "sched_waking_raw",
+        "sched_waking"
+    ),
+    tracepoint_hook!(
+        "sched_switch",
+        Family::Sched,
+        "sched_switch_btf",
+        "sched_switch_raw",
+        "sched_switch"
+    ),
+];
+
+/// Capability probes for tiers `record` never needs on this family (doctor only): a classic
+/// tracepoint per family, so the table shows whether perf tracepoints attach at all.
+pub const TRACEPOINT_PROBE: TierSpec = TierSpec {
+    tier: Tier::Tracepoint,
+    program: "net_dev_queue_tracepoint",
+    target: "net:net_dev_queue",
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hook_names_are_unique_and_tiers_fastest_first() {
+        let mut names: Vec<_> = HOOKS.iter().map(|h| h.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), HOOKS.len());
+        let rank = |t: Tier| {
+            [Tier::Fentry, Tier::Kprobe, Tier::TpBtf, Tier::RawTp]
+                .iter()
+                .position(|x| *x == t)
+        };
+        for hook in HOOKS {
+            let ranks: Vec<_> = hook.tiers.iter().filter_map(|t| rank(t.tier)).collect();
+            assert!(
+                ranks.windows(2).all(|w| w[0] < w[1]),
+                "{} tiers out of order",
+                hook.name
+            );
+        }
+    }
+}

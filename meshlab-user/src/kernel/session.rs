@@ -1,0 +1,273 @@
+//! A running recording: drains the ring buffer into NDJSON, writes clock and drop records,
+//! shows progress, and on stop detaches everything before the final exact accounting.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufWriter, IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use aya::Ebpf;
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use meshlab_common::{Event, HOOK_COUNT, Hook};
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::clock::sample_clocks;
+use super::decode::Decoder;
+use super::loader;
+use super::plan::TierSpec;
+use crate::schema::{Drops, HookCounts, Record, Summary};
+
+pub struct Session {
+    ebpf: Ebpf,
+    attached: Vec<&'static TierSpec>,
+    node: String,
+    decoder: Decoder,
+    out: BufWriter<Box<dyn Write + Send>>,
+    ring: Option<RingBuf<MapData>>,
+    last_drops_total: u64,
+}
+
+/// Per-hook hit and drop counters, summed over CPUs, plus drops per CPU.
+struct Counters {
+    hits: [u64; HOOK_COUNT as usize],
+    drops: [u64; HOOK_COUNT as usize],
+    drops_per_cpu: Vec<u64>,
+}
+
+impl Session {
+    pub fn new(
+        mut ebpf: Ebpf,
+        attached: Vec<&'static TierSpec>,
+        node: String,
+        dev_names: HashMap<u32, String>,
+        out: Box<dyn Write + Send>,
+    ) -> anyhow::Result<Self> {
+        let ring = RingBuf::try_from(
+            ebpf.take_map("EVENTS")
+                .context("EVENTS ring buffer missing")?,
+        )?;
+        Ok(Self {
+            ebpf,
+            attached,
+            decoder: Decoder::new(node.clone(), dev_names),
+            node,
+            out: BufWriter::with_capacity(1 << 18, out),
+            ring: Some(ring),
+            last_drops_total: 0,
+        })
+    }
+
+    pub fn write_record(&mut self, record: &Record) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, record)?;
+        self.out.write_all(b"\n")
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Records until `duration`, SIGINT or SIGTERM; returns a one-line summary for stderr.
+    pub fn run(
+        mut self,
+        duration: Option<Duration>,
+        clock_every: Duration,
+    ) -> anyhow::Result<String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let started = Instant::now();
+        let start_ns = sample_clocks(None).monotonic_ns;
+        let reason = runtime.block_on(self.read_loop(duration, clock_every))?;
+
+        // Detach first, so no event can be produced after the counters are read; then drain
+        // what is still in the buffer: received + dropped == hits holds exactly.
+        for spec in std::mem::take(&mut self.attached) {
+            if let Err(e) = loader::detach_tier(&mut self.ebpf, spec) {
+                log::warn!("detaching {}: {e}", spec.program);
+            }
+        }
+        self.drain()?;
+        let counters = self.read_counters()?;
+        self.write_drops_if_changed(&counters, true)?;
+        let end = sample_clocks(Some(&self.node));
+        self.write_record(&Record::Clock(end.clone()))?;
+        let mut per_hook = BTreeMap::new();
+        let received = self.decoder.received();
+        for hook in Hook::ALL {
+            let i = hook as usize;
+            if counters.hits[i] + received[i] > 0 {
+                per_hook.insert(
+                    hook.name().to_owned(),
+                    HookCounts {
+                        hits: counters.hits[i],
+                        dropped: counters.drops[i],
+                        received: received[i],
+                    },
+                );
+            }
+        }
+        let summary = Summary {
+            node: self.node.clone(),
+            ts_ns: end.monotonic_ns,
+            duration_ns: end.monotonic_ns.saturating_sub(start_ns),
+            received: received.iter().sum(),
+            dropped: counters.drops.iter().sum(),
+            per_hook,
+            reason: reason.to_owned(),
+        };
+        self.write_record(&Record::Summary(summary.clone()))?;
+        self.flush()?;
+        if self.decoder.unknown_hooks() > 0 {
+            log::warn!(
+                "{} records had an unknown hook id",
+                self.decoder.unknown_hooks()
+            );
+        }
+        let per_hook: Vec<String> = summary
+            .per_hook
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.received))
+            .collect();
+        Ok(format!(
+            "meshlab record: node {} {:.1}s ({reason}): {} events, {} dropped [{}]",
+            self.node,
+            started.elapsed().as_secs_f64(),
+            summary.received,
+            summary.dropped,
+            per_hook.join(" ")
+        ))
+    }
+
+    async fn read_loop(
+        &mut self,
+        duration: Option<Duration>,
+        clock_every: Duration,
+    ) -> anyhow::Result<&'static str> {
+        let ring = self.ring.take().context("ring buffer already taken")?;
+        // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
+        // into_inner() below hands the RingBuf back.
+        let mut ring =
+            unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+                .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let deadline = duration.map(|d| tokio::time::Instant::now() + d);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut last_clock = Instant::now();
+        let progress = std::io::stderr().is_terminal();
+        let mut last_received: u64 = 0;
+        let reason = loop {
+            tokio::select! {
+                guard = ring.readable_mut() => {
+                    let mut guard = guard?;
+                    let inner = guard.get_inner_mut();
+                    while let Some(item) = inner.next() {
+                        write_item(&mut self.decoder, &mut self.out, &item)?;
+                    }
+                    guard.clear_ready();
+                }
+                _ = tick.tick() => {
+                    let counters = self.read_counters()?;
+                    self.write_drops_if_changed(&counters, false)?;
+                    if last_clock.elapsed() >= clock_every {
+                        self.write_record(&Record::Clock(sample_clocks(Some(&self.node))))?;
+                        last_clock = Instant::now();
+                    }
+                    if progress {
+                        let total: u64 = self.decoder.received().iter().sum();
+                        eprint!("\r\x1b[Krecording: {} events/s, {} total, {} dropped",
+                            total - last_received, total, self.last_drops_total);
+                        last_received = total;
+                    }
+                    self.out.flush()?;
+                }
+                _ = sigint.recv() => break "sigint",
+                _ = sigterm.recv() => break "sigterm",
+                _ = sleep_until(deadline) => break "duration",
+            }
+        };
+        if progress {
+            eprintln!();
+        }
+        self.ring = Some(ring.into_inner());
+        Ok(reason)
+    }
+
+    fn drain(&mut self) -> anyhow::Result<()> {
+        let ring = self.ring.as_mut().context("ring buffer missing")?;
+        while let Some(item) = ring.next() {
+            write_item(&mut self.decoder, &mut self.out, &item)?;
+        }
+        Ok(())
+    }
+
+    fn read_counters(&self) -> anyhow::Result<Counters> {
+        let hits: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.ebpf.map("HITS").context("HITS map missing")?)?;
+        let drops: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(self.ebpf.map("DROPS").context("DROPS map missing")?)?;
+        let mut c = Counters {
+            hits: [0; HOOK_COUNT as usize],
+            drops: [0; HOOK_COUNT as usize],
+            drops_per_cpu: Vec::new(),
+        };
+        for i in 0..HOOK_COUNT {
+            c.hits[i as usize] = hits.get(&i, 0)?.iter().sum();
+            let per_cpu = drops.get(&i, 0)?;
+            if c.drops_per_cpu.len() < per_cpu.len() {
+                c.drops_per_cpu.resize(per_cpu.len(), 0);
+            }
+            for (cpu, n) in per_cpu.iter().enumerate() {
+                c.drops_per_cpu[cpu] += n;
+                c.drops[i as usize] += n;
+            }
+        }
+        Ok(c)
+    }
+
+    /// A `drops` record whenever the counters moved (and always at the end).
+    fn write_drops_if_changed(&mut self, c: &Counters, always: bool) -> anyhow::Result<()> {
+        let total: u64 = c.drops.iter().sum();
+        if total == self.last_drops_total && !always {
+            return Ok(());
+        }
+        self.last_drops_total = total;
+        let per_hook = Hook::ALL
+            .iter()
+            .filter(|h| c.drops[**h as usize] > 0)
+            .map(|h| (h.name().to_owned(), c.drops[*h as usize]))
+            .collect();
+        let record = Drops {
+            node: self.node.clone(),
+            ts_ns: sample_clocks(None).monotonic_ns,
+            per_hook,
+            per_cpu: c.drops_per_cpu.clone(),
+            total,
+        };
+        self.write_record(&Record::Drops(record))?;
+        Ok(())
+    }
+}
+
+fn write_item(decoder: &mut Decoder, out: &mut impl Write, item: &[u8]) -> anyhow::Result<()> {
+    if item.len() < std::mem::size_of::<Event>() {
+        anyhow::bail!(
+            "ring buffer record of {} bytes, expected {}",
+            item.len(),
+            std::mem::size_of::<Event>()
+        );
+    }
+    // SAFETY: the record holds at least size_of::<Event>() bytes written by the kernel program
+    // as an Event; read_unaligned makes no alignment assumption about the ring's memory.
+    let ev: Event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+    decoder.write_event(&ev, out)?;
+    Ok(())
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,175 @@
+//! Privileged: `meshlab record` sees a loopback TCP exchange this test makes itself, with the
+//! cookies the sockets report (SO_COOKIE) and the stream offsets of the bytes sent.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use meshlab_user::schema::{AttachStatus, Direction};
+use support::{Recorder, privileged_or_skip, socket_cookie};
+
+const MESSAGES: [usize; 3] = [100, 200, 300];
+
+#[test]
+fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
+    if !privileged_or_skip("record_sees_loopback_messages_with_their_cookies_and_offsets") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let recorder = Recorder::start(
+        dir.path(),
+        "lo",
+        &["--port", &port.to_string(), "--node", "lo-test"],
+    );
+
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    let client_cookie = socket_cookie(&client);
+    let server_cookie = socket_cookie(&server);
+    let client_port = client.local_addr().unwrap().port();
+    // The server answers after a pause, so this (client) thread really blocks in read and the
+    // scheduler hooks see it sleep, get woken by the response's data-ready, and run again.
+    let server_thread = std::thread::spawn(move || {
+        for size in MESSAGES {
+            let mut buf = vec![0u8; size];
+            server.read_exact(&mut buf).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            server.write_all(&buf).unwrap();
+        }
+    });
+    for size in MESSAGES {
+        client.write_all(&vec![b'q'; size]).unwrap();
+        let mut buf = vec![0u8; size];
+        client.read_exact(&mut buf).unwrap();
+    }
+    server_thread.join().unwrap();
+    drop(client);
+    let rec = recorder.stop();
+
+    assert_eq!(rec.startup.node, "lo-test");
+    assert_eq!(rec.summary.reason, "sigint");
+    let sock_ops = rec
+        .startup
+        .attach_plan
+        .iter()
+        .find(|e| e.hook == "sock_ops")
+        .unwrap();
+    assert_eq!(sock_ops.status, AttachStatus::Attached);
+
+    // sock_ops saw both ends with the cookies the sockets report and the right 4-tuple.
+    let est = rec.of("sock_established", client_cookie);
+    assert_eq!(est.len(), 1, "client established");
+    assert_eq!(
+        (est[0].sport, est[0].dport, est[0].active),
+        (Some(client_port), Some(port), Some(true))
+    );
+    let est = rec.of("sock_established", server_cookie);
+    assert_eq!(
+        (est[0].sport, est[0].dport, est[0].active),
+        (Some(port), Some(client_port), Some(false))
+    );
+
+    // Every message, in both directions, at the stream offset of its first byte.
+    let mut offset = 0u64;
+    for size in MESSAGES {
+        for (sender, receiver) in [
+            (client_cookie, server_cookie),
+            (server_cookie, client_cookie),
+        ] {
+            let at = |hook: &str, cookie| {
+                let found: Vec<_> = rec
+                    .of(hook, cookie)
+                    .into_iter()
+                    .filter(|e| e.offset == Some(offset) && !e.retrans)
+                    .collect();
+                assert!(
+                    !found.is_empty(),
+                    "{hook} of cookie {cookie} at offset {offset} missing"
+                );
+                found[0].clone()
+            };
+            let send = at("tcp_sendmsg", sender);
+            assert_eq!(
+                (send.len, send.dir),
+                (Some(size as u32), Some(Direction::Tx))
+            );
+            let queue = at("net_dev_queue", sender);
+            assert_eq!(
+                (queue.len, queue.dev.as_deref()),
+                (Some(size as u32), Some("lo"))
+            );
+            let start = at("net_dev_start_xmit", sender);
+            let xmit = at("net_dev_xmit", sender);
+            assert!(
+                send.ts_ns <= queue.ts_ns
+                    && queue.ts_ns <= start.ts_ns
+                    && start.ts_ns <= xmit.ts_ns
+            );
+
+            let rx = at("netif_receive_skb", receiver);
+            assert_eq!((rx.len, rx.dir), (Some(size as u32), Some(Direction::Rx)));
+            let probe = at("tcp_probe", receiver);
+            let copy = at("skb_copy_datagram", receiver);
+            assert!(
+                start.ts_ns <= rx.ts_ns,
+                "loopback: the driver hands over before RX starts"
+            );
+            assert!(
+                rx.ts_ns <= probe.ts_ns && probe.ts_ns <= copy.ts_ns,
+                "RX path order"
+            );
+            // data_ready and recv return report the END of the queued / consumed data.
+            let end = offset + size as u64;
+            let ready = rec
+                .of("sk_data_ready", receiver)
+                .into_iter()
+                .find(|e| e.offset == Some(end))
+                .cloned();
+            let ready = ready.unwrap_or_else(|| panic!("sk_data_ready up to {end} missing"));
+            assert!(probe.ts_ns <= ready.ts_ns && ready.ts_ns <= copy.ts_ns);
+            let ret = rec
+                .of("recv_return", receiver)
+                .into_iter()
+                .find(|e| e.offset == Some(end))
+                .cloned();
+            let ret = ret.unwrap_or_else(|| panic!("recv_return up to {end} missing"));
+            assert!(copy.ts_ns <= ret.ts_ns);
+            assert_eq!(ret.tid, copy.tid, "the reader thread copies and returns");
+        }
+        offset += size as u64;
+    }
+
+    // This thread waited for each response: the response's data-ready woke it (the wakeup
+    // carries the client socket's cookie) and it was switched in afterwards.
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() } as u32;
+    let mut offset = 0u64;
+    for size in MESSAGES {
+        let end = offset + size as u64;
+        let ready = rec
+            .of("sk_data_ready", client_cookie)
+            .into_iter()
+            .find(|e| e.offset == Some(end))
+            .cloned()
+            .unwrap();
+        let wake = rec
+            .of("sched_wakeup", client_cookie)
+            .into_iter()
+            .find(|e| e.tid == me && e.ts_ns >= ready.ts_ns)
+            .unwrap_or_else(|| panic!("no wakeup of thread {me} after data-ready up to {end}"))
+            .clone();
+        let run = rec.events.iter().find(|e| {
+            e.hook == "sched_switch" && e.tid == me && e.value == Some(1) && e.ts_ns >= wake.ts_ns
+        });
+        assert!(
+            run.is_some(),
+            "thread {me} not switched in after its wakeup at {}",
+            wake.ts_ns
+        );
+        offset = end;
+    }
+    rec.assert_exact_accounting();
+}

@@ -1,0 +1,161 @@
+//! Shared helpers for privileged integration tests.
+#![allow(dead_code)]
+
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use meshlab_user::ndjson::RecordReader;
+use meshlab_user::schema::{KernelEvent, Record, Startup, Summary};
+
+/// True when the test may run; false (after a loud message) when it must skip. In CI
+/// (MESHLAB_REQUIRE_PRIVILEGED=1) a skip is a failure.
+pub fn privileged_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    let msg = format!("SKIPPED {test}: needs root (eBPF, namespaces); run `cargo xtask test`");
+    if std::env::var_os("MESHLAB_REQUIRE_PRIVILEGED").is_some() {
+        panic!("{msg} -- MESHLAB_REQUIRE_PRIVILEGED is set, so this is a failure");
+    }
+    eprintln!("\n!!! {msg}\n");
+    false
+}
+
+/// A `meshlab record` child that is interrupted (SIGINT) and reaped when dropped.
+pub struct Recorder {
+    child: Option<Child>,
+    pub output: PathBuf,
+}
+
+impl Recorder {
+    /// Starts `meshlab record -o <dir>/<name>.ndjson --ready-file ... <extra>` and waits until
+    /// every program is attached.
+    pub fn start(dir: &Path, name: &str, extra: &[&str]) -> Recorder {
+        let output = dir.join(format!("{name}.ndjson"));
+        let ready = dir.join(format!("{name}.ready"));
+        let child = Command::new(env!("CARGO_BIN_EXE_meshlab"))
+            .arg("record")
+            .arg("-o")
+            .arg(&output)
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn meshlab record");
+        let mut rec = Recorder {
+            child: Some(child),
+            output,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready.exists() {
+            if let Some(status) = rec.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("meshlab record exited before ready: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "meshlab record not ready after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        rec
+    }
+
+    /// Interrupts the recorder like Ctrl-C and returns its parsed output.
+    pub fn stop(mut self) -> Recording {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let status = child.wait().expect("wait for recorder");
+        assert!(status.success(), "meshlab record failed: {status}");
+        Recording::read(&self.output)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A parsed recording: startup, kernel events, summary.
+pub struct Recording {
+    pub startup: Startup,
+    pub events: Vec<KernelEvent>,
+    pub summary: Summary,
+}
+
+impl Recording {
+    pub fn read(path: &Path) -> Recording {
+        let mut records = RecordReader::open(path)
+            .expect("open recording")
+            .map(|r| r.expect("valid line"));
+        let startup = match records.next() {
+            Some(Record::Startup(s)) => s,
+            other => panic!("first record is not startup: {other:?}"),
+        };
+        let mut events = Vec::new();
+        let mut summary = None;
+        for record in records {
+            match record {
+                Record::Kernel(k) => events.push(k),
+                Record::Summary(s) => summary = Some(s),
+                _ => {}
+            }
+        }
+        Recording {
+            startup,
+            events,
+            summary: summary.expect("summary record at the end"),
+        }
+    }
+
+    pub fn of(&self, hook: &str, cookie: u64) -> Vec<&KernelEvent> {
+        self.events
+            .iter()
+            .filter(|e| e.hook == hook && e.cookie == Some(cookie))
+            .collect()
+    }
+
+    /// received + dropped == hits for every hook: nothing lost silently.
+    pub fn assert_exact_accounting(&self) {
+        for (hook, c) in &self.summary.per_hook {
+            assert_eq!(c.received + c.dropped, c.hits, "hook {hook}: {c:?}");
+            let written = self.events.iter().filter(|e| &e.hook == hook).count() as u64;
+            assert_eq!(
+                written, c.received,
+                "hook {hook}: lines written vs received"
+            );
+        }
+    }
+}
+
+/// SO_COOKIE of a socket.
+pub fn socket_cookie(sock: &impl AsRawFd) -> u64 {
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: valid fd and out-pointers.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_COOKIE,
+            (&raw mut cookie).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "getsockopt(SO_COOKIE): {}",
+        std::io::Error::last_os_error()
+    );
+    cookie
+}

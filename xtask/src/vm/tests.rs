@@ -1,0 +1,109 @@
+//! Tests that boot real guests. They skip (loudly) when qemu or the prepared kernels are missing,
+//! unless MESHLAB_REQUIRE_VM=1, which turns the skip into a failure.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::guest::{self, RunSpec};
+use super::image;
+use super::kernel::KernelLabel;
+
+/// Guests are TCG-emulated on 2 shared cores: one boot at a time keeps the timings sane.
+static ONE_BOOT_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn spec_or_skip(label: KernelLabel, commands: Vec<String>) -> Option<RunSpec> {
+    let boot = guest::which_qemu().and_then(|_| image::prepared(label));
+    match boot {
+        Ok(boot) => Some(RunSpec {
+            label,
+            boot,
+            commands,
+            cwd: PathBuf::from("/"),
+            timeout: Duration::from_secs(180),
+            memory_mib: 512,
+            cpus: 1,
+            rw_dirs: Vec::new(),
+            stream: false,
+        }),
+        Err(why) if super::vm_required() => panic!("MESHLAB_REQUIRE_VM=1 but: {why:#}"),
+        Err(why) => {
+            eprintln!("SKIP (set MESHLAB_REQUIRE_VM=1 to fail instead): {why:#}");
+            None
+        }
+    }
+}
+
+#[test]
+fn exit_status_stdout_and_stderr_come_back_on_every_kernel() {
+    for label in KernelLabel::ALL {
+        let command = "echo out; echo err >&2; uname -r; exit 7".to_owned();
+        let Some(spec) = spec_or_skip(label, vec![command]) else {
+            continue;
+        };
+        let _serial = ONE_BOOT_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let outcome = guest::run_guests(&spec).expect("run");
+        let g = &outcome.guests[0];
+        assert_eq!(g.status, Some(7), "console log {}", g.console_log.display());
+        let stdout = String::from_utf8_lossy(&g.stdout);
+        assert_eq!(stdout, format!("out\n{}\n", spec.boot.release));
+        assert_eq!(String::from_utf8_lossy(&g.stderr), "err\n");
+        assert!(g.peak_rss_kib > 0);
+    }
+}
+
+#[test]
+fn host_built_binary_runs_in_the_guest_with_the_hosts_glibc() {
+    // This test binary itself: dynamically linked against the host's glibc, found in the guest
+    // through the read-only 9p root.
+    let me = std::env::current_exe().expect("current exe");
+    let command = super::script::exec_argv(&[
+        me.display().to_string(),
+        "--list".into(),
+        "--format=terse".into(),
+    ]);
+    let Some(spec) = spec_or_skip(KernelLabel::V6_12, vec![command]) else {
+        return;
+    };
+    let _serial = ONE_BOOT_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let outcome = guest::run_guests(&spec).expect("run");
+    let g = &outcome.guests[0];
+    assert_eq!(
+        g.status,
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&g.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&g.stdout)
+            .contains("host_built_binary_runs_in_the_guest_with_the_hosts_glibc: test")
+    );
+}
+
+#[test]
+fn two_guests_report_their_own_status_and_reach_each_other_only_on_the_link() {
+    let a = format!(
+        "hostname; ip -4 -o addr show dev eth0 | awk '{{print $4}}'; ip route | grep -c default; \
+         ping -c 1 -W 2 {} >/dev/null && echo reached",
+        guest::LINK_ADDRS[1]
+    );
+    let b = "hostname; exit 3".to_owned();
+    let Some(spec) = spec_or_skip(KernelLabel::V6_1, vec![a, b]) else {
+        return;
+    };
+    let _serial = ONE_BOOT_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let outcome = guest::run_guests(&spec).expect("run");
+    let statuses: Vec<Option<i32>> = outcome.guests.iter().map(|g| g.status).collect();
+    // grep -c prints 0 and exits 1 when there is no default route: A's status is ping's.
+    assert_eq!(statuses, [Some(0), Some(3)]);
+    assert_eq!(guest::exit_code(&spec, &outcome).expect("code"), 3);
+    let a_out = String::from_utf8_lossy(&outcome.guests[0].stdout);
+    assert_eq!(
+        a_out,
+        format!("meshlab-a\n{}/24\n0\nreached\n", guest::LINK_ADDRS[0])
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&outcome.guests[1].stdout),
+        "meshlab-b\n"
+    );
+}

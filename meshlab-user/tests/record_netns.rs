@@ -1,0 +1,293 @@
+//! Privileged: two "machines" (network namespaces joined by veth), one recorder per namespace,
+//! as on two hosts. Each side's events appear in path order, with the right cookie, 4-tuple and
+//! sequence range; a TBF qdisc on the sender shows up as qdisc delay and nowhere else.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+
+use meshlab_user::lab::netns::Lab;
+use meshlab_user::schema::KernelEvent;
+use support::{Recorder, Recording, privileged_or_skip, socket_cookie};
+
+const PORT: u16 = 47_100;
+
+/// Per message: the sender's TX stages and the receiver's RX stages, in nanoseconds.
+#[derive(Debug)]
+struct Stages {
+    syscall_to_queue: u64,
+    qdisc: u64,
+    driver: u64,
+    rx_stack: u64,
+    socket_queue_to_copy: u64,
+}
+
+struct Exchange {
+    rec_a: Recording,
+    rec_b: Recording,
+    client_cookie: u64,
+    server_cookie: u64,
+    client: SocketAddr,
+    server: SocketAddr,
+}
+
+/// Runs `messages` request/response turns from a client in A to a server in B, recording both
+/// namespaces; `before` may change the lab (e.g. add a qdisc) before traffic starts.
+fn exchange(messages: &[usize], before: impl FnOnce(&Lab)) -> Exchange {
+    let lab = Lab::create().expect("lab");
+    before(&lab);
+    let dir = tempfile::tempdir().unwrap();
+    let port = PORT.to_string();
+    let a_ns = lab.a.path().to_str().unwrap().to_owned();
+    let b_ns = lab.b.path().to_str().unwrap().to_owned();
+    let rec_a = Recorder::start(
+        dir.path(),
+        "a",
+        &["--node", "A", "--netns", &a_ns, "--port", &port],
+    );
+    let rec_b = Recorder::start(
+        dir.path(),
+        "b",
+        &["--node", "B", "--netns", &b_ns, "--port", &port],
+    );
+
+    let server_addr = SocketAddr::from((lab.addrs.b, PORT));
+    let listener = lab
+        .b
+        .run_in(move || TcpListener::bind(server_addr))
+        .unwrap()
+        .join()
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let sizes = messages.to_vec();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let cookie = socket_cookie(&conn);
+        for size in sizes {
+            let mut buf = vec![0u8; size];
+            conn.read_exact(&mut buf).unwrap();
+            conn.write_all(&buf).unwrap();
+        }
+        cookie
+    });
+    let mut client = lab
+        .a
+        .run_in(move || TcpStream::connect(server_addr))
+        .unwrap()
+        .join()
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let client_cookie = socket_cookie(&client);
+    let client_addr = client.local_addr().unwrap();
+    for &size in messages {
+        client.write_all(&vec![b'r'; size]).unwrap();
+        let mut buf = vec![0u8; size];
+        client.read_exact(&mut buf).unwrap();
+    }
+    let server_cookie = server.join().unwrap();
+    drop(client);
+    Exchange {
+        rec_a: rec_a.stop(),
+        rec_b: rec_b.stop(),
+        client_cookie,
+        server_cookie,
+        client: client_addr,
+        server: server_addr,
+    }
+}
+
+/// The first non-retransmitted event of `hook` at stream offset `offset`.
+fn at<'a>(rec: &'a Recording, hook: &str, cookie: u64, offset: u64) -> &'a KernelEvent {
+    rec.of(hook, cookie)
+        .into_iter()
+        .find(|e| e.offset == Some(offset) && !e.retrans)
+        .unwrap_or_else(|| {
+            panic!(
+                "node {}: {hook} of cookie {cookie} at offset {offset} missing",
+                rec.startup.node
+            )
+        })
+}
+
+/// The event of `hook` covering the byte just before `end` (TSO/GRO: the skb with the last byte).
+fn last_byte<'a>(rec: &'a Recording, hook: &str, cookie: u64, end: u64) -> &'a KernelEvent {
+    rec.of(hook, cookie)
+        .into_iter()
+        .find(|e| {
+            let (Some(off), Some(len)) = (e.offset, e.len) else {
+                return false;
+            };
+            !e.retrans && off < end && end <= off + u64::from(len)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "node {}: no {hook} covering byte {end} of cookie {cookie}",
+                rec.startup.node
+            )
+        })
+}
+
+/// Stages of the client->server direction for each message, checking path order on the way.
+fn request_stages(x: &Exchange, messages: &[usize]) -> Vec<Stages> {
+    let mut offset = 0u64;
+    let mut out = Vec::new();
+    for &size in messages {
+        let end = offset + size as u64;
+        let (a, b) = (&x.rec_a, &x.rec_b);
+        let send = at(a, "tcp_sendmsg", x.client_cookie, offset);
+        assert_eq!(send.len, Some(size as u32));
+        let queue = last_byte(a, "net_dev_queue", x.client_cookie, end);
+        let start = last_byte(a, "net_dev_start_xmit", x.client_cookie, end);
+        let xmit = last_byte(a, "net_dev_xmit", x.client_cookie, end);
+        assert_eq!(queue.dev.as_deref(), Some("veth-a"));
+        assert!(
+            send.ts_ns <= queue.ts_ns && queue.ts_ns <= start.ts_ns && start.ts_ns <= xmit.ts_ns,
+            "A: TX order"
+        );
+
+        let rx = last_byte(b, "netif_receive_skb", x.server_cookie, end);
+        let probe = last_byte(b, "tcp_probe", x.server_cookie, end);
+        let ready = b
+            .of("sk_data_ready", x.server_cookie)
+            .into_iter()
+            .find(|e| e.offset >= Some(end))
+            .expect("data ready");
+        let copy = last_byte(b, "skb_copy_datagram", x.server_cookie, end);
+        let ret = b
+            .of("recv_return", x.server_cookie)
+            .into_iter()
+            .find(|e| e.offset >= Some(end))
+            .expect("recv return");
+        assert_eq!(rx.dev.as_deref(), Some("veth-b"));
+        assert!(
+            rx.ts_ns <= probe.ts_ns
+                && probe.ts_ns <= ready.ts_ns
+                && ready.ts_ns <= copy.ts_ns
+                && copy.ts_ns <= ret.ts_ns,
+            "B: RX order"
+        );
+        assert!(
+            rx.softirq_entry_ns.is_some_and(|t| t <= rx.ts_ns),
+            "NET_RX softirq context attached to the RX event"
+        );
+        assert!(
+            rx.irq.is_none(),
+            "veth has no NIC IRQ: the IRQ stage is absent, not invented"
+        );
+        out.push(Stages {
+            syscall_to_queue: queue.ts_ns - send.ts_ns,
+            qdisc: start.ts_ns - queue.ts_ns,
+            driver: xmit.ts_ns - start.ts_ns,
+            rx_stack: probe.ts_ns - rx.ts_ns,
+            socket_queue_to_copy: copy.ts_ns - ready.ts_ns,
+        });
+        offset = end;
+    }
+    out
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+#[test]
+fn each_namespace_records_its_own_side_in_path_order() {
+    if !privileged_or_skip("each_namespace_records_its_own_side_in_path_order") {
+        return;
+    }
+    let messages = [64, 1000, 3000, 64];
+    let x = exchange(&messages, |_| {});
+    // Each recorder saw only its namespace's socket: the netns filter works in the kernel.
+    assert!(
+        x.rec_a
+            .events
+            .iter()
+            .filter_map(|e| e.cookie)
+            .all(|c| c == x.client_cookie)
+    );
+    assert!(
+        x.rec_b
+            .events
+            .iter()
+            .filter_map(|e| e.cookie)
+            .all(|c| c == x.server_cookie)
+    );
+    // The 4-tuple, reversed on the peer: the key that links the two machines.
+    let est_a = &x.rec_a.of("sock_established", x.client_cookie)[0];
+    let est_b = &x.rec_b.of("sock_established", x.server_cookie)[0];
+    assert_eq!(
+        est_a.saddr.as_deref(),
+        Some(x.client.ip().to_string().as_str())
+    );
+    assert_eq!(
+        (est_a.sport, est_a.dport),
+        (Some(x.client.port()), Some(x.server.port()))
+    );
+    assert_eq!(
+        (est_b.saddr.clone(), est_b.sport),
+        (est_a.daddr.clone(), est_a.dport)
+    );
+    assert_eq!(
+        (est_b.daddr.clone(), est_b.dport),
+        (est_a.saddr.clone(), est_a.sport)
+    );
+    // Both sides number the stream from the same ISN: A's send base is B's receive base.
+    assert_eq!(est_a.seq.map(u64::from), est_b.aux);
+    let stages = request_stages(&x, &messages);
+    assert_eq!(stages.len(), messages.len());
+    x.rec_a.assert_exact_accounting();
+    x.rec_b.assert_exact_accounting();
+}
+
+#[test]
+fn tbf_qdisc_delay_shows_between_dev_queue_and_start_xmit_only() {
+    if !privileged_or_skip("tbf_qdisc_delay_shows_between_dev_queue_and_start_xmit_only") {
+        return;
+    }
+    let messages = [6000usize; 8];
+    let plain = request_stages(&exchange(&messages, |_| {}), &messages);
+    let shaped_exchange = exchange(&messages, |lab| {
+        // 2 Mbit/s with a 3000-byte bucket: every 6000-byte message waits ~12 ms in the qdisc.
+        let mut tc = Command::new("tc");
+        tc.args([
+            "qdisc", "add", "dev", "veth-a", "root", "tbf", "rate", "2mbit", "burst", "3000",
+            "latency", "500ms",
+        ]);
+        lab.a.command(&mut tc);
+        let status = tc.status().expect("run tc (iproute2)");
+        assert!(status.success(), "tc qdisc add tbf failed: {status}");
+    });
+    let shaped = request_stages(&shaped_exchange, &messages);
+    let qdisc_plain = median(plain.iter().map(|s| s.qdisc).collect());
+    let qdisc_shaped = median(shaped.iter().map(|s| s.qdisc).collect());
+    eprintln!("qdisc stage median: plain {qdisc_plain} ns, tbf {qdisc_shaped} ns");
+    assert!(
+        qdisc_shaped >= 5_000_000,
+        "TBF must hold messages in the qdisc for milliseconds: {qdisc_shaped} ns"
+    );
+    assert!(
+        qdisc_plain < 1_000_000,
+        "without TBF the qdisc stage is short: {qdisc_plain} ns"
+    );
+    // The other stages do not absorb the shaping delay.
+    for (name, pick) in [
+        (
+            "syscall_to_queue",
+            (|s: &Stages| s.syscall_to_queue) as fn(&Stages) -> u64,
+        ),
+        ("driver", |s| s.driver),
+        ("rx_stack", |s| s.rx_stack),
+        ("socket_queue_to_copy", |s| s.socket_queue_to_copy),
+    ] {
+        let m = median(shaped.iter().map(pick).collect());
+        assert!(
+            m < 2_000_000,
+            "{name} median {m} ns with TBF: delay leaked out of the qdisc stage"
+        );
+    }
+}

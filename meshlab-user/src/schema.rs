@@ -324,6 +324,10 @@ pub struct MergedRequest {
     /// Stages that were not observed (never invented).
     pub missing: Vec<String>,
     pub segments: Vec<Segment>,
+    /// Observations that do not change the arithmetic but explain it, e.g. a retransmitted
+    /// range (`retransmitted: ...`) whose first transmission was used for the TX stages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -354,6 +358,11 @@ pub struct Segment {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_ns: Option<u64>,
     pub dur_ns: u64,
+    /// Bound on the error of `dur_ns` from converting a userland clock to the node's
+    /// CLOCK_MONOTONIC (half the clock sample's bracket per converted end); absent when both
+    /// ends are in the same clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub derived: Option<Derivation>,
 }

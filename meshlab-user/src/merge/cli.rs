@@ -1,8 +1,216 @@
-//! `meshlab merge`.
+//! `meshlab merge`: arguments, output file handling (temp file + rename, so a failure never
+//! leaves half a file at `-o`), and the merge_info / merge_summary framing.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::ndjson::RecordWriter;
+use crate::schema::{MergeInfo, MergeInput, MergeSummary, Record, SCHEMA_VERSION};
+
+use super::MergeError;
+use super::input::{self, FileKind};
+use super::pipeline::{self, Options};
 
 #[derive(Debug, clap::Args)]
-pub struct MergeArgs {}
+pub struct MergeArgs {
+    /// Kernel recordings (first record `startup`) and probe files (`probe` records); the kind
+    /// is detected from the records.
+    pub files: Vec<PathBuf>,
+    /// A probe file whose lines have no `node` field: NAME=FILE.
+    #[arg(long = "node", value_name = "NAME=FILE")]
+    pub node: Vec<String>,
+    /// Shift a node's clocks: NODE=OFFSET[,NODE=OFFSET] (e.g. B=16.34s, A=-250ms, C=12ns).
+    /// Absolute times move; every duration stays bit-identical.
+    #[arg(long, value_name = "NODE=OFFSET", value_delimiter = ',')]
+    pub inject_skew: Vec<String>,
+    /// Reorder and join window: how far out of order lines may be and how long after a message
+    /// its kernel events may appear. Memory grows with event rate x window.
+    #[arg(long, default_value = "2s", value_name = "DURATION")]
+    pub window: String,
+    /// Output file (default: stdout). Written to a temporary file and renamed on success.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Also write each request's observed points as timeline lines (`probe` records with
+    /// clock=monotonic, kernel points named `kernel.HOOK`) before its `request` line.
+    #[arg(long)]
+    pub timeline: bool,
+    /// Benchmark helper: write synthetic two-node traffic of about N events to OUTDIR.
+    #[arg(long, hide = true, num_args = 2, value_names = ["N", "OUTDIR"])]
+    pub bench_generate: Option<Vec<String>>,
+}
 
-pub fn run(_args: MergeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("meshlab merge is not built yet")
+/// Parses `2s`, `500ms`, `1.5us`, `-16.34s`, `120ns` or a bare number of nanoseconds.
+pub fn parse_duration_ns(text: &str) -> Result<i64, String> {
+    let t = text.trim();
+    let (negative, body) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let split = body
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(body.len());
+    let (number, unit) = body.split_at(split);
+    let scale: i128 = match unit {
+        "" | "ns" => 1,
+        "us" | "µs" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "\"{text}\": unknown unit \"{unit}\", expected ns, us, ms or s"
+            ));
+        }
+    };
+    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
+    if int.is_empty() && frac.is_empty() || !frac.chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "\"{text}\": expected a number with a unit, e.g. 2s or 500ms"
+        ));
+    }
+    let digits = format!("{int}{frac}");
+    let mantissa: i128 = digits
+        .parse()
+        .map_err(|_| format!("\"{text}\": expected a number with a unit, e.g. 2s or 500ms"))?;
+    let ns = mantissa * scale / 10i128.pow(frac.len() as u32);
+    let ns = if negative { -ns } else { ns };
+    i64::try_from(ns).map_err(|_| format!("\"{text}\": out of range"))
+}
+
+fn parse_pairs(items: &[String], flag: &str) -> Result<Vec<(String, String)>, MergeError> {
+    items
+        .iter()
+        .map(|s| {
+            s.split_once('=')
+                .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| MergeError::Usage(format!("{flag} \"{s}\": expected NAME=VALUE")))
+        })
+        .collect()
+}
+
+pub fn run(args: MergeArgs) -> anyhow::Result<()> {
+    if let Some(bench) = &args.bench_generate {
+        let n: u64 = bench[0]
+            .parse()
+            .context("--bench-generate N: expected a number of events")?;
+        let dir = PathBuf::from(&bench[1]);
+        let files = super::synth::bench_generate(n, &dir)?;
+        for f in files {
+            println!("{}", f.display());
+        }
+        return Ok(());
+    }
+    let window_ns =
+        parse_duration_ns(&args.window).map_err(|e| MergeError::Usage(format!("--window {e}")))?;
+    let window_ns = u64::try_from(window_ns)
+        .map_err(|_| MergeError::Usage("--window must not be negative".into()))?;
+    let mut skews = BTreeMap::new();
+    for (node, off) in parse_pairs(&args.inject_skew, "--inject-skew")? {
+        let ns = parse_duration_ns(&off)
+            .map_err(|e| MergeError::Usage(format!("--inject-skew {node}={e}")))?;
+        skews.insert(node, ns);
+    }
+    let named: Vec<(String, PathBuf)> = parse_pairs(&args.node, "--node")?
+        .into_iter()
+        .map(|(n, f)| (n, PathBuf::from(f)))
+        .collect();
+    if args.files.is_empty() && named.is_empty() {
+        return Err(MergeError::Usage("no input files".into()).into());
+    }
+    let command: Vec<String> = std::env::args().collect();
+    let opts = Options {
+        window_ns,
+        timeline: args.timeline,
+    };
+    let summary = match &args.output {
+        Some(out) => write_atomically(out, |w| {
+            merge_to(w, &args.files, &named, &skews, &opts, command)
+        })?,
+        None => {
+            let stdout = std::io::stdout().lock();
+            merge_to(stdout, &args.files, &named, &skews, &opts, command)?
+        }
+    };
+    log::info!(
+        "merged {} requests: {} complete, {} incomplete, {} errors; kernel drops: {}",
+        summary.requests,
+        summary.complete,
+        summary.incomplete,
+        summary.errors.len(),
+        pipeline::per_node(&summary.dropped_per_node)
+    );
+    for e in summary.errors.iter().take(5) {
+        log::warn!("{e}");
+    }
+    Ok(())
+}
+
+/// Writes through a temporary file next to `out` and renames it into place only on success.
+fn write_atomically<T>(
+    out: &Path,
+    body: impl FnOnce(File) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = out
+        .file_name()
+        .context("-o: not a file name")?
+        .to_string_lossy();
+    let tmp = dir.join(format!(".{name}.partial-{}", std::process::id()));
+    let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let result = body(file).and_then(|v| {
+        std::fs::rename(&tmp, out)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
+        Ok(v)
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The whole merge into `out`: merge_info, requests (and timeline lines), merge_summary.
+pub fn merge_to<W: Write>(
+    out: W,
+    files: &[PathBuf],
+    named: &[(String, PathBuf)],
+    skews: &BTreeMap<String, i64>,
+    opts: &Options,
+    command: Vec<String>,
+) -> anyhow::Result<MergeSummary> {
+    let plan = input::plan(files, named, skews)?;
+    let mut writer = RecordWriter::new(out);
+    let inputs = plan
+        .files
+        .iter()
+        .flat_map(|f| {
+            f.nodes.iter().map(|n| MergeInput {
+                file: f.display.clone(),
+                node: n.clone(),
+                kind: f.kind.name().into(),
+            })
+        })
+        .collect();
+    writer.write(&Record::MergeInfo(MergeInfo {
+        schema_version: SCHEMA_VERSION,
+        version: env!("CARGO_PKG_VERSION").into(),
+        command,
+        inputs,
+        nodes: plan.startups.clone(),
+        injected_skew_ns: skews.clone(),
+    }))?;
+    if plan.files.iter().all(|f| f.kind == FileKind::Probe) {
+        log::warn!("no kernel recording among the inputs: only userland stages can be attributed");
+    }
+    let summary = pipeline::run(&plan, opts, &mut |r| writer.write(&r))?;
+    writer.write(&Record::MergeSummary(summary.clone()))?;
+    let mut inner = writer.into_inner()?;
+    inner.flush()?;
+    Ok(summary)
 }

@@ -1,3 +1,34 @@
-//! Placeholder: being built (see the issue for `meshlab merge`).
+//! `meshlab merge`: joins the kernel recordings and userland probe files of all nodes and
+//! attributes every nanosecond of each request (docs/segments.md, docs/clock-discipline.md).
+//!
+//! Data flow: [`input`] (files, nodes, clocks, skew) -> [`stream`] (per node, time order
+//! through a bounded reorder window) -> [`join`] (kernel index, probe groups, kernel-only
+//! [`turns`]) -> [`pipeline`] (pairs client and server halves across nodes) -> [`attribution`]
+//! (segments under the clock rules of [`time`]) -> merged NDJSON ([`cli`]).
 
+pub mod attribution;
 pub mod cli;
+pub mod clock;
+pub mod event;
+pub mod half;
+pub mod index;
+pub mod input;
+pub mod join;
+pub mod pipeline;
+pub mod segments;
+pub mod stream;
+pub mod synth;
+pub mod time;
+pub mod turns;
+
+use crate::ndjson::NdjsonError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error(transparent)]
+    Input(#[from] NdjsonError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("writing output: {0}")]
+    Output(#[from] std::io::Error),
+}

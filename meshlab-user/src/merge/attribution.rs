@@ -1,0 +1,374 @@
+//! Attribution of one request: ordered, non-overlapping segments summing exactly to the
+//! client's end-to-end time (docs/segments.md).
+//!
+//! Client points before its request leaves and after the response arrives give node-local
+//! segments; the client's wait in between (request left -> response arrived, the outer span) is
+//! split into the server's own segments (request arrived -> response left, the inner span) and
+//! the network round trip = outer - inner, the difference method. Every duration is a
+//! subtraction of two instants of one node's clock ([`super::time`]), so clock skew between
+//! nodes cannot enter any figure.
+//!
+//! A point out of order (its time before the previous kept point of the same chain) would make
+//! a negative segment: it is dropped with an error naming both events, the neighbouring stages
+//! merge into one segment, and the request is incomplete.
+
+use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Segment};
+
+use super::event::Stamp;
+use super::half::Half;
+use super::index::Point;
+use super::segments::{self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, Unit};
+use super::time::{Instant, NodeClock, Span, difference, with_clock};
+
+/// Names the merge needs to describe events: node names and input file names.
+pub struct Names<'a> {
+    pub nodes: &'a [String],
+    pub files: &'a [String],
+}
+
+impl Names<'_> {
+    fn event(&self, node: &str, id: PointId, s: &Stamp) -> String {
+        let file = self
+            .files
+            .get(usize::from(s.origin.file))
+            .map_or("?", String::as_str);
+        format!(
+            "{node}:{} at {} ns ({file}:{})",
+            id.name(),
+            s.ns(),
+            s.origin.line
+        )
+    }
+}
+
+pub struct Attributed {
+    pub request: MergedRequest,
+    pub errors: Vec<String>,
+    /// Kept points of the request, (node, point, stamp), for timeline output.
+    pub timeline: Vec<(String, PointId, Stamp)>,
+}
+
+/// A chain point kept for attribution, with its position in the full chain.
+#[derive(Clone, Copy)]
+struct Kept {
+    pos: usize,
+    id: PointId,
+    stamp: Stamp,
+}
+
+struct Chain {
+    node: String,
+    process: String,
+    full: Vec<PointId>,
+    kept: Vec<Kept>,
+}
+
+impl Chain {
+    /// Keeps the observed points in order. `pin_ends` keeps the first and last point (the e2e
+    /// anchors) and drops whatever contradicts them instead.
+    fn new(
+        names: &Names,
+        half: &Half,
+        points: &[Point],
+        pin_ends: bool,
+        missing: &mut Vec<String>,
+        errors: &mut Vec<String>,
+        trace: &str,
+    ) -> Self {
+        let node = names.nodes[usize::from(half.node.0)].clone();
+        let mut kept: Vec<Kept> = Vec::new();
+        let last_seen = points.iter().rposition(|p| p.stamp.is_some());
+        for (pos, p) in points.iter().enumerate() {
+            let Some(stamp) = p.stamp else {
+                if p.expected {
+                    missing.push(format!("{node}:{}", p.id.name()));
+                }
+                continue;
+            };
+            let pinned = pin_ends && Some(pos) == last_seen;
+            while pinned && kept.len() > 1 && kept.last().is_some_and(|k| k.stamp.ns() > stamp.ns())
+            {
+                let k = kept.pop().expect("non-empty");
+                errors.push(out_of_order(names, &node, trace, &k, (p.id, &stamp)));
+                missing.push(format!("{node}:{} (out of order)", k.id.name()));
+            }
+            match kept.last() {
+                Some(prev) if prev.stamp.ns() > stamp.ns() => {
+                    errors.push(out_of_order(names, &node, trace, prev, (p.id, &stamp)));
+                    missing.push(format!("{node}:{} (out of order)", p.id.name()));
+                }
+                _ => kept.push(Kept {
+                    pos,
+                    id: p.id,
+                    stamp,
+                }),
+            }
+        }
+        Chain {
+            node,
+            process: half.process.clone(),
+            full: points.iter().map(|p| p.id).collect(),
+            kept,
+        }
+    }
+
+    /// Segments between consecutive kept points in `kept[range]`.
+    fn segments<'n>(&self, clock: &NodeClock<'n>, kept: &[Kept]) -> Vec<Segment> {
+        kept.windows(2)
+            .map(|w| {
+                let span = span(clock, &w[0], &w[1]);
+                let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
+                Segment {
+                    name,
+                    node: Some(self.node.clone()),
+                    layer,
+                    unit,
+                    kind,
+                    start_ns: Some(span.start().absolute_ns()),
+                    dur_ns: span.dur_ns(),
+                    error_ns: error_bound(&[w[0].stamp, w[1].stamp]),
+                    derived: None,
+                }
+            })
+            .collect()
+    }
+
+    /// Name, layer, unit and kind of the span from full-chain position `a` to `b`: the direct
+    /// definition, else the stages in between joined by `+` (described by the first of them).
+    fn describe(&self, a: usize, b: usize) -> (String, Layer, String, Kind) {
+        let unit = |d: &segments::SegmentDef| match d.unit {
+            Unit::Process => self.process.clone(),
+            Unit::Fixed(u) => u.to_owned(),
+        };
+        if let Some(d) = segments::find(self.full[a], self.full[b]) {
+            return (d.name.to_owned(), d.layer, unit(d), d.kind);
+        }
+        let defs: Vec<_> = (a..b)
+            .filter_map(|i| segments::find(self.full[i], self.full[i + 1]))
+            .collect();
+        let name = defs.iter().map(|d| d.name).collect::<Vec<_>>().join("+");
+        match defs.first() {
+            Some(d) => (name, d.layer, unit(d), d.kind),
+            None => (
+                format!("{}..{}", self.full[a].name(), self.full[b].name()),
+                Layer::Kernel,
+                "unknown".into(),
+                Kind::Wait,
+            ),
+        }
+    }
+}
+
+fn out_of_order(
+    names: &Names,
+    node: &str,
+    trace: &str,
+    prev: &Kept,
+    p: (PointId, &Stamp),
+) -> String {
+    format!(
+        "trace {trace}: negative segment refused: {} is after {}",
+        names.event(node, prev.id, &prev.stamp),
+        names.event(node, p.0, p.1)
+    )
+}
+
+fn span<'n>(clock: &NodeClock<'n>, a: &Kept, b: &Kept) -> Span<'n> {
+    let at = |k: &Kept| -> Instant<'n> {
+        clock
+            .at(k.stamp.time)
+            .expect("chain points are of the chain's node")
+    };
+    at(a).span_to(at(b)).expect("kept points are in order")
+}
+
+/// Conversion error of a duration between stamps: none when they share a clock (both kernel, or
+/// both converted through the same clock sample), else the sum of the ends' bounds.
+fn error_bound(stamps: &[Stamp]) -> Option<u64> {
+    let same_clock = stamps.windows(2).all(|w| w[0].sample == w[1].sample);
+    let sum: u64 = stamps.iter().map(|s| s.error_ns).sum();
+    (!same_clock && sum > 0).then_some(sum)
+}
+
+pub fn attribute(
+    names: &Names,
+    client: &Half,
+    server: Option<&Half>,
+) -> Result<Attributed, String> {
+    let trace = client
+        .trace_id
+        .clone()
+        .or_else(|| server.and_then(|s| s.trace_id.clone()))
+        .or_else(|| {
+            client.link.as_ref().map(|l| {
+                format!(
+                    "{}:{}>{}:{}@{}",
+                    l.client.addr, l.client.port, l.server.addr, l.server.port, l.request_start
+                )
+            })
+        })
+        .unwrap_or_else(|| "unlinked".into());
+    let (mut missing, mut errors) = (Vec::new(), Vec::new());
+    let mut points = client.points.clone();
+    let split = points.len();
+    points.extend(client.post.iter().copied());
+    let cchain = Chain::new(
+        names,
+        client,
+        &points,
+        true,
+        &mut missing,
+        &mut errors,
+        &trace,
+    );
+    let first = cchain.kept.first().copied();
+    let last = cchain.kept.last().copied();
+    let (Some(first), Some(last)) = (first, last) else {
+        return Err(format!(
+            "trace {trace}: no client point observed on {}",
+            cchain.node
+        ));
+    };
+    if first.pos != 0 || last.pos != points.len() - 1 {
+        return Err(format!(
+            "trace {trace}: cannot measure end to end on {}: {} or {} not observed",
+            cchain.node,
+            points[0].id.name(),
+            points[points.len() - 1].id.name()
+        ));
+    }
+    let schain = server.map(|s| {
+        Chain::new(
+            names,
+            s,
+            &s.points,
+            false,
+            &mut missing,
+            &mut errors,
+            &trace,
+        )
+    });
+    if server.is_none() {
+        missing.push("server".into());
+    }
+    let mut notes = client.notes.clone();
+    notes.extend(server.iter().flat_map(|s| s.notes.iter().cloned()));
+
+    let cut = cchain
+        .kept
+        .iter()
+        .position(|k| k.pos >= split)
+        .unwrap_or(cchain.kept.len());
+    let (pre, post) = cchain.kept.split_at(cut);
+    let (segments, e2e_ns) = with_clock(client.node, |cc| {
+        let e2e = span(&cc, &first, &last).dur_ns();
+        let mut segs = cchain.segments(&cc, pre);
+        let (Some(outer_a), Some(outer_b)) = (pre.last(), post.first()) else {
+            // Only reachable when every point of one side was dropped: no wait to split.
+            segs.extend(cchain.segments(&cc, &cchain.kept[cut.saturating_sub(1)..]));
+            return (segs, e2e);
+        };
+        let outer = span(&cc, outer_a, outer_b);
+        let split_wait = schain.as_ref().filter(|s| s.kept.len() >= 2).and_then(|s| {
+            let server_half = server.expect("chain implies half");
+            with_clock(server_half.node, |sc| {
+                let (ia, ib) = (s.kept[0], s.kept[s.kept.len() - 1]);
+                let inner = span(&sc, &ia, &ib);
+                match difference(outer, inner) {
+                    Ok(rtt) => {
+                        let network = Segment {
+                            name: NETWORK_ROUND_TRIP.into(),
+                            node: None,
+                            layer: Layer::Network,
+                            unit: "network".into(),
+                            kind: Kind::Network,
+                            start_ns: None,
+                            dur_ns: rtt,
+                            error_ns: error_bound(&[outer_a.stamp, outer_b.stamp, ia.stamp, ib.stamp]),
+                            derived: Some(Derivation {
+                                method: "difference".into(),
+                                outer_node: cchain.node.clone(),
+                                outer: vec![outer_a.id.name().into(), outer_b.id.name().into()],
+                                inner_node: s.node.clone(),
+                                inner: vec![ia.id.name().into(), ib.id.name().into()],
+                            }),
+                        };
+                        let mut v = vec![network];
+                        v.extend(s.segments(&sc, &s.kept));
+                        Some(v)
+                    }
+                    Err(e) => {
+                        errors.push(format!(
+                            "trace {trace}: network round trip would be negative ({e}): outer {} -> {}, inner {} -> {}",
+                            names.event(&cchain.node, outer_a.id, &outer_a.stamp),
+                            names.event(&cchain.node, outer_b.id, &outer_b.stamp),
+                            names.event(&s.node, ia.id, &ia.stamp),
+                            names.event(&s.node, ib.id, &ib.stamp),
+                        ));
+                        None
+                    }
+                }
+            })
+        });
+        match split_wait {
+            Some(v) => segs.extend(v),
+            None => segs.push(Segment {
+                name: PEER_WAIT.into(),
+                node: Some(cchain.node.clone()),
+                layer: Layer::Network,
+                unit: "peer".into(),
+                kind: Kind::Wait,
+                start_ns: Some(outer.start().absolute_ns()),
+                dur_ns: outer.dur_ns(),
+                error_ns: error_bound(&[outer_a.stamp, outer_b.stamp]),
+                derived: None,
+            }),
+        }
+        segs.extend(cchain.segments(&cc, post));
+        (segs, e2e)
+    });
+    let total: u64 = segments.iter().map(|s| s.dur_ns).sum();
+    if total != e2e_ns {
+        errors.push(format!(
+            "trace {trace}: internal error: segments sum to {total} ns, e2e is {e2e_ns} ns"
+        ));
+    }
+    let mut timeline: Vec<(String, PointId, Stamp)> = cchain
+        .kept
+        .iter()
+        .map(|k| (cchain.node.clone(), k.id, k.stamp))
+        .collect();
+    if let Some(s) = &schain {
+        timeline.extend(s.kept.iter().map(|k| (s.node.clone(), k.id, k.stamp)));
+    }
+    let join = match server.map(|s| s.join) {
+        Some(j) if rank(j) < rank(client.join) => j,
+        _ => client.join,
+    };
+    let complete = missing.is_empty() && errors.is_empty();
+    Ok(Attributed {
+        request: MergedRequest {
+            trace_id: trace,
+            client_node: cchain.node.clone(),
+            server_node: schain.as_ref().map(|s| s.node.clone()),
+            join,
+            start_ns: first.stamp.ns(),
+            e2e_ns,
+            complete,
+            missing,
+            segments,
+            notes,
+        },
+        errors,
+        timeline,
+    })
+}
+
+/// Join exactness: a request is labelled with the weaker join of its two halves.
+fn rank(j: JoinMethod) -> u8 {
+    match j {
+        JoinMethod::Offset => 2,
+        JoinMethod::PidTidTime => 1,
+        JoinMethod::KernelOnly => 0,
+    }
+}

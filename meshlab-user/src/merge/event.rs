@@ -1,0 +1,166 @@
+//! The merge's internal event forms: kernel and probe records reduced to what joining needs,
+//! with node-local [`Stamp`]s and the file:line they came from.
+
+use crate::schema::{ConnRef, Direction};
+
+use super::time::NodeTime;
+
+/// Where an event came from: index into the merge's input list, and 1-based line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    pub file: u16,
+    pub line: u64,
+}
+
+/// A node-local timestamp with its provenance and the error of any clock conversion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub time: NodeTime,
+    /// 0 for kernel timestamps (already CLOCK_MONOTONIC).
+    pub error_ns: u64,
+    /// Converted userland timestamps: which clock sample converted them (`u32::MAX` = none).
+    pub sample: u32,
+    pub origin: Origin,
+}
+
+impl Stamp {
+    pub fn ns(&self) -> u64 {
+        self.time.absolute_ns()
+    }
+}
+
+/// Kernel hooks the merge uses; others (irq_exit, napi_poll, ...) only appear on the timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Hook {
+    SockEstablished,
+    TcpSendmsg,
+    SendReturn,
+    NetDevQueue,
+    NetDevStartXmit,
+    NetDevXmit,
+    NetifReceiveSkb,
+    TcpProbe,
+    SkDataReady,
+    SkbCopyDatagram,
+    RecvReturn,
+    SchedWakeup,
+    SchedSwitch,
+    Other,
+}
+
+impl Hook {
+    pub fn from_name(name: &str) -> Hook {
+        match name {
+            "sock_established" => Hook::SockEstablished,
+            "tcp_sendmsg" => Hook::TcpSendmsg,
+            "send_return" => Hook::SendReturn,
+            "net_dev_queue" => Hook::NetDevQueue,
+            "net_dev_start_xmit" => Hook::NetDevStartXmit,
+            "net_dev_xmit" => Hook::NetDevXmit,
+            "netif_receive_skb" => Hook::NetifReceiveSkb,
+            "tcp_probe" => Hook::TcpProbe,
+            "sk_data_ready" => Hook::SkDataReady,
+            "skb_copy_datagram" => Hook::SkbCopyDatagram,
+            "recv_return" => Hook::RecvReturn,
+            "sched_wakeup" => Hook::SchedWakeup,
+            "sched_switch" => Hook::SchedSwitch,
+            _ => Hook::Other,
+        }
+    }
+
+    /// Hooks whose events must name a byte range (`offset`, and `len` unless a pointer hook).
+    pub fn needs_offset(self) -> bool {
+        !matches!(
+            self,
+            Hook::SockEstablished | Hook::SchedWakeup | Hook::SchedSwitch | Hook::Other
+        )
+    }
+
+    /// Hooks whose `offset` is a stream pointer (end of data) rather than a range start.
+    pub fn is_pointer(self) -> bool {
+        matches!(
+            self,
+            Hook::SkDataReady | Hook::RecvReturn | Hook::SendReturn
+        )
+    }
+}
+
+/// Per-CPU receive context a `netif_receive_skb` event carries (absolute node times).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxContext {
+    pub irq_entry_ns: Option<u64>,
+    pub softirq_raise_ns: Option<u64>,
+    pub softirq_entry_ns: Option<u64>,
+    /// The receiving device is a NIC with an IRQ the recorder watches (startup `nic_irqs`), so
+    /// an IRQ is expected; false on veth/loopback, where there is none to observe.
+    pub irq_expected: bool,
+}
+
+/// A local/remote address pair of a TCP connection as seen on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub addr: String,
+    pub port: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Established {
+    pub local: Endpoint,
+    pub remote: Endpoint,
+    pub active: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct KEvent {
+    pub hook: Hook,
+    pub stamp: Stamp,
+    pub pid: u32,
+    pub tid: u32,
+    pub cookie: Option<u64>,
+    pub dir: Option<Direction>,
+    pub offset: Option<u64>,
+    pub len: u64,
+    pub value: Option<i64>,
+    pub retrans: bool,
+    pub rx: Option<RxContext>,
+    pub established: Option<Box<Established>>,
+}
+
+/// Probe points on a request's critical path, by role. Other points are timeline-only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+#[derive(Clone, Debug)]
+pub struct PEvent {
+    pub role: Role,
+    /// Point name without the role prefix, e.g. `write_begin`.
+    pub point: String,
+    pub process: String,
+    pub trace_id: String,
+    pub stamp: Stamp,
+    pub pid: u32,
+    pub tid: u32,
+    pub conn: Option<ConnRef>,
+    pub dir: Option<Direction>,
+    pub offset: Option<u64>,
+    pub len: Option<u64>,
+}
+
+/// One node's input, in node time order after the reorder window.
+#[derive(Clone, Debug)]
+pub enum Item {
+    Kernel(KEvent),
+    Probe(PEvent),
+}
+
+impl Item {
+    pub fn stamp(&self) -> Stamp {
+        match self {
+            Item::Kernel(k) => k.stamp,
+            Item::Probe(p) => p.stamp,
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! Input files: which kind (kernel recording or probe file), which node, validation with
+//! file:line:field errors, `--inject-skew`, and the reduction of records to [`Item`]s.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use crate::ndjson::{NdjsonError, RecordReader};
+use crate::schema::{ClockSample, KernelEvent, ProbeEvent, Record, Startup};
+
+use super::MergeError;
+use super::clock::ClockTable;
+use super::event::{
+    Endpoint, Established, Hook, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp,
+};
+use super::time::{NodeId, NodeTime};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Kernel,
+    Probe,
+}
+
+impl FileKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Kernel => "kernel",
+            FileKind::Probe => "probe",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct InputFile {
+    pub path: PathBuf,
+    pub display: String,
+    pub kind: FileKind,
+    /// Kernel: the startup record's node. Probe: the `--node NAME=FILE` default, if any.
+    pub node: Option<String>,
+    /// Probe files: every node its lines name.
+    pub nodes: Vec<String>,
+}
+
+/// Everything known before the streaming pass: files, nodes, clocks, drops, skews.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub files: Vec<InputFile>,
+    pub nodes: Vec<String>,
+    pub startups: Vec<Startup>,
+    /// Per node (by `NodeId`).
+    pub clocks: Vec<ClockTable>,
+    pub nic_irq_devs: Vec<Vec<String>>,
+    pub skew_ns: Vec<i64>,
+    pub dropped: BTreeMap<String, u64>,
+}
+
+impl Plan {
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .position(|n| n == name)
+            .map(|i| NodeId(i as u16))
+    }
+
+    pub fn has_kernel(&self, node: NodeId) -> bool {
+        self.startups
+            .iter()
+            .any(|s| s.node == self.nodes[usize::from(node.0)])
+    }
+
+    pub fn has_probes(&self, node: NodeId) -> bool {
+        let name = &self.nodes[usize::from(node.0)];
+        self.files
+            .iter()
+            .any(|f| f.kind == FileKind::Probe && f.nodes.contains(name))
+    }
+}
+
+fn parse_err(file: &str, line: u64, message: String) -> MergeError {
+    MergeError::Input(NdjsonError::Parse {
+        file: file.into(),
+        line,
+        message,
+    })
+}
+
+/// Reads kinds, nodes and clock samples of all inputs. `files` are plain paths; `named` are
+/// `--node NAME=FILE` pairs.
+pub fn plan(
+    files: &[PathBuf],
+    named: &[(String, PathBuf)],
+    skews: &BTreeMap<String, i64>,
+) -> Result<Plan, MergeError> {
+    let mut plan = Plan::default();
+    let all = files
+        .iter()
+        .map(|f| (None, f))
+        .chain(named.iter().map(|(n, f)| (Some(n.clone()), f)));
+    for (given_node, path) in all {
+        let display = path.display().to_string();
+        let mut reader = RecordReader::open(path)?;
+        let first = reader.next().ok_or_else(|| {
+            parse_err(
+                &display,
+                1,
+                "empty file: expected a `startup` record (kernel recording) or `probe` records"
+                    .into(),
+            )
+        })??;
+        match first {
+            Record::Startup(startup) => {
+                if let Some(n) = given_node.as_ref().filter(|n| **n != startup.node) {
+                    return Err(parse_err(
+                        &display,
+                        1,
+                        format!(
+                            "in a `startup` record: field `node` is \"{}\" but the file was given as --node {n}=...",
+                            startup.node
+                        ),
+                    ));
+                }
+                if plan.startups.iter().any(|s| s.node == startup.node) {
+                    return Err(parse_err(
+                        &display,
+                        1,
+                        format!(
+                            "in a `startup` record: field `node`: a second kernel recording of node \"{}\"",
+                            startup.node
+                        ),
+                    ));
+                }
+                plan.files.push(InputFile {
+                    path: path.clone(),
+                    display,
+                    kind: FileKind::Kernel,
+                    node: Some(startup.node.clone()),
+                    nodes: vec![startup.node.clone()],
+                });
+                plan.startups.push(startup);
+            }
+            Record::Probe(_) => {
+                let nodes = probe_nodes(path, &display, given_node.as_deref())?;
+                plan.files.push(InputFile {
+                    path: path.clone(),
+                    display,
+                    kind: FileKind::Probe,
+                    node: given_node,
+                    nodes,
+                });
+            }
+            other => {
+                return Err(parse_err(
+                    &display,
+                    reader.line(),
+                    format!(
+                        "expected a `startup` record (kernel recording) or a `probe` record first, found a `{}` record",
+                        type_name(&other)
+                    ),
+                ));
+            }
+        }
+    }
+    for f in &plan.files {
+        for n in &f.nodes {
+            if !plan.nodes.contains(n) {
+                plan.nodes.push(n.clone());
+            }
+        }
+    }
+    if plan.nodes.len() > usize::from(u16::MAX) {
+        return Err(MergeError::Usage("too many nodes".into()));
+    }
+    for name in skews.keys() {
+        if !plan.nodes.contains(name) {
+            return Err(MergeError::Usage(format!(
+                "--inject-skew names node \"{name}\", which no input has (nodes: {})",
+                plan.nodes.join(", ")
+            )));
+        }
+    }
+    plan.skew_ns = plan
+        .nodes
+        .iter()
+        .map(|n| skews.get(n).copied().unwrap_or(0))
+        .collect();
+    plan.clocks = vec![ClockTable::default(); plan.nodes.len()];
+    plan.nic_irq_devs = vec![Vec::new(); plan.nodes.len()];
+    for i in 0..plan.files.len() {
+        if plan.files[i].kind == FileKind::Kernel {
+            scan_kernel_file(&mut plan, i)?;
+        }
+    }
+    plan.clocks.iter_mut().for_each(ClockTable::seal);
+    Ok(plan)
+}
+
+fn type_name(r: &Record) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The nodes a probe file's lines name (or the `--node` default for lines without one).
+fn probe_nodes(
+    path: &Path,
+    display: &str,
+    default: Option<&str>,
+) -> Result<Vec<String>, MergeError> {
+    #[derive(serde::Deserialize)]
+    struct NodeOnly {
+        #[serde(default)]
+        node: Option<String>,
+    }
+    let file = File::open(path).map_err(|source| NdjsonError::Open {
+        file: path.into(),
+        source,
+    })?;
+    let mut nodes: Vec<String> = Vec::new();
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|source| NdjsonError::Read {
+            file: path.into(),
+            line: i as u64 + 1,
+            source,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let n: NodeOnly = serde_json::from_str(&line)
+            .map_err(|e| parse_err(display, i as u64 + 1, format!("in a `probe` record: {e}")))?;
+        let node = match (n.node, default) {
+            (Some(n), _) => n,
+            (None, Some(d)) => d.to_owned(),
+            (None, None) => {
+                return Err(parse_err(display, i as u64 + 1, "in a `probe` record: field `node` is missing and the file was not given as --node NAME=FILE".into()));
+            }
+        };
+        if !nodes.contains(&node) {
+            nodes.push(node);
+        }
+    }
+    Ok(nodes)
+}
+
+/// Pre-pass over a kernel recording: clock samples and drop totals (a few lines per second of
+/// recording, so this costs one extra read but no memory proportional to events).
+fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
+    let (path, display) = (
+        plan.files[file].path.clone(),
+        plan.files[file].display.clone(),
+    );
+    let node_name = plan.files[file]
+        .node
+        .clone()
+        .expect("kernel files have a node");
+    let node = plan.node_id(&node_name).expect("registered");
+    let skew = plan.skew_ns[usize::from(node.0)];
+    let startup = plan
+        .startups
+        .iter()
+        .find(|s| s.node == node_name)
+        .expect("registered");
+    plan.nic_irq_devs[usize::from(node.0)] =
+        startup.nic_irqs.iter().map(|i| i.dev.clone()).collect();
+    let mut first = startup.clock.clone();
+    shift_sample(&mut first, skew).map_err(|m| {
+        parse_err(
+            &display,
+            1,
+            format!("in a `startup` record: field `clock`: {m}"),
+        )
+    })?;
+    plan.clocks[usize::from(node.0)].push(first);
+    let f = File::open(&path).map_err(|source| NdjsonError::Open {
+        file: path.clone(),
+        source,
+    })?;
+    let (mut summary_drops, mut drops_total) = (None, 0u64);
+    for (i, line) in BufReader::with_capacity(1 << 16, f).lines().enumerate() {
+        let line_no = i as u64 + 1;
+        let line = line.map_err(|source| NdjsonError::Read {
+            file: path.clone(),
+            line: line_no,
+            source,
+        })?;
+        if !(line.contains("\"clock\"")
+            || line.contains("\"summary\"")
+            || line.contains("\"drops\""))
+        {
+            continue;
+        }
+        let record: Record = serde_json::from_str(line.trim())
+            .map_err(|e| parse_err(&display, line_no, format!("{e}")))?;
+        match record {
+            Record::Clock(mut s) => {
+                shift_sample(&mut s, skew).map_err(|m| {
+                    parse_err(&display, line_no, format!("in a `clock` record: {m}"))
+                })?;
+                plan.clocks[usize::from(node.0)].push(s);
+            }
+            Record::Summary(s) => summary_drops = Some(s.dropped),
+            Record::Drops(d) => drops_total = drops_total.max(d.total),
+            _ => {}
+        }
+    }
+    plan.dropped
+        .insert(node_name, summary_drops.unwrap_or(drops_total));
+    Ok(())
+}
+
+fn shift(ns: u64, skew: i64) -> Option<u64> {
+    ns.checked_add_signed(skew)
+}
+
+fn shift_sample(s: &mut ClockSample, skew: i64) -> Result<(), String> {
+    for (field, v) in [
+        ("realtime_ns", &mut s.realtime_ns),
+        ("monotonic_ns", &mut s.monotonic_ns),
+        ("tai_ns", &mut s.tai_ns),
+        ("boottime_ns", &mut s.boottime_ns),
+    ] {
+        *v = shift(*v, skew).ok_or_else(|| {
+            format!("field `{field}`: --inject-skew {skew} moves {v} out of range")
+        })?;
+    }
+    Ok(())
+}
+
+/// Reduces one record of `file` (already parsed) to an item of `node`, or `None` when the
+/// record is not an event of that node (other records, other nodes' probe lines).
+pub fn to_item(
+    plan: &Plan,
+    file: usize,
+    line: u64,
+    node: NodeId,
+    record: Record,
+) -> Result<Option<Item>, MergeError> {
+    let f = &plan.files[file];
+    let origin = Origin {
+        file: file as u16,
+        line,
+    };
+    let skew = plan.skew_ns[usize::from(node.0)];
+    let node_name = &plan.nodes[usize::from(node.0)];
+    let bad = |record: &str, field: &str, what: String| {
+        parse_err(
+            &f.display,
+            line,
+            format!("in a `{record}` record: field `{field}`: {what}"),
+        )
+    };
+    match (f.kind, record) {
+        (FileKind::Kernel, Record::Kernel(k)) => {
+            if k.node != *node_name {
+                return Err(bad(
+                    "kernel",
+                    "node",
+                    format!("\"{}\" in the recording of node \"{node_name}\"", k.node),
+                ));
+            }
+            kernel_item(plan, node, origin, skew, k)
+                .map(Some)
+                .map_err(|(field, what)| bad("kernel", field, what))
+        }
+        (FileKind::Kernel, Record::Probe(_)) => Err(bad(
+            "probe",
+            "type",
+            "a probe record inside a kernel recording".into(),
+        )),
+        (FileKind::Kernel, Record::Startup(_)) if line > 1 => {
+            Err(bad("startup", "type", "a second startup record".into()))
+        }
+        (FileKind::Kernel, _) => Ok(None),
+        (FileKind::Probe, Record::Probe(p)) => {
+            let this = p.node.as_ref().or(f.node.as_ref());
+            if this != Some(node_name) {
+                return Ok(None);
+            }
+            probe_item(plan, node, origin, skew, p)
+                .map(|p| p.map(Item::Probe))
+                .map_err(|(field, what)| bad("probe", field, what))
+        }
+        (FileKind::Probe, other) => Err(bad(
+            &type_name(&other),
+            "type",
+            "expected a `probe` record in a probe file".into(),
+        )),
+    }
+}
+
+type FieldError = (&'static str, String);
+
+fn kernel_item(
+    plan: &Plan,
+    node: NodeId,
+    origin: Origin,
+    skew: i64,
+    k: KernelEvent,
+) -> Result<Item, FieldError> {
+    let moved = |field: &'static str, v: u64| {
+        shift(v, skew).ok_or_else(|| (field, format!("--inject-skew {skew} moves {v} below zero")))
+    };
+    let hook = Hook::from_name(&k.hook);
+    let ts = moved("ts_ns", k.ts_ns)?;
+    let established = if hook == Hook::SockEstablished {
+        let need = |v: Option<String>, f: &'static str| {
+            v.ok_or((f, "required for sock_established".to_owned()))
+        };
+        let needp = |v: Option<u16>, f: &'static str| {
+            v.ok_or((f, "required for sock_established".to_owned()))
+        };
+        k.cookie
+            .ok_or(("cookie", "required for sock_established".to_owned()))?;
+        Some(Box::new(Established {
+            local: Endpoint {
+                addr: need(k.saddr, "saddr")?,
+                port: needp(k.sport, "sport")?,
+            },
+            remote: Endpoint {
+                addr: need(k.daddr, "daddr")?,
+                port: needp(k.dport, "dport")?,
+            },
+            active: k
+                .active
+                .ok_or(("active", "required for sock_established".to_owned()))?,
+        }))
+    } else {
+        None
+    };
+    if hook.needs_offset() && k.offset.is_some() && k.dir.is_none() {
+        return Err(("dir", "required when `offset` is set".into()));
+    }
+    let rx = if hook == Hook::NetifReceiveSkb {
+        let devs = &plan.nic_irq_devs[usize::from(node.0)];
+        Some(RxContext {
+            irq_entry_ns: k
+                .irq_entry_ns
+                .map(|v| moved("irq_entry_ns", v))
+                .transpose()?,
+            softirq_raise_ns: k
+                .softirq_raise_ns
+                .map(|v| moved("softirq_raise_ns", v))
+                .transpose()?,
+            softirq_entry_ns: k
+                .softirq_entry_ns
+                .map(|v| moved("softirq_entry_ns", v))
+                .transpose()?,
+            irq_expected: k.dev.as_ref().is_some_and(|d| devs.contains(d)),
+        })
+    } else {
+        None
+    };
+    Ok(Item::Kernel(KEvent {
+        hook,
+        stamp: Stamp {
+            time: NodeTime::new(node, ts),
+            error_ns: 0,
+            sample: u32::MAX,
+            origin,
+        },
+        pid: k.pid,
+        tid: k.tid,
+        cookie: k.cookie,
+        dir: k.dir,
+        offset: k.offset,
+        len: u64::from(k.len.unwrap_or(0)),
+        value: k.value,
+        retrans: k.retrans,
+        rx,
+        established,
+    }))
+}
+
+fn probe_item(
+    plan: &Plan,
+    node: NodeId,
+    origin: Origin,
+    skew: i64,
+    p: ProbeEvent,
+) -> Result<Option<PEvent>, FieldError> {
+    let Some((role, point)) = p.point.split_once('.') else {
+        return Err((
+            "point",
+            format!(
+                "\"{}\": expected ROLE.NAME, e.g. client.write_begin",
+                p.point
+            ),
+        ));
+    };
+    let role = match role {
+        "client" => Role::Client,
+        "server" => Role::Server,
+        _ => return Ok(None), // other roles (sidecars) are not on a two-node request's chain
+    };
+    let ts = shift(p.ts_ns, skew).ok_or_else(|| {
+        (
+            "ts_ns",
+            format!("--inject-skew {skew} moves {} below zero", p.ts_ns),
+        )
+    })?;
+    let table = &plan.clocks[usize::from(node.0)];
+    let converted = table
+        .to_monotonic(node, p.clock, ts)
+        .map_err(|e| ("clock", e.to_string()))?;
+    Ok(Some(PEvent {
+        role,
+        point: point.to_owned(),
+        process: p.process,
+        trace_id: p.trace_id,
+        stamp: Stamp {
+            time: converted.time,
+            error_ns: converted.error_ns,
+            sample: converted.sample,
+            origin,
+        },
+        pid: p.pid,
+        tid: p.tid,
+        conn: p.conn,
+        dir: p.dir,
+        offset: p.offset,
+        len: p.len,
+    }))
+}

@@ -1,0 +1,398 @@
+//! The streaming merge: pulls node streams, feeds their joiners, pairs client and server halves
+//! across nodes (by trace id, else by the reversed 4-tuple + request stream offset), attributes
+//! each request and hands output records to a sink.
+//!
+//! Which node to read next: before any request has been matched, the node with the fewest
+//! unmatched halves (then the fewest events read); afterwards, the node whose frontier is
+//! earliest once shifted by the offset seen between the nodes in matched requests. That offset
+//! only schedules reading (it keeps the nodes' windows side by side); no duration ever uses it,
+//! and it shifts exactly with any skew, so the reading order, and the output, do not change
+//! under `--inject-skew`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::schema::{ClockId, MergeSummary, ProbeEvent, Record};
+
+use super::MergeError;
+use super::attribution::{Names, attribute};
+use super::event::Role;
+use super::half::{Half, LinkKey};
+use super::input::Plan;
+use super::join::NodeJoiner;
+use super::stream::NodeStream;
+use super::time::NodeId;
+
+const MAX_ERRORS: usize = 1000;
+
+#[derive(Default)]
+struct Pending {
+    halves: HashMap<u64, Half>,
+    by_trace: HashMap<String, u64>,
+    by_link: HashMap<LinkKey, u64>,
+}
+
+impl Pending {
+    fn insert(&mut self, id: u64, half: Half) {
+        if let Some(t) = &half.trace_id {
+            self.by_trace.insert(t.clone(), id);
+        }
+        if let Some(l) = &half.link {
+            self.by_link.insert(l.clone(), id);
+        }
+        self.halves.insert(id, half);
+    }
+
+    fn take_partner(&mut self, half: &Half) -> Option<Half> {
+        let id = half
+            .trace_id
+            .as_ref()
+            .and_then(|t| self.by_trace.get(t))
+            .or_else(|| half.link.as_ref().and_then(|l| self.by_link.get(l)))
+            .copied()?;
+        self.remove(id)
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Half> {
+        let half = self.halves.remove(&id)?;
+        if let Some(t) = &half.trace_id {
+            self.by_trace.remove(t);
+        }
+        if let Some(l) = &half.link {
+            self.by_link.remove(l);
+        }
+        Some(half)
+    }
+}
+
+pub struct Options {
+    pub window_ns: u64,
+    pub timeline: bool,
+}
+
+/// Runs the merge over `plan`, sending each output record (requests, timeline lines; not the
+/// merge_info header) to `sink`. Returns the summary.
+pub fn run(
+    plan: &Plan,
+    opts: &Options,
+    sink: &mut dyn FnMut(Record) -> std::io::Result<()>,
+) -> Result<MergeSummary, MergeError> {
+    let n = plan.nodes.len();
+    let mut streams = Vec::with_capacity(n);
+    let mut joiners = Vec::with_capacity(n);
+    for i in 0..n {
+        let node = NodeId(i as u16);
+        streams.push(NodeStream::open(plan, node, opts.window_ns)?);
+        let kernel_only = !plan.has_probes(node);
+        joiners.push(NodeJoiner::new(
+            node,
+            plan.nodes[i].clone(),
+            opts.window_ns,
+            kernel_only,
+        ));
+    }
+    let files: Vec<String> = plan.files.iter().map(|f| f.display.clone()).collect();
+    let names = Names {
+        nodes: &plan.nodes,
+        files: &files,
+    };
+    let mut st = State {
+        clients: Pending::default(),
+        servers: Pending::default(),
+        next_id: 0,
+        offset: vec![None; n],
+        pending_per_node: vec![0; n],
+        summary: MergeSummary {
+            requests: 0,
+            complete: 0,
+            incomplete: 0,
+            errors: Vec::new(),
+            dropped_per_node: plan.dropped.clone(),
+        },
+        extra_errors: 0,
+        timeline: opts.timeline,
+    };
+    let mut exhausted = vec![false; n];
+    let mut read = vec![0u64; n];
+    while let Some(i) = pick(&exhausted, &st, &joiners, &read) {
+        match streams[i].next(plan)? {
+            Some(item) => {
+                read[i] += 1;
+                joiners[i].push(item);
+            }
+            None => {
+                exhausted[i] = true;
+                joiners[i].finish_all();
+            }
+        }
+        for half in std::mem::take(&mut joiners[i].done) {
+            st.add(&names, half, sink)?;
+        }
+        st.evict(
+            &names,
+            NodeId(i as u16),
+            joiners[i].frontier_ns(),
+            4 * opts.window_ns,
+            exhausted.iter().all(|e| *e),
+            sink,
+        )?;
+    }
+    st.evict_all(&names, sink)?;
+    for (j, s) in joiners.iter_mut().zip(&streams) {
+        for e in j.errors.drain(..) {
+            st.error(e);
+        }
+        if let Some(first) = &s.first_late {
+            st.error(format!(
+                "node {}: {} events were out of order by more than --window; first: {first}",
+                j.name, s.late
+            ));
+        }
+    }
+    if st.extra_errors > 0 {
+        st.summary
+            .errors
+            .push(format!("... and {} more errors", st.extra_errors));
+    }
+    Ok(st.summary)
+}
+
+fn pick(exhausted: &[bool], st: &State, joiners: &[NodeJoiner], read: &[u64]) -> Option<usize> {
+    let live = (0..exhausted.len()).filter(|&i| !exhausted[i]);
+    if live.clone().all(|i| st.offset[i].is_some()) {
+        live.min_by_key(|&i| {
+            (
+                i128::from(joiners[i].frontier_ns()) - st.offset[i].unwrap_or(0),
+                read[i],
+            )
+        })
+    } else {
+        live.min_by_key(|&i| (st.pending_per_node[i], read[i]))
+    }
+}
+
+struct State {
+    clients: Pending,
+    servers: Pending,
+    next_id: u64,
+    /// Per node: offset of its clock to the first matched node's, for read scheduling only.
+    offset: Vec<Option<i128>>,
+    pending_per_node: Vec<usize>,
+    summary: MergeSummary,
+    extra_errors: u64,
+    timeline: bool,
+}
+
+fn first_seen(points: &[super::index::Point], last: bool) -> Option<u64> {
+    let mut it = points.iter().filter_map(|p| p.stamp.map(|s| s.ns()));
+    if last { it.next_back() } else { it.next() }
+}
+
+impl State {
+    fn error(&mut self, e: String) {
+        if self.summary.errors.len() < MAX_ERRORS {
+            self.summary.errors.push(e);
+        } else {
+            self.extra_errors += 1;
+        }
+    }
+
+    fn add(
+        &mut self,
+        names: &Names,
+        half: Half,
+        sink: &mut dyn FnMut(Record) -> std::io::Result<()>,
+    ) -> Result<(), MergeError> {
+        let (mine, theirs) = match half.role {
+            Role::Client => (&mut self.clients, &mut self.servers),
+            Role::Server => (&mut self.servers, &mut self.clients),
+        };
+        match theirs.take_partner(&half) {
+            Some(partner) => {
+                self.pending_per_node[usize::from(partner.node.0)] -= 1;
+                let (client, server) = match half.role {
+                    Role::Client => (half, partner),
+                    Role::Server => (partner, half),
+                };
+                self.learn_offset(&client, &server);
+                self.emit(names, &client, Some(&server), sink)
+            }
+            None => {
+                self.next_id += 1;
+                self.pending_per_node[usize::from(half.node.0)] += 1;
+                mine.insert(self.next_id, half);
+                Ok(())
+            }
+        }
+    }
+
+    fn learn_offset(&mut self, client: &Half, server: &Half) {
+        let (c, s) = (usize::from(client.node.0), usize::from(server.node.0));
+        let (Some(ct), Some(stt)) = (
+            first_seen(&client.points, true),
+            first_seen(&server.points, false),
+        ) else {
+            return;
+        };
+        let delta = i128::from(stt) - i128::from(ct);
+        match (self.offset[c], self.offset[s]) {
+            (None, None) => {
+                self.offset[c] = Some(0);
+                self.offset[s] = Some(delta);
+            }
+            (Some(oc), None) => self.offset[s] = Some(oc + delta),
+            (None, Some(os)) => self.offset[c] = Some(os - delta),
+            _ => {}
+        }
+    }
+
+    fn emit(
+        &mut self,
+        names: &Names,
+        client: &Half,
+        server: Option<&Half>,
+        sink: &mut dyn FnMut(Record) -> std::io::Result<()>,
+    ) -> Result<(), MergeError> {
+        let attributed = match attribute(names, client, server) {
+            Ok(a) => a,
+            Err(e) => {
+                self.error(e);
+                return Ok(());
+            }
+        };
+        for e in attributed.errors {
+            self.error(e);
+        }
+        let req = attributed.request;
+        self.summary.requests += 1;
+        if req.complete {
+            self.summary.complete += 1;
+        } else {
+            self.summary.incomplete += 1;
+        }
+        if self.timeline {
+            for (node, id, stamp) in &attributed.timeline {
+                sink(Record::Probe(ProbeEvent {
+                    node: Some(node.clone()),
+                    process: if id.is_probe() {
+                        id.name().split('.').next().unwrap_or("").to_owned()
+                    } else {
+                        "kernel".to_owned()
+                    },
+                    pid: 0,
+                    tid: 0,
+                    ts_ns: stamp.ns(),
+                    clock: ClockId::Monotonic,
+                    trace_id: req.trace_id.clone(),
+                    point: if id.is_probe() {
+                        id.name().to_owned()
+                    } else {
+                        format!("kernel.{}", id.name())
+                    },
+                    conn: None,
+                    dir: None,
+                    offset: None,
+                    len: None,
+                }))?;
+            }
+        }
+        sink(Record::Request(req))?;
+        Ok(())
+    }
+
+    /// Emits halves of `node` that waited `timeout_ns` past their completion for a partner.
+    fn evict(
+        &mut self,
+        names: &Names,
+        node: NodeId,
+        frontier: u64,
+        timeout_ns: u64,
+        all_done: bool,
+        sink: &mut dyn FnMut(Record) -> std::io::Result<()>,
+    ) -> Result<(), MergeError> {
+        if all_done {
+            return Ok(());
+        }
+        let due = |p: &Pending| -> Vec<(u64, u64)> {
+            let mut v: Vec<(u64, u64)> = p
+                .halves
+                .iter()
+                .filter(|(_, h)| h.node == node && h.ready_ns.saturating_add(timeout_ns) < frontier)
+                .map(|(id, h)| (h.ready_ns, *id))
+                .collect();
+            v.sort();
+            v
+        };
+        // Cheap check first: eviction scans only when this node has pending halves.
+        if self.pending_per_node[usize::from(node.0)] == 0 {
+            return Ok(());
+        }
+        for (_, id) in due(&self.clients) {
+            let half = self.clients.remove(id).expect("listed");
+            self.pending_per_node[usize::from(node.0)] -= 1;
+            self.emit(names, &half, None, sink)?;
+        }
+        for (_, id) in due(&self.servers) {
+            let half = self.servers.remove(id).expect("listed");
+            self.pending_per_node[usize::from(node.0)] -= 1;
+            self.unmatched_server(names, &half);
+        }
+        Ok(())
+    }
+
+    fn unmatched_server(&mut self, names: &Names, half: &Half) {
+        let node = &names.nodes[usize::from(half.node.0)];
+        let id = half
+            .trace_id
+            .clone()
+            .or_else(|| {
+                half.link.as_ref().map(|l| {
+                    format!(
+                        "{}:{}>{}:{}@{}",
+                        l.client.addr, l.client.port, l.server.addr, l.server.port, l.request_start
+                    )
+                })
+            })
+            .unwrap_or_default();
+        self.error(format!(
+            "server half {id} on node {node} matched no client request"
+        ));
+    }
+
+    fn evict_all(
+        &mut self,
+        names: &Names,
+        sink: &mut dyn FnMut(Record) -> std::io::Result<()>,
+    ) -> Result<(), MergeError> {
+        let mut clients: Vec<(u16, u64, u64)> = self
+            .clients
+            .halves
+            .iter()
+            .map(|(id, h)| (h.node.0, h.ready_ns, *id))
+            .collect();
+        clients.sort();
+        for (_, _, id) in clients {
+            let half = self.clients.remove(id).expect("listed");
+            self.emit(names, &half, None, sink)?;
+        }
+        let mut servers: Vec<(u16, u64, u64)> = self
+            .servers
+            .halves
+            .iter()
+            .map(|(id, h)| (h.node.0, h.ready_ns, *id))
+            .collect();
+        servers.sort();
+        for (_, _, id) in servers {
+            let half = self.servers.remove(id).expect("listed");
+            self.unmatched_server(names, &half);
+        }
+        Ok(())
+    }
+}
+
+/// Counts per node for the summary log line.
+pub fn per_node(map: &BTreeMap<String, u64>) -> String {
+    map.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,481 @@
+//! The one definition of chain points and segment names and boundaries (docs/segments.md).
+//!
+//! A request is a chain of points: the client's points up to its request leaving the NIC, the
+//! server's points from the request's arrival to its response leaving the NIC, and the
+//! client's points from the response's arrival to the end. A segment is the span between two
+//! consecutive *observed* points of one node. When points between them were not observed (or do
+//! not exist on that path), the segment covers the stages in between under their names joined
+//! by `+`, unless a direct definition exists for that pair (see [`SEGMENTS`]).
+
+use crate::schema::{Kind, Layer};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PointId {
+    // Client probes.
+    ClientEncodeBegin,
+    ClientEncodeEnd,
+    ClientWriteBegin,
+    ClientReadReady,
+    ClientReadEnd,
+    ClientDecodeEnd,
+    // Server probes.
+    ServerReadReady,
+    ServerReadEnd,
+    ServerDecodeEnd,
+    ServerHandlerBegin,
+    ServerHandlerEnd,
+    ServerEncodeEnd,
+    ServerWriteBegin,
+    // Kernel TX (of the message's first byte for tcp_sendmsg, its last byte for the rest).
+    TcpSendmsg,
+    NetDevQueue,
+    NetDevStartXmit,
+    NetDevXmit,
+    // Kernel RX (the skb carrying the message's last byte, and its CPU's IRQ context).
+    IrqEntry,
+    SoftirqRaise,
+    SoftirqEntry,
+    NetifReceiveSkb,
+    TcpProbe,
+    SkDataReady,
+    SchedWakeup,
+    SchedSwitch,
+    SkbCopyDatagram,
+    RecvReturn,
+}
+
+impl PointId {
+    pub fn name(self) -> &'static str {
+        use PointId::*;
+        match self {
+            ClientEncodeBegin => "client.encode_begin",
+            ClientEncodeEnd => "client.encode_end",
+            ClientWriteBegin => "client.write_begin",
+            ClientReadReady => "client.read_ready",
+            ClientReadEnd => "client.read_end",
+            ClientDecodeEnd => "client.decode_end",
+            ServerReadReady => "server.read_ready",
+            ServerReadEnd => "server.read_end",
+            ServerDecodeEnd => "server.decode_end",
+            ServerHandlerBegin => "server.handler_begin",
+            ServerHandlerEnd => "server.handler_end",
+            ServerEncodeEnd => "server.encode_end",
+            ServerWriteBegin => "server.write_begin",
+            TcpSendmsg => "tcp_sendmsg",
+            NetDevQueue => "net_dev_queue",
+            NetDevStartXmit => "net_dev_start_xmit",
+            NetDevXmit => "net_dev_xmit",
+            IrqEntry => "irq_entry",
+            SoftirqRaise => "softirq_raise",
+            SoftirqEntry => "softirq_entry",
+            NetifReceiveSkb => "netif_receive_skb",
+            TcpProbe => "tcp_probe",
+            SkDataReady => "sk_data_ready",
+            SchedWakeup => "sched_wakeup",
+            SchedSwitch => "sched_switch",
+            SkbCopyDatagram => "skb_copy_datagram",
+            RecvReturn => "recv_return",
+        }
+    }
+
+    pub fn is_probe(self) -> bool {
+        self.name().contains('.')
+    }
+
+    /// The probe point for `role.point`, if it is on a request's critical path.
+    pub fn probe(client: bool, point: &str) -> Option<PointId> {
+        use PointId::*;
+        Some(match (client, point) {
+            (true, "encode_begin") => ClientEncodeBegin,
+            (true, "encode_end") => ClientEncodeEnd,
+            (true, "write_begin") => ClientWriteBegin,
+            (true, "read_ready") => ClientReadReady,
+            (true, "read_end") => ClientReadEnd,
+            (true, "decode_end") => ClientDecodeEnd,
+            (false, "read_ready") => ServerReadReady,
+            (false, "read_end") => ServerReadEnd,
+            (false, "decode_end") => ServerDecodeEnd,
+            (false, "handler_begin") => ServerHandlerBegin,
+            (false, "handler_end") => ServerHandlerEnd,
+            (false, "encode_end") => ServerEncodeEnd,
+            (false, "write_begin") => ServerWriteBegin,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a segment's `unit` comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// The probe's `process` (role) name, e.g. `client`.
+    Process,
+    Fixed(&'static str),
+}
+
+/// A named span between two chain points of one node.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentDef {
+    pub name: &'static str,
+    pub from: PointId,
+    pub to: PointId,
+    pub layer: Layer,
+    pub unit: Unit,
+    pub kind: Kind,
+}
+
+const fn def(
+    name: &'static str,
+    from: PointId,
+    to: PointId,
+    layer: Layer,
+    unit: Unit,
+    kind: Kind,
+) -> SegmentDef {
+    SegmentDef {
+        name,
+        from,
+        to,
+        layer,
+        unit,
+        kind,
+    }
+}
+
+use Kind::{Compute, Queue};
+use Layer::{Kernel, Process};
+use PointId::*;
+use Unit::Fixed;
+
+/// Every segment the merge emits from observed points. docs/segments.md mirrors this table.
+pub const SEGMENTS: &[SegmentDef] = &[
+    // Client, before the request leaves.
+    def(
+        "client_encode",
+        ClientEncodeBegin,
+        ClientEncodeEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "client_pre_write",
+        ClientEncodeEnd,
+        ClientWriteBegin,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "tx_syscall_entry",
+        ClientWriteBegin,
+        TcpSendmsg,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    // TX, both sides.
+    def(
+        "tx_tcp_ip",
+        TcpSendmsg,
+        NetDevQueue,
+        Kernel,
+        Fixed("tcp_ip"),
+        Compute,
+    ),
+    def(
+        "tx_qdisc",
+        NetDevQueue,
+        NetDevStartXmit,
+        Kernel,
+        Fixed("qdisc"),
+        Queue,
+    ),
+    def(
+        "tx_driver",
+        NetDevStartXmit,
+        NetDevXmit,
+        Kernel,
+        Fixed("driver"),
+        Compute,
+    ),
+    // RX, both sides.
+    def(
+        "rx_irq_handler",
+        IrqEntry,
+        SoftirqRaise,
+        Kernel,
+        Fixed("irq"),
+        Compute,
+    ),
+    def(
+        "rx_softirq_delay",
+        SoftirqRaise,
+        SoftirqEntry,
+        Kernel,
+        Fixed("softirq"),
+        Queue,
+    ),
+    def(
+        "rx_napi_poll",
+        SoftirqEntry,
+        NetifReceiveSkb,
+        Kernel,
+        Fixed("driver"),
+        Compute,
+    ),
+    def(
+        "rx_ip_tcp",
+        NetifReceiveSkb,
+        TcpProbe,
+        Kernel,
+        Fixed("tcp_ip"),
+        Compute,
+    ),
+    def(
+        "rx_tcp_deliver",
+        TcpProbe,
+        SkDataReady,
+        Kernel,
+        Fixed("tcp"),
+        Compute,
+    ),
+    def(
+        "rx_wakeup",
+        SkDataReady,
+        SchedWakeup,
+        Kernel,
+        Fixed("scheduler"),
+        Compute,
+    ),
+    def(
+        "rx_sched_delay",
+        SchedWakeup,
+        SchedSwitch,
+        Kernel,
+        Fixed("scheduler"),
+        Queue,
+    ),
+    def(
+        "client_poll_return",
+        SchedSwitch,
+        ClientReadReady,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "server_poll_return",
+        SchedSwitch,
+        ServerReadReady,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    // The reader was not asleep (no wake-up): the data waited in the socket queue.
+    def(
+        "rx_socket_queue",
+        SkDataReady,
+        ClientReadReady,
+        Kernel,
+        Fixed("socket"),
+        Queue,
+    ),
+    def(
+        "rx_socket_queue",
+        SkDataReady,
+        ServerReadReady,
+        Kernel,
+        Fixed("socket"),
+        Queue,
+    ),
+    def(
+        "rx_socket_queue",
+        SkDataReady,
+        SkbCopyDatagram,
+        Kernel,
+        Fixed("socket"),
+        Queue,
+    ),
+    def(
+        "rx_recv_entry",
+        ClientReadReady,
+        SkbCopyDatagram,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    def(
+        "rx_recv_entry",
+        ServerReadReady,
+        SkbCopyDatagram,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    def(
+        "rx_wakeup_to_copy",
+        SchedSwitch,
+        SkbCopyDatagram,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    def(
+        "rx_copy",
+        SkbCopyDatagram,
+        RecvReturn,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    // Client, after the response arrived.
+    def(
+        "client_read_return",
+        RecvReturn,
+        ClientReadEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "client_decode",
+        ClientReadEnd,
+        ClientDecodeEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    // Server, between receiving the request and sending the response.
+    def(
+        "server_read_return",
+        RecvReturn,
+        ServerReadEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "server_decode",
+        ServerReadEnd,
+        ServerDecodeEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "server_dispatch",
+        ServerDecodeEnd,
+        ServerHandlerBegin,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "server_handler",
+        ServerHandlerBegin,
+        ServerHandlerEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "server_encode",
+        ServerHandlerEnd,
+        ServerEncodeEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "server_pre_write",
+        ServerEncodeEnd,
+        ServerWriteBegin,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "tx_syscall_entry",
+        ServerWriteBegin,
+        TcpSendmsg,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    // Kernel-only mode: the server process between its recv returning and its send.
+    def(
+        "server_app",
+        RecvReturn,
+        TcpSendmsg,
+        Process,
+        Fixed("server"),
+        Compute,
+    ),
+];
+
+/// The cross-node segment, derived by the difference method.
+pub const NETWORK_ROUND_TRIP: &str = "network_round_trip";
+/// The client's wait for its peer when the server half is unknown (no server recording or no
+/// match): not split, and the request is incomplete.
+pub const PEER_WAIT: &str = "peer_wait";
+
+pub fn find(from: PointId, to: PointId) -> Option<&'static SegmentDef> {
+    SEGMENTS.iter().find(|d| d.from == from && d.to == to)
+}
+
+/// Client points before its request leaves (probe mode).
+pub const CLIENT_TX_PROBED: &[PointId] = &[
+    ClientEncodeBegin,
+    ClientEncodeEnd,
+    ClientWriteBegin,
+    TcpSendmsg,
+    NetDevQueue,
+    NetDevStartXmit,
+    NetDevXmit,
+];
+
+/// Kernel RX points in path order; probe read points are inserted by the joiner.
+pub const RX_KERNEL: &[PointId] = &[
+    IrqEntry,
+    SoftirqRaise,
+    SoftirqEntry,
+    NetifReceiveSkb,
+    TcpProbe,
+    SkDataReady,
+    SchedWakeup,
+    SchedSwitch,
+    SkbCopyDatagram,
+    RecvReturn,
+];
+
+pub const TX_KERNEL: &[PointId] = &[TcpSendmsg, NetDevQueue, NetDevStartXmit, NetDevXmit];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_consecutive_pair_of_the_standard_chains_has_a_definition() {
+        let mut client_rx = RX_KERNEL.to_vec();
+        client_rx.insert(8, ClientReadReady);
+        client_rx.extend([ClientReadEnd, ClientDecodeEnd]);
+        let mut server = RX_KERNEL.to_vec();
+        server.insert(8, ServerReadReady);
+        server.extend([
+            ServerReadEnd,
+            ServerDecodeEnd,
+            ServerHandlerBegin,
+            ServerHandlerEnd,
+            ServerEncodeEnd,
+            ServerWriteBegin,
+        ]);
+        server.extend(TX_KERNEL);
+        let mut kernel_only = RX_KERNEL.to_vec();
+        kernel_only.extend(TX_KERNEL);
+        for chain in [CLIENT_TX_PROBED, &client_rx, &server, &kernel_only] {
+            for pair in chain.windows(2) {
+                assert!(find(pair[0], pair[1]).is_some(), "{pair:?}");
+            }
+        }
+    }
+}

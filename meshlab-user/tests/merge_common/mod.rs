@@ -1,0 +1,186 @@
+//! Helpers shared by the merge tests: scenarios as generator configs, running the merge
+//! in-process, and reading its output back.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use meshlab_user::merge::cli::merge_to;
+use meshlab_user::merge::pipeline::Options;
+use meshlab_user::merge::synth::{GenConfig, generate};
+use meshlab_user::ndjson::RecordReader;
+use meshlab_user::schema::{MergeInfo, MergeSummary, MergedRequest, Record};
+
+pub struct Output {
+    pub info: MergeInfo,
+    pub requests: Vec<MergedRequest>,
+    pub timeline: Vec<Record>,
+    pub summary: MergeSummary,
+}
+
+pub fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/merge")
+        .join(name)
+}
+
+/// The committed scenarios: (fixture name, generator config).
+pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
+    let d = GenConfig::default;
+    vec![
+        ("plain", d()),
+        (
+            "gro_rx",
+            GenConfig {
+                response_len: 2_896,
+                gro: true,
+                ..d()
+            },
+        ),
+        (
+            "rx_without_gro",
+            GenConfig {
+                response_len: 2_896,
+                gro: false,
+                ..d()
+            },
+        ),
+        (
+            "tso_tx",
+            GenConfig {
+                request_len: 5_000,
+                tso: true,
+                ..d()
+            },
+        ),
+        (
+            "gso_split_tx",
+            GenConfig {
+                request_len: 5_000,
+                tso: false,
+                ..d()
+            },
+        ),
+        (
+            "retransmission",
+            GenConfig {
+                retransmit_every: Some(1),
+                ..d()
+            },
+        ),
+        (
+            "veth_no_irq",
+            GenConfig {
+                nic_irq: false,
+                ..d()
+            },
+        ),
+        (
+            "dropped_event",
+            GenConfig {
+                drop: Some(("B", "tcp_probe", 0)),
+                ..d()
+            },
+        ),
+        (
+            "out_of_order",
+            GenConfig {
+                requests: 3,
+                disorder: true,
+                ..d()
+            },
+        ),
+        ("in_order", GenConfig { requests: 3, ..d() }),
+        (
+            "interleaved",
+            GenConfig {
+                requests: 4,
+                connections: 2,
+                ..d()
+            },
+        ),
+        (
+            "pipelined",
+            GenConfig {
+                requests: 2,
+                pipeline: 2,
+                ..d()
+            },
+        ),
+        (
+            "kernel_only",
+            GenConfig {
+                requests: 2,
+                probes: false,
+                ..d()
+            },
+        ),
+    ]
+}
+
+/// Input files of a committed fixture, in a stable order.
+pub fn fixture_files(name: &str) -> Vec<PathBuf> {
+    let dir = fixture_dir(name);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.to_string_lossy().ends_with(".ndjson")
+                && !p.to_string_lossy().ends_with("expected.ndjson")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+pub fn merge_files(
+    files: &[PathBuf],
+    skews: &[(&str, i64)],
+    timeline: bool,
+) -> anyhow::Result<(Vec<u8>, MergeSummary)> {
+    let skews: BTreeMap<String, i64> = skews.iter().map(|(n, s)| (n.to_string(), *s)).collect();
+    let opts = Options {
+        window_ns: 2_000_000_000,
+        timeline,
+    };
+    let mut out = Vec::new();
+    let summary = merge_to(
+        &mut out,
+        files,
+        &[],
+        &skews,
+        &opts,
+        vec!["meshlab".into(), "merge".into()],
+    )?;
+    Ok((out, summary))
+}
+
+pub fn parse(bytes: &[u8]) -> Output {
+    let reader = RecordReader::new("merged".into(), bytes);
+    let (mut info, mut requests, mut timeline, mut summary) = (None, Vec::new(), Vec::new(), None);
+    for r in reader {
+        match r.expect("merge output parses with unknown fields denied") {
+            Record::MergeInfo(i) => info = Some(i),
+            Record::Request(q) => requests.push(q),
+            Record::MergeSummary(s) => summary = Some(s),
+            other => timeline.push(other),
+        }
+    }
+    Output {
+        info: info.expect("merge_info line"),
+        requests,
+        timeline,
+        summary: summary.expect("merge_summary line"),
+    }
+}
+
+pub fn merge(files: &[PathBuf], skews: &[(&str, i64)]) -> Output {
+    let (bytes, _) = merge_files(files, skews, false).expect("merge succeeds");
+    parse(&bytes)
+}
+
+pub fn generate_into(cfg: &GenConfig, dir: &Path) -> Vec<PathBuf> {
+    let mut files = generate(cfg, dir).expect("generate").all();
+    files.sort();
+    files
+}

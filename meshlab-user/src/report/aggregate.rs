@@ -147,8 +147,8 @@ impl Aggregate {
             *c.missing.entry(stage.clone()).or_default() += 1;
         }
         *c.joins.entry(join_name(req.join).into()).or_default() += 1;
-        let total: u128 = req.segments.iter().map(|s| s.dur_ns as u128).sum();
-        if total != req.e2e_ns as u128 {
+        let total: u128 = req.segments.iter().map(|s| u128::from(s.dur_ns)).sum();
+        if total != u128::from(req.e2e_ns) {
             c.sum_mismatch += 1;
         }
         self.e2e.push(req.e2e_ns);

@@ -69,7 +69,7 @@ pub fn ladder(runs: &[Aggregate], labels: &[String]) -> Ladder {
             previous = Some(key);
         }
     }
-    let e2e_cells: Vec<Option<(u64, u64, Option<(u64, u64)>)>> = runs
+    let e2e_cells: Vec<RawCell> = runs
         .iter()
         .map(|r| Some((r.e2e.len() as u64, r.e2e.quantile(500), r.e2e_half_medians)))
         .collect();
@@ -105,6 +105,7 @@ pub fn ladder(runs: &[Aggregate], labels: &[String]) -> Ladder {
     }
 }
 
+/// (samples, p50, half medians) of one run's row, `None` when the run lacks it.
 type RawCell = Option<(u64, u64, Option<(u64, u64)>)>;
 
 fn row(segment: String, node: String, raw: &[RawCell]) -> LadderRow {
@@ -125,11 +126,11 @@ fn row(segment: String, node: String, raw: &[RawCell]) -> LadderRow {
                 flagged: false,
             };
             if let (true, Some((base, base_noise))) = (i > 0, first) {
-                let step = p50 as i128 - base as i128;
+                let step = i128::from(p50) - i128::from(base);
                 cell.step_ns = Some(step);
                 cell.step_pct = (base > 0).then(|| step as f64 * 100.0 / base as f64);
                 cell.flagged = match (base_noise, own_noise) {
-                    (Some(a), Some(b)) => step.unsigned_abs() > (a as u128 + b as u128),
+                    (Some(a), Some(b)) => step.unsigned_abs() > (u128::from(a) + u128::from(b)),
                     _ => false,
                 };
             }

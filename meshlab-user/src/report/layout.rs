@@ -50,7 +50,7 @@ pub fn lanes(req: &MergedRequest) -> Vec<String> {
 }
 
 pub fn place(req: &MergedRequest) -> Vec<Placed> {
-    let origin = req.start_ns as i128;
+    let origin = i128::from(req.start_ns);
     let is_client = |i: usize| {
         let s = &req.segments[i];
         s.derived.is_none()
@@ -61,13 +61,13 @@ pub fn place(req: &MergedRequest) -> Vec<Placed> {
     let mut client_spans: Vec<(i128, i128)> = Vec::new();
     for (i, s) in req.segments.iter().enumerate() {
         if is_client(i) {
-            let x0 = s.start_ns.expect("checked") as i128 - origin;
-            client_spans.push((x0, x0 + s.dur_ns as i128));
+            let x0 = i128::from(s.start_ns.expect("checked")) - origin;
+            client_spans.push((x0, x0 + i128::from(s.dur_ns)));
             placed[i] = Some(Placed {
                 segment: i,
                 lane: req.client_node.clone(),
                 x0,
-                x1: x0 + s.dur_ns as i128,
+                x1: x0 + i128::from(s.dur_ns),
                 exact: true,
                 part: None,
             });
@@ -94,21 +94,22 @@ pub fn place(req: &MergedRequest) -> Vec<Placed> {
         let last = own
             .iter()
             .map(|&i| {
-                req.segments[i].start_ns.expect("filtered") as i128 + req.segments[i].dur_ns as i128
+                i128::from(req.segments[i].start_ns.expect("filtered"))
+                    + i128::from(req.segments[i].dur_ns)
             })
             .max()
             .expect("non-empty");
-        let len = last - first as i128;
+        let len = last - i128::from(first);
         let (g0, g1) = gap.unwrap_or((0, 0));
         let at = g0 + ((g1 - g0) - len) / 2;
         peer_block.get_or_insert((at, at + len));
         for i in own {
-            let x0 = at + (req.segments[i].start_ns.expect("filtered") - first) as i128;
+            let x0 = at + i128::from(req.segments[i].start_ns.expect("filtered") - first);
             placed[i] = Some(Placed {
                 segment: i,
                 lane: node.clone(),
                 x0,
-                x1: x0 + req.segments[i].dur_ns as i128,
+                x1: x0 + i128::from(req.segments[i].dur_ns),
                 exact: false,
                 part: None,
             });
@@ -123,7 +124,7 @@ pub fn place(req: &MergedRequest) -> Vec<Placed> {
             out.push(p);
             continue;
         }
-        let d = s.dur_ns as i128;
+        let d = i128::from(s.dur_ns);
         if s.derived.is_some() && gap.is_some() {
             let first = d / 2;
             let second = d - first;

@@ -88,7 +88,7 @@ impl<W: Write> TraceWriter<W> {
         };
         self.emit(&json!({
             "ph": "X", "name": name, "cat": "request", "pid": client, "tid": tid,
-            "ts": micros(req.start_ns as i128), "dur": micros(req.e2e_ns as i128),
+            "ts": micros(i128::from(req.start_ns)), "dur": micros(i128::from(req.e2e_ns)),
             "args": {"trace_id": req.trace_id, "e2e_ns": req.e2e_ns, "complete": req.complete,
                      "missing": req.missing, "join": req.join, "start_ns": req.start_ns},
         }))?;
@@ -107,8 +107,8 @@ impl<W: Write> TraceWriter<W> {
                 (
                     self.pid(node)?,
                     format!("{}: {}", layer_name(s.layer), s.unit),
-                    start as i128,
-                    s.dur_ns as i128,
+                    i128::from(start),
+                    i128::from(s.dur_ns),
                 )
             } else {
                 args["display_only"] = json!(true);
@@ -124,7 +124,7 @@ impl<W: Write> TraceWriter<W> {
                 } else {
                     format!("{} (display placement)", s.unit)
                 };
-                (client, track, req.start_ns as i128 + p.x0, p.x1 - p.x0)
+                (client, track, i128::from(req.start_ns) + p.x0, p.x1 - p.x0)
             };
             let tid = self.tid(pid, &track)?;
             let cat = format!("{},{}", layer_name(s.layer), kind_name(s.kind));

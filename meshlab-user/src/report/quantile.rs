@@ -78,7 +78,7 @@ impl Samples {
             self.values.sort_unstable();
             self.sorted = true;
         }
-        let sum: u128 = self.values.iter().map(|&v| v as u128).sum();
+        let sum: u128 = self.values.iter().map(|&v| u128::from(v)).sum();
         Some(Stats {
             n: self.values.len() as u64,
             p50_ns: self.quantile(500),

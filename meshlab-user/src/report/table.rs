@@ -6,7 +6,7 @@ use std::io::{self, Write};
 /// Nanoseconds as microseconds with two decimals, rounded half up in integers so the text
 /// never depends on binary floating point (12_345 ns -> "12.35").
 pub fn us(ns: u64) -> String {
-    let hundredths = (ns as u128 + 5) / 10;
+    let hundredths = (u128::from(ns) + 5) / 10;
     format!("{}.{:02}", hundredths / 100, hundredths % 100)
 }
 

@@ -148,7 +148,7 @@ pub fn largest_segments(agg: &Aggregate, count: usize) -> Vec<Series<'_>> {
             agg.segments[k]
                 .sorted()
                 .iter()
-                .map(|&v| v as u128)
+                .map(|&v| u128::from(v))
                 .sum::<u128>()
                 / agg.segments[k].len().max(1) as u128
         };

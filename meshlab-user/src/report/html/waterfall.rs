@@ -43,7 +43,7 @@ pub fn geometry(req: &MergedRequest) -> Geometry {
         .map(|p| p.x1)
         .max()
         .unwrap_or(0)
-        .max(req.e2e_ns as i128);
+        .max(i128::from(req.e2e_ns));
     let x_min = placed.iter().map(|p| p.x0).min().unwrap_or(0).min(0);
     let scale = Scale::new(
         x_min as f64 / 1000.0,

@@ -325,6 +325,10 @@ pub fn qemu_args(
             LINK_ADDRS[1 - index]
         );
     }
+    // Extra kernel parameters for debugging a boot, e.g. MESHLAB_VM_APPEND=loglevel=7.
+    if let Ok(extra) = std::env::var("MESHLAB_VM_APPEND") {
+        append += &format!(" {extra}");
+    }
     args.push("-append".into());
     args.push(append);
     args.into_iter().map(OsString::from).collect()

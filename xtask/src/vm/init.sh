@@ -40,7 +40,7 @@ for _ in $(seq 50); do
     grep -q hostroot /sys/bus/virtio/drivers/9pnet_virtio/*/mount_tag 2>/dev/null && break
     sleep 0.1
 done
-NINEP="trans=virtio,version=9p2000.L,msize=524288"
+NINEP="trans=virtio,version=9p2000.L,msize=512000"
 mount -t 9p -o "$NINEP,ro,cache=loose" hostroot /mnt/host || fail "mount 9p hostroot"
 mount -t tmpfs -o mode=0755 tmpfs /mnt/rw || fail "mount tmpfs"
 mkdir -p /mnt/rw/upper /mnt/rw/work

@@ -333,14 +333,14 @@ pub fn attribute(
             "trace {trace}: internal error: segments sum to {total} ns, e2e is {e2e_ns} ns"
         ));
     }
-    let mut timeline: Vec<(String, PointId, Stamp)> = cchain
-        .kept
-        .iter()
-        .map(|k| (cchain.node.clone(), k.id, k.stamp))
-        .collect();
+    // Causal order: client until the request left, server, client from the response's arrival.
+    let point = |node: &String, k: &Kept| (node.clone(), k.id, k.stamp);
+    let mut timeline: Vec<(String, PointId, Stamp)> =
+        pre.iter().map(|k| point(&cchain.node, k)).collect();
     if let Some(s) = &schain {
-        timeline.extend(s.kept.iter().map(|k| (s.node.clone(), k.id, k.stamp)));
+        timeline.extend(s.kept.iter().map(|k| point(&s.node, k)));
     }
+    timeline.extend(post.iter().map(|k| point(&cchain.node, k)));
     let join = match server.map(|s| s.join) {
         Some(j) if rank(j) < rank(client.join) => j,
         _ => client.join,

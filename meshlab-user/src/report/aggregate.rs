@@ -81,9 +81,9 @@ pub struct Aggregate {
     pub catalog: Vec<SegmentKey>,
     pub segments: BTreeMap<SegmentKey, Samples>,
     pub groups: BTreeMap<GroupKey, Samples>,
-    /// p50 of the first and second half (file order) of each segment; set by `finish`.
-    pub half_medians: BTreeMap<SegmentKey, (u64, u64)>,
-    pub e2e_half_medians: Option<(u64, u64)>,
+    /// Standard error of each segment's p50 (batch medians); set by `finish`.
+    pub median_se: BTreeMap<SegmentKey, f64>,
+    pub e2e_median_se: Option<f64>,
 }
 
 impl Aggregate {
@@ -157,10 +157,10 @@ impl Aggregate {
         // One sample per request and key: a segment repeated within a request is summed.
         let mut per_segment: Vec<(SegmentKey, u64)> = Vec::new();
         let mut per_group: BTreeMap<GroupKey, u64> = BTreeMap::new();
-        let mut previous: Option<SegmentKey> = None;
+        let mut cursor: Option<usize> = None;
         for seg in &req.segments {
             let key = segment_key(seg);
-            self.catalog_insert(&key, previous.as_ref());
+            cursor = Some(catalog_insert(&mut self.catalog, &key, cursor));
             match per_segment.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, d)) => *d += seg.dur_ns,
                 None => per_segment.push((key.clone(), seg.dur_ns)),
@@ -168,7 +168,6 @@ impl Aggregate {
             for g in group_keys(&key) {
                 *per_group.entry(g).or_default() += seg.dur_ns;
             }
-            previous = Some(key);
         }
         for (key, dur) in per_segment {
             self.segments.entry(key).or_default().push(dur);
@@ -176,19 +175,6 @@ impl Aggregate {
         for (key, dur) in per_group {
             self.groups.entry(key).or_default().push(dur);
         }
-    }
-
-    /// Keeps the catalog in request order: a segment not seen before goes right after the
-    /// segment that preceded it in this request (or first), so runs whose requests gain a stage
-    /// (a sidecar hop, an IRQ seen only sometimes) still list stages in path order.
-    fn catalog_insert(&mut self, key: &SegmentKey, previous: Option<&SegmentKey>) {
-        if self.catalog.contains(key) {
-            return;
-        }
-        let at = previous
-            .and_then(|p| self.catalog.iter().position(|k| k == p))
-            .map_or(0, |i| i + 1);
-        self.catalog.insert(at, key.clone());
     }
 
     /// Request numbers (0-based, file order) of the median and the p99 request: the first
@@ -203,19 +189,72 @@ impl Aggregate {
         (pick(self.e2e.quantile(500)), pick(self.e2e.quantile(990)))
     }
 
-    /// Notes the half medians, then sorts every sample set; called once after the pass.
+    /// Notes the p50 standard errors, then sorts every sample set; called once after the pass.
     fn finish(&mut self) {
-        self.e2e_half_medians = self.e2e.half_medians();
+        self.e2e_median_se = self.e2e.median_standard_error();
         self.e2e.finish();
         for (key, s) in self.segments.iter_mut() {
-            if let Some(h) = s.half_medians() {
-                self.half_medians.insert(key.clone(), h);
+            if let Some(se) = s.median_standard_error() {
+                self.median_se.insert(key.clone(), se);
             }
             s.finish();
         }
         for s in self.groups.values_mut() {
             s.finish();
         }
+    }
+}
+
+/// Keeps a catalog of segments in path order: a segment not seen before goes right after the
+/// furthest catalogued segment seen so far in the same request (`cursor`), or first. Runs whose
+/// requests gain a stage (a sidecar hop, an IRQ seen only sometimes) still list stages in path
+/// order. Returns the new cursor.
+pub fn catalog_insert(
+    catalog: &mut Vec<SegmentKey>,
+    key: &SegmentKey,
+    cursor: Option<usize>,
+) -> usize {
+    match catalog.iter().position(|k| k == key) {
+        Some(at) => cursor.map_or(at, |c| c.max(at)),
+        None => {
+            let at = cursor.map_or(0, |c| c + 1);
+            catalog.insert(at, key.clone());
+            at
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> SegmentKey {
+        SegmentKey {
+            name: name.into(),
+            node: Some("A".into()),
+            layer: Layer::Kernel,
+            unit: "u".into(),
+            kind: Kind::Compute,
+            derived: false,
+        }
+    }
+
+    fn feed(catalog: &mut Vec<SegmentKey>, names: &[&str]) {
+        let mut cursor = None;
+        for n in names {
+            cursor = Some(catalog_insert(catalog, &key(n), cursor));
+        }
+    }
+
+    #[test]
+    fn catalog_keeps_path_order_when_stages_appear_later() {
+        let mut c = Vec::new();
+        feed(&mut c, &["a", "c", "e"]);
+        feed(&mut c, &["a", "b", "c", "d", "e", "f"]);
+        // A name repeated within a request does not pull later stages back.
+        feed(&mut c, &["a", "e", "a", "g"]);
+        let names: Vec<_> = c.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d", "e", "g", "f"]);
     }
 }
 

@@ -1,16 +1,23 @@
 //! `--compare A B [C...]`: the seed's ladder. p50 of end-to-end and of every segment per run,
 //! the step over the first run (absolute and %), and a flag when a step exceeds the noise.
 //!
-//! Noise of a run, per row: |p50(first half of its requests) - p50(second half)|, halves in
-//! file order (time order of the run), so it holds both sampling spread and drift during the
-//! run. A step is flagged when |step| > noise(first run) + noise(this run). See docs/report.md.
+//! Noise: each run's p50 gets a standard error from batch medians (8 consecutive blocks of its
+//! requests in file order; see `Samples::median_standard_error`), which holds both sampling
+//! spread and drift during the run. A step is flagged when
+//! |step| > 3 * sqrt(se(first run)^2 + se(this run)^2). See docs/report.md for why.
 
 use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::aggregate::{Aggregate, SegmentKey, node_label};
-use super::table::{Align, Table, us, us_signed};
+use super::aggregate::{Aggregate, SegmentKey, catalog_insert, node_label};
+use super::table::{Align, Table, us, us_f, us_signed};
+
+/// Standard errors a step must exceed to be flagged.
+pub const Z: f64 = 3.0;
+
+pub const NOISE_RULE: &str = "noise: se = standard error of a run's p50 from the p50s of 8 consecutive blocks \
+of its requests (sd / sqrt(8)); * = |step| > 3 * sqrt(se(first)^2 + se(this)^2); runs under 4 requests are never flagged";
 
 #[derive(Debug, Serialize)]
 pub struct Ladder {
@@ -18,9 +25,6 @@ pub struct Ladder {
     pub rule: &'static str,
     pub rows: Vec<LadderRow>,
 }
-
-pub const NOISE_RULE: &str = "noise = |p50(first half of the run's requests) - p50(second half)|; \
-a step is flagged when |step| > noise(first run) + noise(this run)";
 
 #[derive(Debug, Serialize)]
 pub struct RunMeta {
@@ -44,45 +48,45 @@ pub struct LadderRow {
 pub struct Cell {
     pub n: u64,
     pub p50_ns: u64,
-    /// None with fewer than two samples.
-    pub noise_ns: Option<u64>,
+    /// Standard error of the p50 (batch medians); None with fewer than 4 samples.
+    pub p50_se_ns: Option<f64>,
     /// Over the first run (absent in the first run's own cell or when the first run lacks it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_ns: Option<i128>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_pct: Option<f64>,
+    /// The |step| above which the step is flagged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold_ns: Option<f64>,
     pub flagged: bool,
 }
+
+/// (samples, p50, standard error of the p50) of one run's row; `None` when the run lacks it.
+type RawCell = Option<(u64, u64, Option<f64>)>;
 
 /// Builds the ladder from finished aggregates, `labels[i]` naming `runs[i]`.
 pub fn ladder(runs: &[Aggregate], labels: &[String]) -> Ladder {
     let mut order: Vec<SegmentKey> = Vec::new();
     for run in runs {
-        let mut previous: Option<&SegmentKey> = None;
+        let mut cursor = None;
         for key in &run.catalog {
-            if !order.contains(key) {
-                let at = previous
-                    .and_then(|p| order.iter().position(|k| k == p))
-                    .map_or(if previous.is_some() { order.len() } else { 0 }, |i| i + 1);
-                order.insert(at, key.clone());
-            }
-            previous = Some(key);
+            cursor = Some(catalog_insert(&mut order, key, cursor));
         }
     }
-    let e2e_cells: Vec<RawCell> = runs
+    let e2e: Vec<RawCell> = runs
         .iter()
-        .map(|r| Some((r.e2e.len() as u64, r.e2e.quantile(500), r.e2e_half_medians)))
+        .map(|r| Some((r.e2e.len() as u64, r.e2e.quantile(500), r.e2e_median_se)))
         .collect();
-    let mut rows = vec![row("end-to-end".into(), String::new(), &e2e_cells)];
+    let mut rows = vec![row("end-to-end".into(), String::new(), &e2e)];
     for key in &order {
-        let cells: Vec<_> = runs
+        let cells: Vec<RawCell> = runs
             .iter()
             .map(|r| {
                 r.segments.get(key).filter(|s| !s.is_empty()).map(|s| {
                     (
                         s.len() as u64,
                         s.quantile(500),
-                        r.half_medians.get(key).copied(),
+                        r.median_se.get(key).copied(),
                     )
                 })
             })
@@ -105,34 +109,31 @@ pub fn ladder(runs: &[Aggregate], labels: &[String]) -> Ladder {
     }
 }
 
-/// (samples, p50, half medians) of one run's row, `None` when the run lacks it.
-type RawCell = Option<(u64, u64, Option<(u64, u64)>)>;
-
 fn row(segment: String, node: String, raw: &[RawCell]) -> LadderRow {
-    let noise = |h: Option<(u64, u64)>| h.map(|(a, b)| a.abs_diff(b));
-    let first = raw[0].map(|(_, p50, h)| (p50, noise(h)));
+    let first = raw[0].map(|(_, p50, se)| (p50, se));
     let cells = raw
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let (n, p50, halves) = (*c)?;
-            let own_noise = noise(halves);
+            let (n, p50, se) = (*c)?;
             let mut cell = Cell {
                 n,
                 p50_ns: p50,
-                noise_ns: own_noise,
+                p50_se_ns: se,
                 step_ns: None,
                 step_pct: None,
+                threshold_ns: None,
                 flagged: false,
             };
-            if let (true, Some((base, base_noise))) = (i > 0, first) {
+            if let (true, Some((base, base_se))) = (i > 0, first) {
                 let step = i128::from(p50) - i128::from(base);
                 cell.step_ns = Some(step);
                 cell.step_pct = (base > 0).then(|| step as f64 * 100.0 / base as f64);
-                cell.flagged = match (base_noise, own_noise) {
-                    (Some(a), Some(b)) => step.unsigned_abs() > (u128::from(a) + u128::from(b)),
-                    _ => false,
-                };
+                if let (Some(a), Some(b)) = (base_se, se) {
+                    let threshold = Z * (a * a + b * b).sqrt();
+                    cell.threshold_ns = Some(threshold);
+                    cell.flagged = step.unsigned_abs() as f64 > threshold;
+                }
             }
             Some(cell)
         })
@@ -205,12 +206,9 @@ pub fn write_ladder(l: &Ladder, out: &mut dyn Write) -> io::Result<()> {
         .iter()
         .zip(&l.rows[0].cells)
         .map(|(r, c)| {
-            format!(
-                "{} {}",
-                r.label,
-                c.as_ref().and_then(|c| c.noise_ns).map_or("n/a".into(), us)
-            )
+            let se = c.as_ref().and_then(|c| c.p50_se_ns);
+            format!("{} {}", r.label, se.map_or("n/a".into(), us_f))
         })
         .collect();
-    writeln!(out, "end-to-end noise (us): {}", noise.join(", "))
+    writeln!(out, "end-to-end p50 se (us): {}", noise.join(", "))
 }

@@ -20,6 +20,9 @@ pub fn nearest_rank_index(per_mille: u32, n: usize) -> usize {
     rank.max(1) - 1
 }
 
+/// Blocks for [`Samples::median_standard_error`].
+pub const BATCHES: usize = 8;
+
 /// Summary figures of one distribution of durations, in nanoseconds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Stats {
@@ -52,21 +55,28 @@ impl Samples {
         self.values.is_empty()
     }
 
-    /// p50 of the first and of the second half of the samples in input order (the first half
-    /// gets the odd one out). Used as the run's noise estimate in `--compare`; must be called
-    /// before [`Samples::finish`] reorders the values.
-    pub fn half_medians(&self) -> Option<(u64, u64)> {
-        assert!(!self.sorted, "half medians need input order");
-        if self.values.len() < 2 {
+    /// Standard error of the p50 by batch medians: the samples, in input order (time order of
+    /// the run), are cut into `k = min(BATCHES, n / 2)` consecutive blocks; the spread of the
+    /// blocks' p50s (sample standard deviation / sqrt(k)) estimates how far the run's p50 could
+    /// move by chance or by drift during the run. `None` below 4 samples. Must be called before
+    /// [`Samples::finish`] reorders the values.
+    pub fn median_standard_error(&self) -> Option<f64> {
+        assert!(!self.sorted, "batch medians need input order");
+        let n = self.values.len();
+        let k = BATCHES.min(n / 2);
+        if k < 2 {
             return None;
         }
-        let split = self.values.len().div_ceil(2);
-        let median = |part: &[u64]| {
-            let mut v = part.to_vec();
-            v.sort_unstable();
-            v[nearest_rank_index(500, v.len())]
-        };
-        Some((median(&self.values[..split]), median(&self.values[split..])))
+        let medians: Vec<f64> = (0..k)
+            .map(|i| {
+                let mut block = self.values[i * n / k..(i + 1) * n / k].to_vec();
+                block.sort_unstable();
+                block[nearest_rank_index(500, block.len())] as f64
+            })
+            .collect();
+        let mean = medians.iter().sum::<f64>() / k as f64;
+        let var = medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (k - 1) as f64;
+        Some(var.sqrt() / (k as f64).sqrt())
     }
 
     /// Sorts the samples (once) and returns the figures; `None` when there are none.
@@ -123,7 +133,8 @@ mod tests {
         for v in [40, 10, 30, 20] {
             s.push(v);
         }
-        assert_eq!(s.half_medians(), Some((10, 20)));
+        // Two blocks [40, 10] and [30, 20]: p50s 10 and 20, sd 7.07, se 5.
+        assert!((s.median_standard_error().unwrap() - 5.0).abs() < 1e-9);
         let st = s.finish().unwrap();
         assert_eq!((st.n, st.p50_ns, st.p90_ns, st.p99_ns), (4, 20, 40, 40));
         assert_eq!(st.mean_ns, 25.0);
@@ -131,8 +142,28 @@ mod tests {
     }
 
     #[test]
+    fn batch_medians_use_eight_consecutive_blocks() {
+        // 16 samples -> 8 blocks of 2; block p50 = the smaller of each pair: 0, 10, ..., 70.
+        let mut s = Samples::default();
+        for i in 0..8u64 {
+            s.push(i * 10 + 5);
+            s.push(i * 10);
+        }
+        let sd = (0..8)
+            .map(|i| (i as f64 * 10.0 - 35.0).powi(2))
+            .sum::<f64>()
+            / 7.0;
+        assert!((s.median_standard_error().unwrap() - sd.sqrt() / 8f64.sqrt()).abs() < 1e-9);
+    }
+
+    #[test]
     fn empty_has_no_stats() {
         assert!(Samples::default().finish().is_none());
-        assert!(Samples::default().half_medians().is_none());
+        assert!(Samples::default().median_standard_error().is_none());
+        let mut three = Samples::default();
+        for v in [1, 2, 3] {
+            three.push(v);
+        }
+        assert!(three.median_standard_error().is_none());
     }
 }

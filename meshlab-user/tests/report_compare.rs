@@ -1,0 +1,166 @@
+//! `meshlab report --compare`: the ladder, checked against figures worked out by hand.
+
+mod report_support;
+
+use report_support::*;
+
+fn cells(text: &str, first: &str) -> Vec<String> {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(first))
+        .unwrap_or_else(|| panic!("no row {first:?} in\n{text}"))
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn hand_computed_ladder() {
+    // Four requests per run, nearest-rank p50 = 2nd smallest. Noise: 2 blocks of 2 requests
+    // (k = min(8, n/2)); block p50 = the smaller value; se = |difference of the two| / 2.
+    //   e2e  a 15 21 16 22 -> p50 16, blocks 15|16 se 0.5
+    //        b 26 26 31 29 -> p50 26, blocks 26|29 se 1.5; step +10 > 3*sqrt(.25+2.25)=4.74 *
+    //        c 16.7 16.7 16.9 16.9 -> 16.7, se 0.1; step +0.7 < 3*sqrt(.25+.01)=1.53
+    //   x    a 10 12 11 13 -> 11, se 0.5; b 20 21 22 20 -> 20, se 0; step +9 > 1.5 *
+    //   y    a 5 9 5 9 -> 5, se 0; b 6 5 9 9 -> 6, blocks 5|9 se 2; step +1 < 6
+    //   z    only in c: 0.7 0.7 0.9 0.9 -> 0.7
+    let a = fixture("small_a.ndjson");
+    let b = fixture("small_b.ndjson");
+    let c = fixture("small_c.ndjson");
+    let args = [
+        "report",
+        "--compare",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        c.to_str().unwrap(),
+    ];
+    let text = run_ok(&[&args[..], &["--labels", "a,b,c"]].concat());
+    assert_eq!(
+        cells(&text, "segment"),
+        ["segment", "node", "a", "b", "step", "%", "c", "step", "%"]
+    );
+    assert_eq!(
+        cells(&text, "end-to-end"),
+        [
+            "end-to-end",
+            "16.00",
+            "26.00",
+            "+10.00*",
+            "+62.5%",
+            "16.70",
+            "+0.70",
+            "+4.4%"
+        ]
+    );
+    assert_eq!(
+        cells(&text, "x"),
+        [
+            "x", "A", "11.00", "20.00", "+9.00*", "+81.8%", "11.00", "+0.00", "+0.0%"
+        ]
+    );
+    assert_eq!(
+        cells(&text, "y"),
+        [
+            "y", "A", "5.00", "6.00", "+1.00", "+20.0%", "5.00", "+0.00", "+0.0%"
+        ]
+    );
+    assert_eq!(
+        cells(&text, "z"),
+        ["z", "A", "-", "-", "-", "-", "0.70", "new", "-"]
+    );
+    assert!(
+        text.contains("end-to-end p50 se (us): a 0.50, b 1.50, c 0.10"),
+        "{text}"
+    );
+
+    let v: serde_json::Value =
+        serde_json::from_str(&run_ok(&[&args[..], &["--json"]].concat())).unwrap();
+    assert_eq!(
+        v["runs"][0]["label"], "small_a",
+        "file stems label runs by default"
+    );
+    let e2e = &v["rows"][0]["cells"];
+    assert_eq!(e2e[1]["step_ns"], 10_000);
+    assert_eq!(e2e[1]["flagged"], true);
+    assert!(
+        (e2e[1]["threshold_ns"].as_f64().unwrap() - 3.0 * (250_000f64 + 2_250_000f64).sqrt()).abs()
+            < 1e-6
+    );
+    assert_eq!(e2e[2]["flagged"], false);
+    assert_eq!(v["rows"][2]["segment"], "y");
+    assert_eq!(v["rows"][2]["cells"][1]["p50_se_ns"], 2000.0);
+    assert_eq!(v["rows"][2]["cells"][1]["flagged"], false);
+    assert!(v["rows"][3]["cells"][0].is_null(), "z is absent from run a");
+}
+
+#[test]
+fn topology_ladder_is_one_table() {
+    let runs = ["direct.ndjson", "one_hop.ndjson", "two_hops.ndjson"];
+    let paths: Vec<String> = runs
+        .iter()
+        .map(|r| fixture(r).display().to_string())
+        .collect();
+    let mut args = vec!["report", "--compare"];
+    args.extend(paths.iter().map(String::as_str));
+    args.extend(["--labels", "direct,one-hop,two-hops"]);
+    let text = run_ok(&args);
+    let p50: Vec<u64> = runs
+        .iter()
+        .map(|r| nearest_rank(&e2e(&requests(r)), 0.5))
+        .collect();
+    let row = cells(&text, "end-to-end");
+    assert_eq!(row[1], us(p50[0]));
+    assert_eq!(row[2], us(p50[1]));
+    assert!(
+        row[3].starts_with(&format!("+{}", us(p50[1] - p50[0]))),
+        "{row:?}"
+    );
+    assert_eq!(row[5], us(p50[2]));
+    assert!(
+        row[6].starts_with(&format!("+{}", us(p50[2] - p50[0]))),
+        "{row:?}"
+    );
+    // Sidecar stages appear in path order, marked new; the client's scheduling delay (the seed's
+    // 11.4 -> 2.8 us) is the one kernel stage that moved beyond noise.
+    let route = cells(&text, "sidecar-out.route");
+    let one_hop_route = nearest_rank(
+        &segment_samples(&requests("one_hop.ndjson"))["sidecar-out.route@A"],
+        0.5,
+    );
+    assert_eq!(route[2], "-");
+    assert_eq!(route[3], us(one_hop_route));
+    assert_eq!((route[4].as_str(), route[7].as_str()), ("new", "new"));
+    let sched = cells(&text, "a.sched_delay");
+    assert!(
+        sched[4].ends_with('*') && sched[7].ends_with('*'),
+        "{sched:?}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |name: &str| {
+        lines
+            .iter()
+            .position(|l| l.split_whitespace().next() == Some(name))
+            .unwrap()
+    };
+    assert!(at("client.encode") < at("client.uds_write"));
+    assert!(at("client.uds_write") < at("sidecar-out.read"));
+    assert!(at("sidecar-out.write") < at("a.syscall_tx"));
+    assert!(at("b.recv_copy") < at("sidecar-in.read"));
+    assert!(at("server.uds_read") < at("server.decode"));
+    assert!(at("a.recv_copy") < at("client.uds_read"));
+    assert!(at("client.uds_read") < at("client.decode"));
+}
+
+#[test]
+fn labels_must_match_runs() {
+    let a = fixture("small_a.ndjson");
+    let out = run(&[
+        "report",
+        "--compare",
+        a.to_str().unwrap(),
+        a.to_str().unwrap(),
+        "--labels",
+        "only-one",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--labels has 1 names for 2 runs"));
+}

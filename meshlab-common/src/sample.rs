@@ -43,7 +43,7 @@ fn endpoint_le(a_addr: &[u8; 16], a_port: u16, b_addr: &[u8; 16], b_port: u16) -
 /// Whether a connection is in the 1-in-`every` sample (`every` 0 or 1: all connections).
 #[inline(always)]
 pub fn conn_sampled(hash: u32, every: u32) -> bool {
-    every <= 1 || hash % every == 0
+    every <= 1 || hash.is_multiple_of(every)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Developer tasks. The README's two commands are `cargo xtask demo` and `cargo xtask test`;
 //! both install what is missing first (`setup`), so a fresh machine needs nothing else.
 
+mod bench;
 mod setup;
 mod vm;
 
@@ -30,6 +31,11 @@ enum Task {
     },
     /// Boot stock Debian kernels under qemu and run commands in them.
     Vm(vm::VmArgs),
+    /// Benchmarks on the real kernel (recorder overhead, memory soak).
+    Bench {
+        #[command(subcommand)]
+        task: bench::BenchTask,
+    },
 }
 
 #[derive(clap::Args)]
@@ -52,6 +58,10 @@ fn main() -> Result<()> {
         Task::Test(args) => test(args),
         Task::Demo { args } => demo(&args),
         Task::Vm(args) => vm::run(args),
+        Task::Bench { task } => {
+            setup::run()?;
+            bench::run(task)
+        }
     }
 }
 

@@ -109,7 +109,7 @@ impl Resolver<'_> {
                 };
             }
         }
-        if bits % 8 != 0 {
+        if !bits.is_multiple_of(8) {
             return Err(OffsetError::Bitfield {
                 strukt: strukt.into(),
                 field: path.into(),

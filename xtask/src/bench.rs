@@ -1,0 +1,293 @@
+//! Benchmarks that need the real binary and a kernel: the recorder's cost on the traffic it
+//! watches (and on the traffic it does not), and a long soak for the recorder's memory.
+//!
+//! Machines are noisy: modes are interleaved round by round, repeated, and compared by their
+//! medians, side by side in one run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{run_cmd, workspace_root};
+
+#[derive(clap::Subcommand)]
+pub enum BenchTask {
+    /// Workload latency with no recorder / a recorder that does not trace this traffic /
+    /// a recorder tracing it: medians of interleaved rounds and their ratios.
+    Overhead {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Measured seconds per run.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+    },
+    /// Records loopback RPC load for N minutes and samples the recorder's RSS.
+    Soak {
+        #[arg(long, default_value_t = 10)]
+        minutes: u64,
+        #[arg(long, default_value_t = 2)]
+        concurrency: usize,
+    },
+}
+
+const PORT_TRACED: u16 = 47_300;
+const PORT_OTHER: u16 = 47_301;
+
+pub fn run(task: BenchTask) -> Result<()> {
+    run_cmd(
+        Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())).args([
+            "build",
+            "--release",
+            "--bin",
+            "meshlab",
+        ]),
+    )?;
+    let exe = workspace_root().join("target/release/meshlab");
+    match task {
+        BenchTask::Overhead {
+            rounds,
+            seconds,
+            concurrency,
+        } => overhead(&exe, rounds, seconds, concurrency),
+        BenchTask::Soak {
+            minutes,
+            concurrency,
+        } => soak(&exe, minutes, concurrency),
+    }
+}
+
+/// A child process killed (SIGINT, then reaped) on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_server(exe: &Path, dir: &Path) -> Result<Proc> {
+    let ready = dir.join("server.ready");
+    let child = Command::new(exe)
+        .args([
+            "lab",
+            "server",
+            "--listen",
+            &format!("127.0.0.1:{PORT_TRACED}"),
+            "--ready-file",
+        ])
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting meshlab lab server")?;
+    let server = Proc(child);
+    wait_for(&ready)?;
+    Ok(server)
+}
+
+fn spawn_recorder(exe: &Path, dir: &Path, name: &str, port: u16) -> Result<Proc> {
+    let ready = dir.join(format!("{name}.ready"));
+    let _ = std::fs::remove_file(&ready);
+    let child = Command::new(exe)
+        .args([
+            "record",
+            "-o",
+            "/dev/null",
+            "--port",
+            &port.to_string(),
+            "--ready-file",
+        ])
+        .arg(&ready)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting meshlab record")?;
+    let rec = Proc(child);
+    wait_for(&ready)?;
+    Ok(rec)
+}
+
+fn wait_for(path: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        if Instant::now() > deadline {
+            bail!("{} did not appear within 30 s", path.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Runs the client once; returns (p50 µs, qps).
+fn client_run(exe: &Path, seconds: u64, concurrency: usize) -> Result<(f64, f64)> {
+    let out = Command::new(exe)
+        .args([
+            "lab",
+            "client",
+            "--connect",
+            &format!("127.0.0.1:{PORT_TRACED}"),
+            "--json",
+            "--warmup",
+            "500ms",
+        ])
+        .args([
+            "--duration",
+            &format!("{seconds}s"),
+            "--concurrency",
+            &concurrency.to_string(),
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .context("running meshlab lab client")?;
+    if !out.status.success() {
+        bail!("meshlab lab client failed: {}", out.status);
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("client --json output")?;
+    let field = |k: &str| {
+        v[k].as_f64()
+            .with_context(|| format!("client JSON lacks {k}"))
+    };
+    Ok((field("p50_us")?, field("qps")?))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn overhead(exe: &Path, rounds: usize, seconds: u64, concurrency: usize) -> Result<()> {
+    let dir = tempdir()?;
+    let _server = spawn_server(exe, &dir)?;
+    const MODES: [&str; 3] = ["off", "untraced", "traced"];
+    let mut p50: [Vec<f64>; 3] = Default::default();
+    let mut qps: [Vec<f64>; 3] = Default::default();
+    for round in 0..rounds {
+        // Rotate the order each round so drift over time does not favour one mode.
+        for k in 0..MODES.len() {
+            let mode = (round + k) % MODES.len();
+            let _recorder = match MODES[mode] {
+                "off" => None,
+                "untraced" => Some(spawn_recorder(exe, &dir, "untraced", PORT_OTHER)?),
+                _ => Some(spawn_recorder(exe, &dir, "traced", PORT_TRACED)?),
+            };
+            let (p, q) = client_run(exe, seconds, concurrency)?;
+            eprintln!(
+                "round {round} {:<9} p50 {p:8.1} us  {q:9.0} req/s",
+                MODES[mode]
+            );
+            p50[mode].push(p);
+            qps[mode].push(q);
+        }
+    }
+    let base_p50 = median(p50[0].clone());
+    let base_qps = median(qps[0].clone());
+    println!(
+        "\nrecorder overhead, loopback echo, c={concurrency}, {rounds} interleaved rounds x {seconds}s, medians:"
+    );
+    println!(
+        "{:<10} {:>10} {:>8} {:>12} {:>8}",
+        "mode", "p50 us", "x off", "req/s", "x off"
+    );
+    for (i, mode) in MODES.iter().enumerate() {
+        let (p, q) = (median(p50[i].clone()), median(qps[i].clone()));
+        println!(
+            "{mode:<10} {p:>10.1} {:>8.3} {q:>12.0} {:>8.3}",
+            p / base_p50,
+            q / base_qps
+        );
+    }
+    Ok(())
+}
+
+fn rss_kib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .context("VmRSS missing")?;
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .context("VmRSS value")?
+        .parse()?)
+}
+
+fn soak(exe: &Path, minutes: u64, concurrency: usize) -> Result<()> {
+    let dir = tempdir()?;
+    let _server = spawn_server(exe, &dir)?;
+    let recorder = spawn_recorder(exe, &dir, "soak", PORT_TRACED)?;
+    let total = Duration::from_secs(minutes * 60);
+    let mut client = Proc(
+        Command::new(exe)
+            .args([
+                "lab",
+                "client",
+                "--connect",
+                &format!("127.0.0.1:{PORT_TRACED}"),
+                "--warmup",
+                "0s",
+            ])
+            .args([
+                "--duration",
+                &format!("{}s", total.as_secs()),
+                "--concurrency",
+                &concurrency.to_string(),
+            ])
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    while start.elapsed() < total {
+        std::thread::sleep(Duration::from_secs(10));
+        let rss = rss_kib(recorder.0.id())?;
+        println!("t={:>4}s recorder RSS {rss} KiB", start.elapsed().as_secs());
+        samples.push(rss);
+        if client.0.try_wait()?.is_some() {
+            break;
+        }
+    }
+    let _ = client.0.wait();
+    // After the first minute (allocator and map warm-up) the RSS must stay flat.
+    let warm = samples
+        .get(5)
+        .copied()
+        .context("soak too short: need at least a minute")?;
+    let peak = samples[5..].iter().copied().max().unwrap_or(warm);
+    println!(
+        "recorder RSS after 1 min {warm} KiB, peak afterwards {peak} KiB ({:+.1} %)",
+        (peak as f64 / warm as f64 - 1.0) * 100.0
+    );
+    if peak > warm + warm / 10 + 2048 {
+        bail!("recorder memory grew from {warm} KiB to {peak} KiB under steady load");
+    }
+    Ok(())
+}
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir() -> Result<TempDir> {
+    let dir = std::env::temp_dir().join(format!("meshlab-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(TempDir(dir))
+}

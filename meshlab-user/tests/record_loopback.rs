@@ -173,3 +173,46 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
     }
     rec.assert_exact_accounting();
 }
+
+#[test]
+fn raw_irq_stream_and_sigterm_flush_and_detach() {
+    if !privileged_or_skip("raw_irq_stream_and_sigterm_flush_and_detach") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let recorder = Recorder::start(
+        dir.path(),
+        "raw",
+        &["--port", &port.to_string(), "--raw-irq"],
+    );
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    for _ in 0..10 {
+        client.write_all(b"ping").unwrap();
+        let mut buf = [0u8; 4];
+        server.read_exact(&mut buf).unwrap();
+    }
+    drop((client, server));
+    let rec = recorder.stop_with(libc::SIGTERM);
+    assert_eq!(rec.summary.reason, "sigterm");
+    // Loopback delivers through the NET_RX softirq: with --raw-irq its entry/exit are streamed
+    // (vector 3), and the plan shows napi_poll/irq_exit attached instead of skipped.
+    let net_rx = |hook: &str| {
+        rec.events
+            .iter()
+            .filter(|e| e.hook == hook && e.value == Some(3))
+            .count()
+    };
+    assert!(net_rx("softirq_entry") > 0 && net_rx("softirq_exit") > 0);
+    for hook in ["napi_poll", "irq_exit"] {
+        let entry = rec
+            .startup
+            .attach_plan
+            .iter()
+            .find(|e| e.hook == hook && e.status == AttachStatus::Attached);
+        assert!(entry.is_some(), "{hook} not attached with --raw-irq");
+    }
+    rec.assert_exact_accounting();
+}

@@ -31,6 +31,9 @@ pub enum BenchTask {
         minutes: u64,
         #[arg(long, default_value_t = 2)]
         concurrency: usize,
+        /// Total request rate (keeps the machine usable while soaking; 0 = unlimited).
+        #[arg(long, default_value_t = 2000)]
+        qps: u64,
     },
 }
 
@@ -56,7 +59,8 @@ pub fn run(task: BenchTask) -> Result<()> {
         BenchTask::Soak {
             minutes,
             concurrency,
-        } => soak(&exe, minutes, concurrency),
+            qps,
+        } => soak(&exe, minutes, concurrency, qps),
     }
 }
 
@@ -217,7 +221,7 @@ fn rss_kib(pid: u32) -> Result<u64> {
         .parse()?)
 }
 
-fn soak(exe: &Path, minutes: u64, concurrency: usize) -> Result<()> {
+fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
     let dir = tempdir()?;
     let _server = spawn_server(exe, &dir)?;
     let recorder = spawn_recorder(exe, &dir, "soak", PORT_TRACED)?;
@@ -253,7 +257,9 @@ fn soak(exe: &Path, minutes: u64, concurrency: usize) -> Result<()> {
             break;
         }
     }
+    let events_note = format!("load: c={concurrency}, {qps} req/s for {minutes} min");
     let _ = client.0.wait();
+    println!("{events_note}");
     // After the first minute (allocator and map warm-up) the RSS must stay flat.
     let warm = samples
         .get(5)

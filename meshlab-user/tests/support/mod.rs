@@ -65,10 +65,15 @@ impl Recorder {
     }
 
     /// Interrupts the recorder like Ctrl-C and returns its parsed output.
-    pub fn stop(mut self) -> Recording {
+    pub fn stop(self) -> Recording {
+        self.stop_with(libc::SIGINT)
+    }
+
+    /// Stops the recorder with `signal` (SIGINT or SIGTERM) and returns its parsed output.
+    pub fn stop_with(mut self, signal: libc::c_int) -> Recording {
         let mut child = self.child.take().unwrap();
         // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        unsafe { libc::kill(child.id() as i32, signal) };
         let status = child.wait().expect("wait for recorder");
         assert!(status.success(), "meshlab record failed: {status}");
         Recording::read(&self.output)

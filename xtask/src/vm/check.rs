@@ -81,7 +81,8 @@ fn check_kernel(label: KernelLabel) -> Result<()> {
 fn check_pair(label: KernelLabel, clock_dir: &Path) -> Result<()> {
     let command = |me: usize| {
         format!(
-            "hostname; ping -c 3 -W 2 {peer} | tail -n 2; \
+            "hostname; irqs() {{ awk '/virtio.*-input/ {{n += $2}} END {{print n + 0}}' /proc/interrupts; }}; \
+             before=$(irqs); ping -c 3 -W 2 {peer} | tail -n 2; echo nic_rx_irqs=$(($(irqs) - before)); \
              for i in $(seq {CLOCK_SAMPLES}); do date +%s.%N > {dir}/$(hostname).$i; sleep 0.1; done",
             peer = LINK_ADDRS[1 - me],
             dir = clock_dir.display()
@@ -105,6 +106,19 @@ fn check_pair(label: KernelLabel, clock_dir: &Path) -> Result<()> {
             "{name}: ping over the private link failed:\n{out}"
         );
     }
+    let mut irqs = Vec::new();
+    for (name, out) in hostnames.iter().zip(&outputs) {
+        let count: u64 = (out.lines())
+            .find_map(|l| l.strip_prefix("nic_rx_irqs="))
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("{name}: no nic_rx_irqs line in:\n{out}"))?;
+        // Each echo reply arrives on the virtio-net RX queue: at least one IRQ per ping.
+        ensure!(
+            count >= 3,
+            "{name}: only {count} virtio-net RX IRQs for 3 pings"
+        );
+        irqs.push(count);
+    }
     let rtt = |out: &str| {
         out.lines()
             .find(|l| l.contains("min/avg/max"))
@@ -119,11 +133,14 @@ fn check_pair(label: KernelLabel, clock_dir: &Path) -> Result<()> {
         .map(|g| format!("{} MiB", g.peak_rss_kib >> 10))
         .collect();
     println!(
-        "kernel {label}: 2 guests boot+run {:.1} s, qemu peak RSS {} | ping A->B {} | B->A {}",
+        "kernel {label}: 2 guests boot+run {:.1} s, qemu peak RSS {} | ping A->B {} | B->A {} | \
+         virtio-net RX IRQs during the pings: A {}, B {}",
         two.elapsed.as_secs_f64(),
         peak.join(" + "),
         rtt(&outputs[0]),
         rtt(&outputs[1]),
+        irqs[0],
+        irqs[1],
     );
     println!(
         "kernel {label}: CLOCK_REALTIME skew A-B = {:+.1} ms (A-host {:+.1} ms, B-host {:+.1} ms; \

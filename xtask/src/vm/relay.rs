@@ -12,6 +12,7 @@ pub struct RunDir(PathBuf);
 
 impl RunDir {
     pub fn create() -> Result<Self> {
+        sweep_dead_run_dirs();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -23,6 +24,28 @@ impl RunDir {
 
     pub fn path(&self) -> &Path {
         &self.0
+    }
+}
+
+/// Removes run directories left by an xtask that was SIGKILLed (its qemu died with it through
+/// PDEATHSIG, but nothing could remove the directory).
+fn sweep_dead_run_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("meshlab-vm-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

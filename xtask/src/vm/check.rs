@@ -144,7 +144,7 @@ fn check_pair(label: KernelLabel, clock_dir: &Path) -> Result<()> {
     );
     println!(
         "kernel {label}: CLOCK_REALTIME skew A-B = {:+.1} ms (A-host {:+.1} ms, B-host {:+.1} ms; \
-         each measured to within the 9p write latency, a few ms)",
+         best of {CLOCK_SAMPLES} samples, each low by its 9p write latency)",
         (offset_a - offset_b) * 1e3,
         offset_a * 1e3,
         offset_b * 1e3

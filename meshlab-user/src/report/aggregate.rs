@@ -224,40 +224,6 @@ pub fn catalog_insert(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(name: &str) -> SegmentKey {
-        SegmentKey {
-            name: name.into(),
-            node: Some("A".into()),
-            layer: Layer::Kernel,
-            unit: "u".into(),
-            kind: Kind::Compute,
-            derived: false,
-        }
-    }
-
-    fn feed(catalog: &mut Vec<SegmentKey>, names: &[&str]) {
-        let mut cursor = None;
-        for n in names {
-            cursor = Some(catalog_insert(catalog, &key(n), cursor));
-        }
-    }
-
-    #[test]
-    fn catalog_keeps_path_order_when_stages_appear_later() {
-        let mut c = Vec::new();
-        feed(&mut c, &["a", "c", "e"]);
-        feed(&mut c, &["a", "b", "c", "d", "e", "f"]);
-        // A name repeated within a request does not pull later stages back.
-        feed(&mut c, &["a", "e", "a", "g"]);
-        let names: Vec<_> = c.iter().map(|k| k.name.as_str()).collect();
-        assert_eq!(names, ["a", "b", "c", "d", "e", "g", "f"]);
-    }
-}
-
 pub fn segment_key(seg: &crate::schema::Segment) -> SegmentKey {
     SegmentKey {
         name: seg.name.clone(),
@@ -319,5 +285,39 @@ fn record_type(r: &Record) -> &'static str {
         Record::MergeInfo(_) => "merge_info",
         Record::Request(_) => "request",
         Record::MergeSummary(_) => "merge_summary",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> SegmentKey {
+        SegmentKey {
+            name: name.into(),
+            node: Some("A".into()),
+            layer: Layer::Kernel,
+            unit: "u".into(),
+            kind: Kind::Compute,
+            derived: false,
+        }
+    }
+
+    fn feed(catalog: &mut Vec<SegmentKey>, names: &[&str]) {
+        let mut cursor = None;
+        for n in names {
+            cursor = Some(catalog_insert(catalog, &key(n), cursor));
+        }
+    }
+
+    #[test]
+    fn catalog_keeps_path_order_when_stages_appear_later() {
+        let mut c = Vec::new();
+        feed(&mut c, &["a", "c", "e"]);
+        feed(&mut c, &["a", "b", "c", "d", "e", "f"]);
+        // A name repeated within a request does not pull later stages back.
+        feed(&mut c, &["a", "e", "a", "g"]);
+        let names: Vec<_> = c.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d", "e", "g", "f"]);
     }
 }

@@ -89,9 +89,9 @@ fn write_files(
                 .iter()
                 .flat_map(|i| i.nodes.iter().map(|n| n.node.clone()))
                 .collect();
-            let tmp = temp_path(file);
-            let f =
-                File::create(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
+            let tmp = TempOutput::beside(file);
+            let f = File::create(&tmp.0)
+                .with_context(|| format!("{}: cannot create", tmp.0.display()))?;
             Some((TraceWriter::new(BufWriter::new(f), &nodes)?, tmp, file))
         }
         None => None,
@@ -141,7 +141,7 @@ fn write_files(
             .into_inner()
             .map_err(|e| e.into_error())?
             .sync_all()?;
-        publish(&tmp, file)?;
+        tmp.publish(file)?;
         log::info!("wrote {} ({events} trace events)", file.display());
     }
     if let Some(file) = &args.html {
@@ -153,9 +153,10 @@ fn write_files(
                 p99: &p99,
             },
         );
-        let tmp = temp_path(file);
-        std::fs::write(&tmp, page).with_context(|| format!("{}: cannot write", tmp.display()))?;
-        publish(&tmp, file)?;
+        let tmp = TempOutput::beside(file);
+        std::fs::write(&tmp.0, page)
+            .with_context(|| format!("{}: cannot write", tmp.0.display()))?;
+        tmp.publish(file)?;
         log::info!("wrote {}", file.display());
     }
     Ok(())
@@ -199,23 +200,35 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Output is written beside its destination and renamed into place when complete, so an
-/// earlier file of that name is never left half-overwritten.
-fn temp_path(file: &Path) -> PathBuf {
-    let mut name = file
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(format!(".tmp-{}", std::process::id()));
-    file.with_file_name(name)
+/// Output is written to a temporary file beside its destination and renamed into place when
+/// complete, so an earlier file of that name is never left half-overwritten; on any failure
+/// (or panic) the temporary file is removed.
+struct TempOutput(PathBuf);
+
+impl TempOutput {
+    fn beside(file: &Path) -> Self {
+        let mut name = file
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        name.push(format!(".tmp-{}", std::process::id()));
+        TempOutput(file.with_file_name(name))
+    }
+
+    fn publish(self, file: &Path) -> anyhow::Result<()> {
+        std::fs::rename(&self.0, file).with_context(|| {
+            format!(
+                "{}: cannot move {} into place",
+                file.display(),
+                self.0.display()
+            )
+        })
+    }
 }
 
-fn publish(tmp: &Path, file: &Path) -> anyhow::Result<()> {
-    std::fs::rename(tmp, file).with_context(|| {
-        format!(
-            "{}: cannot move {} into place",
-            file.display(),
-            tmp.display()
-        )
-    })
+impl Drop for TempOutput {
+    fn drop(&mut self) {
+        // After a successful rename the path no longer exists; NotFound is the normal case.
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

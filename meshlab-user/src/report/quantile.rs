@@ -150,7 +150,7 @@ mod tests {
             s.push(i * 10);
         }
         let sd = (0..8)
-            .map(|i| (i as f64 * 10.0 - 35.0).powi(2))
+            .map(|i| (f64::from(i) * 10.0 - 35.0).powi(2))
             .sum::<f64>()
             / 7.0;
         assert!((s.median_standard_error().unwrap() - sd.sqrt() / 8f64.sqrt()).abs() < 1e-9);

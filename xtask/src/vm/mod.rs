@@ -14,6 +14,7 @@ mod relay;
 mod script;
 #[cfg(test)]
 mod tests;
+mod vmlinux;
 
 use std::path::PathBuf;
 

@@ -41,6 +41,9 @@ pub struct DemoArgs {
     /// Payload bytes per request.
     #[arg(long, default_value_t = 64)]
     pub payload: usize,
+    /// Total request rate limit (0 = as fast as replies come back).
+    #[arg(long, default_value_t = 0)]
+    pub qps: u64,
     /// Measured time per topology.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub duration: Duration,
@@ -204,6 +207,8 @@ fn run_topology(
         .arg(args.concurrency.to_string())
         .arg("--payload")
         .arg(args.payload.to_string())
+        .arg("--qps")
+        .arg(args.qps.to_string())
         .arg("--warmup")
         .arg(format!("{}ms", args.warmup.as_millis()))
         .arg("--duration")

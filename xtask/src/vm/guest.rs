@@ -71,6 +71,13 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("current directory")?,
     };
+    // The guest mounts each at the same absolute path.
+    let rw_dirs = (args.rw_dirs.iter())
+        .map(|dir| {
+            dir.canonicalize()
+                .with_context(|| format!("--rw {}: no such directory", dir.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let spec = RunSpec {
         label: args.kernel,
         boot: image::prepared(args.kernel)?,
@@ -79,7 +86,7 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
         timeout: Duration::from_secs(args.timeout),
         memory_mib: args.memory,
         cpus: args.cpus,
-        rw_dirs: args.rw_dirs.clone(),
+        rw_dirs,
         stream: true,
     };
     let outcome = run_guests(&spec)?;
@@ -139,6 +146,7 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
     let logs_dir = super::target_dir().join("vm/logs");
     std::fs::create_dir_all(&logs_dir)
         .with_context(|| format!("creating {}", logs_dir.display()))?;
+    remove_logs_of_dead_runs(&logs_dir);
     let rw_mounts: String = (spec.rw_dirs.iter().enumerate())
         .map(|(i, dir)| format!("rw{i} {}\n", dir.display()))
         .collect();
@@ -151,8 +159,9 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
         let name = GUEST_NAMES[index];
         let script_text = script::guest_script(command, &spec.cwd);
         std::fs::write(run_dir.path().join(format!("{name}.script")), script_text)?;
-        let console_log = logs_dir.join(format!("{}-{name}.log", spec.label));
-        let _ = std::fs::remove_file(&console_log);
+        // Per process: concurrent runs must not share (or delete) each other's console log.
+        let console_log =
+            logs_dir.join(format!("{}-{name}-{}.log", spec.label, std::process::id()));
         let args = qemu_args(spec, index, run_dir.path(), &console_log);
         let child = spawn_qemu(&args)?;
         let prefix = two.then(|| format!("{}| ", name.to_uppercase()));
@@ -367,6 +376,23 @@ pub fn which_qemu() -> Result<PathBuf> {
         .map(|dir| dir.join(QEMU))
         .find(|path| path.is_file())
         .with_context(|| format!("{QEMU} not found: run `cargo xtask vm prepare`"))
+}
+
+/// Console logs are kept after a run for debugging, until a later run finds their xtask gone.
+fn remove_logs_of_dead_runs(logs_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(logs_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = (name.to_str())
+            .and_then(|n| n.strip_suffix(".log"))
+            .and_then(|n| n.rsplit('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !super::relay::process_alive(pid)) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 fn print_console_tail(log: &Path) {

@@ -250,7 +250,8 @@ fn read_module(path: &Path) -> Result<Vec<u8>> {
 }
 
 fn write_atomically(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
+    // Unique per process: two runs rebuilding the same kernel's files must not interleave.
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
 }

@@ -43,10 +43,14 @@ fn sweep_dead_run_dirs() {
         else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if !process_alive(pid) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+pub fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 impl Drop for RunDir {

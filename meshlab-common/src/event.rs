@@ -61,6 +61,9 @@ pub const EVENT_FLAG_RETRANS: u16 = 2;
 pub const EVENT_FLAG_NO_COOKIE: u16 = 4;
 /// `sock_ops`: the connection was opened actively (connect) rather than accepted.
 pub const EVENT_FLAG_ACTIVE_OPEN: u16 = 8;
+/// A unix stream socket event: `skb` holds the socket's address, `aux` its peer's (unix
+/// sockets have no cookie unless someone asked for one, and no sequence numbers).
+pub const EVENT_FLAG_UNIX: u16 = 16;
 
 const _: () = assert!(core::mem::size_of::<Event>() == 136);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);

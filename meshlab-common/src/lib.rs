@@ -34,6 +34,8 @@ pub const NET_RX_SOFTIRQ: u32 = 3;
 pub const AF_INET: u16 = 2;
 /// See [`AF_INET`].
 pub const AF_INET6: u16 = 10;
+/// Unix-domain sockets (the sidecar legs of the lab topologies).
+pub const AF_UNIX: u16 = 1;
 
 /// Filters and switches the loader sets before load (an eBPF read-only global).
 #[repr(C)]
@@ -49,8 +51,11 @@ pub struct Config {
     pub ifindex: u32,
     /// Non-zero: stream every NIC IRQ / NET softirq / napi_poll event (NIC evaluation).
     pub raw_irq_stream: u32,
+    /// Non-zero: also record send/recv/data-ready of unix stream sockets (in `netns_cookie`'s
+    /// namespace when set). Unix sockets have no TCP sequence: userspace counts their bytes.
+    pub trace_unix: u32,
     /// Explicit padding so the struct has no implicit holes.
-    pub _pad: [u32; 2],
+    pub _pad: u32,
 }
 
 /// `Config::filter_flags`: the PORTS map restricts traced connections.
@@ -88,6 +93,9 @@ pub struct KernelOffsets {
     pub msghdr_msg_iter: u32,
     pub iov_iter_count: u32,
     pub napi_struct_dev: u32,
+    pub sock_common_net: u32,
+    pub net_cookie: u32,
+    pub unix_sock_peer: u32,
     pub _pad: u32,
 }
 
@@ -138,7 +146,7 @@ mod pod {
 }
 
 const _: () = assert!(core::mem::size_of::<Config>() == 32);
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 24 * 4);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 27 * 4);
 const _: () = assert!(core::mem::size_of::<TupleKey>() == 40);
 const _: () = assert!(core::mem::size_of::<ConnInfo>() == 48);
 const _: () = assert!(core::mem::size_of::<NicIrq>() == 8);

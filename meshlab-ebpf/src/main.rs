@@ -17,6 +17,7 @@ mod rx;
 mod sched;
 mod sockops;
 mod tx;
+mod unix;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -88,7 +88,9 @@ tp_entries!(tcp_probe_btf, tcp_probe_raw, "tcp_probe", try_tcp_probe);
 /// CPU so the sched_waking that follows can be tied to this socket.
 fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
     let sk = ctx.arg_u64(0);
-    let (cookie, info) = traced_sock(sk)?;
+    let Some((cookie, info)) = traced_sock(sk) else {
+        return crate::unix::on_unix(Hook::SkDataReady, sk, 0);
+    };
     let rcv_nxt: u32 = read(sk, offset!(tcp_sock_rcv_nxt))?;
     emit(Hook::SkDataReady, |ev| {
         ev.cookie = cookie;
@@ -139,7 +141,9 @@ tp_entries!(
 /// sock:sock_recv_length(sk, ret, flags): the recv syscall returns.
 fn try_recv_return<C: TpArgs>(ctx: &C) -> Option<()> {
     let sk = ctx.arg_u64(0);
-    let (cookie, info) = traced_sock(sk)?;
+    let Some((cookie, info)) = traced_sock(sk) else {
+        return crate::unix::on_unix(Hook::RecvReturn, sk, ctx.arg_u64(1) as i32);
+    };
     let copied_seq: u32 = read(sk, offset!(tcp_sock_copied_seq))?;
     let ret = ctx.arg_u64(1) as i32;
     emit(Hook::RecvReturn, |ev| {

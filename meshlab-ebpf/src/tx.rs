@@ -63,7 +63,9 @@ tp_entries!(
 /// sock:sock_send_length(sk, ret, flags): the send syscall returns.
 fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
     let sk = ctx.arg_u64(0);
-    let (cookie, info) = traced_sock(sk)?;
+    let Some((cookie, info)) = traced_sock(sk) else {
+        return crate::unix::on_unix(Hook::SendReturn, sk, ctx.arg_u64(1) as i32);
+    };
     emit(Hook::SendReturn, |ev| {
         ev.cookie = cookie;
         ev.value = ctx.arg_u64(1) as i32;

@@ -187,6 +187,14 @@ pub struct KernelEvent {
     /// sock_established only: opened by connect() (true) or accept() (false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active: Option<bool>,
+    /// Unix stream socket events (`record --unix`): the socket's kernel address (unix sockets
+    /// have no cookie unless asked for one); `offset`/`len` then count bytes on this socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_sock: Option<u64>,
+    /// The connected peer socket's kernel address: its receive offsets match this socket's
+    /// send offsets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_peer: Option<u64>,
 }
 
 /// Direction of data relative to the node the event was recorded on.

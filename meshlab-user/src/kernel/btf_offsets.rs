@@ -68,6 +68,9 @@ pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
         msghdr_msg_iter: r.offset("msghdr", "msg_iter")?,
         iov_iter_count: r.offset("iov_iter", "count")?,
         napi_struct_dev: r.offset("napi_struct", "dev")?,
+        sock_common_net: r.offset("sock", "__sk_common.skc_net")?,
+        net_cookie: r.offset("net", "net_cookie")?,
+        unix_sock_peer: r.offset("unix_sock", "peer")?,
         _pad: 0,
     })
 }

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::net::{IpAddr, Ipv6Addr};
 
-use meshlab_common::{EVENT_FLAG_ACTIVE_OPEN, EVENT_FLAG_TUPLE, Event, HOOK_COUNT, Hook};
+use meshlab_common::{
+    EVENT_FLAG_ACTIVE_OPEN, EVENT_FLAG_TUPLE, EVENT_FLAG_UNIX, Event, HOOK_COUNT, Hook,
+};
 use serde::Serialize;
 
 use crate::schema::Direction;
@@ -23,10 +25,19 @@ struct ConnState {
     seg_end: [u64; HOOK_COUNT as usize],
 }
 
+/// Byte counters of one unix socket (keyed by its kernel address).
+#[derive(Debug, Default)]
+struct UnixState {
+    peer: u64,
+    sent: u64,
+    received: u64,
+}
+
 /// Decodes events of one node; counts what it received per hook.
 pub struct Decoder {
     node: String,
     conns: HashMap<u64, ConnState>,
+    unix: HashMap<u64, UnixState>,
     dev_names: HashMap<u32, String>,
     received: [u64; HOOK_COUNT as usize],
     unknown_hooks: u64,
@@ -37,6 +48,7 @@ impl Decoder {
         Self {
             node,
             conns: HashMap::new(),
+            unix: HashMap::new(),
             dev_names,
             received: [0; HOOK_COUNT as usize],
             unknown_hooks: 0,
@@ -69,6 +81,7 @@ impl Decoder {
         let Self {
             node,
             conns,
+            unix,
             dev_names,
             ..
         } = self;
@@ -100,7 +113,13 @@ impl Decoder {
             softirq_entry_ns: (ev.softirq_entry_ns != 0).then_some(ev.softirq_entry_ns),
             retrans: false,
             active: None,
+            unix_sock: None,
+            unix_peer: None,
         };
+        if ev.flags & EVENT_FLAG_UNIX != 0 {
+            fill_unix_position(unix, hook, ev, &mut line);
+            return line;
+        }
         if ev.flags & EVENT_FLAG_TUPLE != 0 {
             line.saddr = Some(Addr(ev.saddr));
             line.sport = Some(ev.sport);
@@ -211,6 +230,45 @@ fn fill_stream_position(
     }
 }
 
+/// Unix sockets: offsets count bytes per socket since the recording started (or since the
+/// socket address was first seen with this peer: a new peer means a reused address).
+fn fill_unix_position(
+    unix: &mut HashMap<u64, UnixState>,
+    hook: Hook,
+    ev: &Event,
+    line: &mut KernelLine<'_>,
+) {
+    line.skb = None;
+    line.unix_sock = Some(ev.skb);
+    line.unix_peer = (ev.aux != 0).then_some(ev.aux);
+    let state = unix.entry(ev.skb).or_default();
+    if state.peer != ev.aux {
+        *state = UnixState {
+            peer: ev.aux,
+            ..UnixState::default()
+        };
+    }
+    let bytes = u64::try_from(ev.value).unwrap_or(0);
+    let counter = match hook {
+        Hook::SendReturn => {
+            line.dir = Some(Direction::Tx);
+            &mut state.sent
+        }
+        Hook::RecvReturn => {
+            line.dir = Some(Direction::Rx);
+            &mut state.received
+        }
+        _ => {
+            line.dir = Some(Direction::Rx);
+            return;
+        }
+    };
+    line.value = Some(i64::from(ev.value));
+    line.offset = Some(*counter);
+    line.len = Some(bytes as u32);
+    *counter += bytes;
+}
+
 /// Maps a 32-bit sequence number to a 64-bit stream offset: the candidate nearest to the
 /// highest offset seen so far, so streams longer than 4 GiB keep counting up.
 pub fn unwrap_offset(seq: u32, base: u32, hi: &mut u64) -> u64 {
@@ -290,6 +348,10 @@ struct KernelLine<'a> {
     retrans: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     active: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unix_sock: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unix_peer: Option<u64>,
 }
 
 #[cfg(test)]
@@ -365,6 +427,36 @@ mod tests {
         let rx = decode(&mut d, &event(Hook::NetifReceiveSkb, 5_000_001 + 10, 20));
         assert_eq!((rx.offset, rx.dir), (Some(10), Some(Direction::Rx)));
         assert_eq!(d.received()[Hook::NetDevQueue as usize], 2);
+    }
+
+    #[test]
+    fn unix_sockets_count_bytes_per_socket_and_reset_on_a_new_peer() {
+        let mut d = Decoder::new("A".into(), HashMap::new());
+        let unix = |hook: Hook, sk: u64, peer: u64, bytes: i32| Event {
+            hook: hook as u16,
+            skb: sk,
+            aux: peer,
+            value: bytes,
+            flags: meshlab_common::EVENT_FLAG_UNIX,
+            queue: u32::MAX,
+            ..Event::default()
+        };
+        let a = decode(&mut d, &unix(Hook::SendReturn, 0x1000, 0x2000, 100));
+        assert_eq!(
+            (a.unix_sock, a.unix_peer, a.offset, a.len),
+            (Some(0x1000), Some(0x2000), Some(0), Some(100))
+        );
+        assert_eq!((a.skb, a.cookie, a.dir), (None, None, Some(Direction::Tx)));
+        let b = decode(&mut d, &unix(Hook::SendReturn, 0x1000, 0x2000, 50));
+        assert_eq!(b.offset, Some(100));
+        let r = decode(&mut d, &unix(Hook::RecvReturn, 0x2000, 0x1000, 150));
+        assert_eq!(
+            (r.offset, r.len, r.dir),
+            (Some(0), Some(150), Some(Direction::Rx))
+        );
+        // The same address with another peer is a new connection: counting restarts.
+        let c = decode(&mut d, &unix(Hook::SendReturn, 0x1000, 0x3000, 10));
+        assert_eq!(c.offset, Some(0));
     }
 
     #[test]

@@ -44,6 +44,10 @@ pub struct RecordArgs {
     /// Trace one connection in N, chosen by a hash of the 4-tuple both ends agree on ("1/N").
     #[arg(long, value_parser = parse_sample, default_value = "1/1")]
     pub sample_conns: u32,
+    /// Also record unix stream sockets (sidecar legs): send/recv returns and data-ready, keyed
+    /// by socket address. Use with --netns: without it every unix socket of the host is traced.
+    #[arg(long)]
+    pub unix: bool,
     /// Also stream every NIC IRQ, NET softirq and napi_poll event (NIC evaluation).
     #[arg(long)]
     pub raw_irq: bool,
@@ -133,7 +137,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         sample_every: args.sample_conns,
         ifindex,
         raw_irq_stream: u32::from(args.raw_irq),
-        _pad: [0; 2],
+        trace_unix: u32::from(args.unix),
+        _pad: 0,
     };
     let nic_irqs = sysinfo::nic_irqs();
     let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, &nic_irqs)?;

@@ -42,6 +42,7 @@ pub struct GuestOutcome {
     pub name: &'static str,
     /// The command's exit status; None when the guest died or was killed before it finished.
     pub status: Option<i32>,
+    /// What the command wrote, when not streamed (`RunSpec::stream` false).
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
     pub peak_rss_kib: u64,

@@ -98,14 +98,16 @@ impl Relay {
             return Ok(());
         }
         self.offset += fresh.len() as u64;
-        self.captured.extend_from_slice(&fresh);
+        // Streamed output is not also kept: `meshlab record` may write gigabytes of NDJSON.
         if stream {
             self.emit(&fresh, false);
+        } else {
+            self.captured.extend_from_slice(&fresh);
         }
         Ok(())
     }
 
-    /// Flushes a final unterminated line and returns everything the guest wrote.
+    /// Flushes a final unterminated line; returns what the guest wrote (empty when streamed).
     pub fn finish(&mut self, stream: bool) -> Vec<u8> {
         if stream {
             self.emit(&[], true);

@@ -116,6 +116,8 @@ fn lab_down_removes_namespaces_of_dead_owners_only() {
     std::mem::forget(crashed);
     let dead_path = Path::new(NETNS_DIR).join(&dead_name);
     assert!(dead_path.exists());
+    let dead_runtime_dir = std::env::temp_dir().join(format!("mlab-{}-0", dead_pid()));
+    std::fs::create_dir_all(dead_runtime_dir.join("sub")).unwrap();
 
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_meshlab"))
         .args(["lab", "down"])

@@ -27,7 +27,10 @@ pub fn run_lab(args: LabArgs) -> anyhow::Result<()> {
     match args.command {
         LabCommand::Down => {
             let removed = leftovers::lab_down()?;
-            eprintln!("meshlab lab down: removed {} namespace(s)", removed.len());
+            eprintln!(
+                "meshlab lab down: removed {} stale namespace(s) and runtime dir(s)",
+                removed.len()
+            );
             Ok(())
         }
         LabCommand::Server(args) => workload::server::run(args),

@@ -64,9 +64,31 @@ pub fn pids_in_netns(ns_path: &Path) -> std::io::Result<Vec<u32>> {
     Ok(pids)
 }
 
-/// Kills leftover processes and removes stale lab namespaces; returns what was removed.
+/// Runtime directories (`$TMPDIR/mlab-<pid>-<n>`, sockets and proxy configs) of dead owners.
+pub fn stale_runtime_dirs() -> std::io::Result<Vec<PathBuf>> {
+    let mut stale = Vec::new();
+    for entry in std::fs::read_dir(std::env::temp_dir())? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let owner = name
+            .strip_prefix(LAB_PREFIX)
+            .and_then(|rest| rest.split_once('-'))
+            .filter(|(_, n)| n.parse::<u32>().is_ok())
+            .and_then(|(pid, _)| pid.parse::<u32>().ok());
+        if let Some(pid) = owner
+            && entry.file_type()?.is_dir()
+            && !pid_alive(pid)
+        {
+            stale.push(entry.path());
+        }
+    }
+    Ok(stale)
+}
+
+/// Kills leftover processes and removes stale lab namespaces and runtime directories;
+/// returns what was removed.
 pub fn lab_down() -> anyhow::Result<Vec<PathBuf>> {
-    let stale = stale_namespaces()?;
+    let mut stale = stale_namespaces()?;
     for path in &stale {
         for pid in pids_in_netns(path).unwrap_or_default() {
             log::info!("killing pid {pid} left in {}", path.display());
@@ -75,6 +97,11 @@ pub fn lab_down() -> anyhow::Result<Vec<PathBuf>> {
         }
         remove_named_netns(path)?;
         log::info!("removed {}", path.display());
+    }
+    for dir in stale_runtime_dirs()? {
+        std::fs::remove_dir_all(&dir)?;
+        log::info!("removed {}", dir.display());
+        stale.push(dir);
     }
     Ok(stale)
 }

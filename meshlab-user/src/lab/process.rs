@@ -1,6 +1,7 @@
 //! Child processes the lab starts: stopped with a chosen signal and reaped on drop, killed if
 //! they do not stop in time, so nothing outlives a failed or panicking run.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,10 @@ pub struct ChildGuard {
 }
 
 impl ChildGuard {
+    /// Spawns `cmd`; the child also gets `stop_signal` if this process dies without stopping
+    /// it (see [`die_with_parent`]).
     pub fn spawn(name: &str, cmd: &mut Command, stop_signal: libc::c_int) -> anyhow::Result<Self> {
+        die_with_parent(cmd, stop_signal);
         let child = cmd
             .spawn()
             .with_context(|| format!("start {name}: {cmd:?}"))?;
@@ -64,6 +68,27 @@ impl ChildGuard {
     pub fn wait(&mut self) -> anyhow::Result<ExitStatus> {
         let mut child = self.child.take().context("already stopped")?;
         Ok(child.wait()?)
+    }
+}
+
+/// Makes the child receive `signal` when this process dies (PR_SET_PDEATHSIG), so a killed
+/// demo or test does not leave recorders, proxies or clients running.
+pub fn die_with_parent(cmd: &mut Command, signal: libc::c_int) {
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the hook runs between fork and exec and calls only prctl(2), getppid(2) and
+    // _exit(2), which are async-signal-safe; `parent` is a plain integer copied into it.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect: then no signal will come.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
     }
 }
 

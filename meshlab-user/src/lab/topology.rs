@@ -134,6 +134,7 @@ impl TopologyRun {
             Endpoint::Unix(p) => cmd.arg("--unix").arg(p),
         };
         lab.a.command(&mut cmd);
+        super::process::die_with_parent(&mut cmd, libc::SIGTERM);
         cmd
     }
 

@@ -69,7 +69,8 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
         _ => bail!("two guests: give `--a 'command for A' --b 'command for B'` (no `-- CMD`)"),
     };
     let cwd = match &args.cwd {
-        Some(dir) => dir.clone(),
+        Some(dir) => (dir.canonicalize())
+            .with_context(|| format!("--cwd {}: no such directory", dir.display()))?,
         None => std::env::current_dir().context("current directory")?,
     };
     // The guest mounts each at the same absolute path.

@@ -121,33 +121,40 @@ fn topology_ladder_is_one_table() {
     );
     // Sidecar stages appear in path order, marked new; the client's scheduling delay (the seed's
     // 11.4 -> 2.8 us) is the one kernel stage that moved beyond noise.
-    let route = cells(&text, "sidecar-out.route");
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let at = |name: &str, node: &str| {
+        lines
+            .iter()
+            .position(|c| c.len() > 1 && c[0] == name && c[1] == node)
+            .unwrap_or_else(|| panic!("no row {name} {node}"))
+    };
+    let route = &lines[at("proxy_route", "A")];
     let one_hop_route = nearest_rank(
-        &segment_samples(&requests("one_hop.ndjson"))["sidecar-out.route@A"],
+        &segment_samples(&requests("one_hop.ndjson"))["proxy_route@A"],
         0.5,
     );
     assert_eq!(route[2], "-");
     assert_eq!(route[3], us(one_hop_route));
-    assert_eq!((route[4].as_str(), route[7].as_str()), ("new", "new"));
-    let sched = cells(&text, "a.sched_delay");
+    assert_eq!((route[4], route[7]), ("new", "new"));
+    let inbound = &lines[at("proxy_route", "B")];
+    assert_eq!((inbound[3], inbound[4], inbound[7]), ("-", "-", "new"));
+    let sched = &lines[at("rx_sched_delay", "A")];
     assert!(
         sched[4].ends_with('*') && sched[7].ends_with('*'),
         "{sched:?}"
     );
-    let lines: Vec<&str> = text.lines().collect();
-    let at = |name: &str| {
-        lines
-            .iter()
-            .position(|l| l.split_whitespace().next() == Some(name))
-            .unwrap()
-    };
-    assert!(at("client.encode") < at("client.uds_write"));
-    assert!(at("client.uds_write") < at("sidecar-out.read"));
-    assert!(at("sidecar-out.write") < at("a.syscall_tx"));
-    assert!(at("b.recv_copy") < at("sidecar-in.read"));
-    assert!(at("server.uds_read") < at("server.decode"));
-    assert!(at("a.recv_copy") < at("client.uds_read"));
-    assert!(at("client.uds_read") < at("client.decode"));
+    assert!(!lines[at("rx_sched_delay", "B")][4].ends_with('*'));
+    assert!(at("client_pre_write", "A") < at("uds_write", "A"));
+    assert!(at("uds_write", "A") < at("proxy_read", "A"));
+    assert!(at("proxy_write", "A") < at("tx_syscall_entry", "A"));
+    assert!(at("tx_driver", "A") < at("network_round_trip", "derived"));
+    assert!(at("server_read_return", "B") < at("proxy_read", "B"));
+    assert!(at("uds_read", "B") < at("server_decode", "B"));
+    assert!(at("client_read_return", "A") < at("proxy_relay", "A"));
+    assert!(at("uds_read", "A") < at("client_decode", "A"));
 }
 
 #[test]

@@ -25,6 +25,14 @@ pub struct Representatives<'a> {
 pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> String {
     let mut body = String::new();
     page::header(&mut body, report);
+    page::kind_legend(&mut body);
+    let _ = write!(
+        body,
+        "<section id=\"by-kind\"><h2>Where the time goes, by kind</h2><div class=\"scroll\">{}</div>\
+         <p class=\"note\">Mean time per request in each kind, for all segments and per node; then the median \
+         and the p99 request themselves.</p></section>",
+        charts::stacked_bars(&stack_rows(report, reps))
+    );
     for (id, title, req) in [
         ("waterfall-median", "Median request", reps.median),
         ("waterfall-p99", "p99 request", reps.p99),
@@ -47,13 +55,6 @@ pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> St
             client = escape(&req.client_node),
         );
     }
-    let _ = write!(
-        body,
-        "<section id=\"by-kind\"><h2>Where the time goes, by kind</h2><div class=\"scroll\">{}</div>\
-         <p class=\"note\">Mean time per request in each kind, for all segments and per node; then the median \
-         and the p99 request themselves.</p></section>",
-        charts::stacked_bars(&stack_rows(report, reps))
-    );
     let _ = write!(
         body,
         "<section id=\"cdf-e2e\"><h2>Distribution of end-to-end</h2><div class=\"scroll\">{}</div></section>",
@@ -125,7 +126,11 @@ fn stack_rows(report: &RunReport, reps: &Representatives) -> Vec<StackRow> {
     }
     for node in nodes {
         rows.push(StackRow {
-            label: format!("{node} (mean)"),
+            label: if node == "derived" {
+                "derived across nodes (mean)".into()
+            } else {
+                format!("node {node} (mean)")
+            },
             by_kind: mean_of(Some(node)),
         });
     }

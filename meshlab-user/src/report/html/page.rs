@@ -43,6 +43,22 @@ pub fn header(out: &mut String, r: &RunReport) {
     out.push_str("</section>");
 }
 
+/// Colour key for the waterfalls (the stacked bars carry their own).
+pub fn kind_legend(out: &mut String) {
+    out.push_str("<p class=\"legend-row\" id=\"kinds\">");
+    for k in super::svg::KINDS {
+        let _ = write!(
+            out,
+            "<span><span class=\"swatch\" style=\"background:{}\"></span>{}</span>",
+            kind_color(k),
+            kind_name(k)
+        );
+    }
+    out.push_str(
+        "<span><span class=\"swatch hatched\"></span>derived across nodes (difference method)</span></p>",
+    );
+}
+
 pub fn segment_table(out: &mut String, r: &RunReport) {
     out.push_str(
         "<section id=\"segments\"><h2>Segments in path order</h2><table class=\"num\"><thead><tr><th>node</th>\
@@ -234,6 +250,31 @@ fn nodes(out: &mut String, r: &RunReport) {
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table>");
+    let failures: Vec<String> = r
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            n.attach_plan
+                .iter()
+                .filter(|e| e.status == AttachStatus::Failed)
+                .map(move |e| {
+                    format!(
+                        "<li>{} {} ({}): {}</li>",
+                        escape(&n.node),
+                        escape(&e.hook),
+                        escape(&e.tier),
+                        escape(e.error.as_deref().unwrap_or("no reason given"))
+                    )
+                })
+        })
+        .collect();
+    if !failures.is_empty() {
+        let _ = write!(
+            out,
+            "<ul class=\"note failures\">{}</ul>",
+            failures.concat()
+        );
+    }
 }
 
 const CSS: &str = "
@@ -253,7 +294,7 @@ svg .tick,svg .axis-label{fill:#6b7280}
 svg .band0{fill:var(--band0)}svg .band1{fill:var(--band1)}
 svg .band-title{font-weight:600;fill:#374151}
 svg .row-label{fill:#374151}
-svg .bar-label{fill:#4b5563;font-size:11px}
+svg .bar-label{fill:#374151;font-size:11px;paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 svg .in-bar{fill:#fff;font-weight:600}
 svg .legend{fill:#374151}
 svg .cdf-line{fill:none;stroke-width:2}
@@ -264,6 +305,8 @@ th,td{padding:3px 10px;border-bottom:1px solid var(--line);text-align:left;verti
 th{background:#f9fafb;font-weight:600}
 table.num td:nth-child(n+6){text-align:right;font-variant-numeric:tabular-nums}
 .swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px}
+.swatch.hatched{background:repeating-linear-gradient(45deg,#54a24b 0 3px,#cfe6cb 3px 6px)}
+.legend-row{display:flex;gap:18px;margin:14px 0 0;font-size:13px;color:#374151}
 dl{display:grid;grid-template-columns:170px 1fr;gap:4px 14px;margin:0}dt{color:var(--muted)}dd{margin:0}
 code{font-size:12.5px;background:#f3f4f6;padding:1px 4px;border-radius:3px}
 .ok{color:#166534}.failed{color:#b91c1c;font-weight:600}

@@ -152,6 +152,16 @@ pub fn svg(req: &MergedRequest, client_first_note: &str) -> String {
             );
         }
     }
+    // The end-to-end mark goes under the bars and their labels.
+    let end = g.scale.at(req.e2e_ns as f64 / 1000.0);
+    let _ = write!(
+        s,
+        "<line class=\"e2e-mark\" x1=\"{end:.1}\" y1=\"{TOP}\" x2=\"{end:.1}\" y2=\"{plot_bottom:.1}\"/>\
+         <text class=\"e2e-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">end-to-end {} µs</text>",
+        end - 4.0,
+        TOP + 15.0,
+        us(req.e2e_ns)
+    );
     let mut labelled = Vec::new();
     for bar in &g.bars {
         let seg = &req.segments[bar.placed.segment];
@@ -202,14 +212,65 @@ pub fn svg(req: &MergedRequest, client_first_note: &str) -> String {
             );
         }
     }
-    let end = g.scale.at(req.e2e_ns as f64 / 1000.0);
-    let _ = write!(
-        s,
-        "<line class=\"e2e-mark\" x1=\"{end:.1}\" y1=\"{TOP}\" x2=\"{end:.1}\" y2=\"{plot_bottom:.1}\"/>\
-         <text class=\"e2e-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">end-to-end {} µs</text></svg>",
-        end - 4.0,
-        TOP + 15.0,
-        us(req.e2e_ns)
-    );
+    s.push_str("</svg>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rows_bands_and_pixels() {
+        // A: [0,10) and [130,140) us after start; B: 60 us on its own clock; rtt 60 us (Σ = 140).
+        let seg = |name: &str, node: &str, start: u64, dur: u64| {
+            json!({"name": name, "node": node, "layer": "kernel", "unit": "u", "kind": "compute",
+                   "start_ns": start, "dur_ns": dur})
+        };
+        let req: MergedRequest = serde_json::from_value(json!({
+            "trace_id": "t", "client_node": "A", "join": "offset", "start_ns": 1_000_000,
+            "e2e_ns": 140_000, "complete": true, "missing": [],
+            "segments": [
+                seg("a1", "A", 1_000_000, 10_000),
+                {"name": "rtt", "layer": "network", "unit": "wire", "kind": "network", "dur_ns": 60_000,
+                 "derived": {"method": "difference", "outer_node": "A", "outer": [], "inner_node": "B", "inner": []}},
+                seg("b1", "B", 9_000_000, 60_000),
+                seg("a2", "A", 1_130_000, 10_000),
+            ]
+        }))
+        .unwrap();
+        let g = geometry(&req);
+        let bands: Vec<(&str, usize)> = g
+            .bands
+            .iter()
+            .map(|(l, _, r)| (l.as_str(), r.len()))
+            .collect();
+        assert_eq!(bands, [("A", 2), ("B", 1), ("derived", 1)]);
+        // Band tops: each band is its header plus its rows plus a 6 px gap.
+        assert_eq!(g.bands[1].1, TOP + BAND_HEAD + 2.0 * ROW_H + 6.0);
+        // 140 us over the plot width: 1 us = (WIDTH - RIGHT_PAD - LABEL_W) / 140 px.
+        let px = (WIDTH - RIGHT_PAD - LABEL_W) / 140.0;
+        let bar = |name: &str| -> Vec<(usize, f64, f64)> {
+            g.bars
+                .iter()
+                .filter(|b| req.segments[b.placed.segment].name == name)
+                .map(|b| {
+                    (
+                        b.row,
+                        ((b.x - LABEL_W) / px * 1000.0).round() / 1000.0,
+                        (b.w / px * 1000.0).round() / 1000.0,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(bar("a1"), [(0, 0.0, 10.0)]);
+        assert_eq!(bar("a2"), [(1, 130.0, 10.0)]);
+        // B's 60 us centred in A's 120 us wait: 30 us after a1 ends.
+        assert_eq!(bar("b1"), [(2, 40.0, 60.0)]);
+        assert_eq!(bar("rtt"), [(3, 10.0, 30.0), (3, 100.0, 30.0)]);
+        let svg = svg(&req, "A");
+        assert_eq!(svg.matches("<rect class=\"bar ").count(), 5);
+        assert!(svg.contains("url(#hatch-network)"));
+    }
 }

@@ -20,6 +20,18 @@ pub fn now_ns() -> u64 {
 /// every event either reaches the buffer or is counted in DROPS, and both count in HITS.
 #[inline(always)]
 pub fn emit(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
+    emit_impl::<true>(hook, fill)
+}
+
+/// [`emit`] for program types that may not ask for the current task (sock_ops: kernels before
+/// 6.x reject `bpf_get_current_pid_tgid` there); pid and tid stay 0.
+#[inline(always)]
+pub fn emit_without_task(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
+    emit_impl::<false>(hook, fill)
+}
+
+#[inline(always)]
+fn emit_impl<const WITH_TASK: bool>(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
     let index = u32::from(hook as u16);
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         bump(&HITS, index);
@@ -27,7 +39,11 @@ pub fn emit(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
         return;
     };
     let ev = entry.as_mut_ptr();
-    let pid_tgid = bpf_get_current_pid_tgid();
+    let pid_tgid = if WITH_TASK {
+        bpf_get_current_pid_tgid()
+    } else {
+        0
+    };
     // SAFETY: `ev` points to a reserved, exclusively owned, properly aligned record; zeroing it
     // first makes every field initialised before the reference is created.
     let ev = unsafe {

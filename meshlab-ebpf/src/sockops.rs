@@ -10,7 +10,7 @@ use meshlab_common::{
     conn_sample_hash, conn_sampled,
 };
 
-use crate::emit::{emit, set_conn_tuple};
+use crate::emit::{emit_without_task, set_conn_tuple};
 use crate::globals::config;
 use crate::kread::ipv4_mapped;
 use crate::maps::{FILTER_ADDR_SET, FILTER_PORT_SET, SCRATCH_CONN, TRACED_CONNS, TUPLES};
@@ -148,10 +148,8 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
     let _ = ctx
         .set_cb_flags(ctx_field!(ctx, bpf_sock_ops_cb_flags) as i32 | BPF_SOCK_OPS_STATE_CB_FLAG);
 
-    emit(Hook::SockEstablished, |ev| {
-        // Passive opens complete in softirq context: the current task is unrelated.
-        ev.pid = 0;
-        ev.tid = 0;
+    // Passive opens complete in softirq context: the current task would be unrelated anyway.
+    emit_without_task(Hook::SockEstablished, |ev| {
         ev.cookie = cookie;
         ev.seq = snd_nxt;
         ev.aux = u64::from(rcv_nxt);
@@ -171,9 +169,7 @@ fn try_closed(ctx: &SockOpsContext) -> Option<()> {
     let info = *unsafe { TRACED_CONNS.get(&cookie) }?;
     let _ = TUPLES.remove(&info.tuple);
     let _ = TRACED_CONNS.remove(&cookie);
-    emit(Hook::SockClosed, |ev| {
-        ev.pid = 0;
-        ev.tid = 0;
+    emit_without_task(Hook::SockClosed, |ev| {
         ev.cookie = cookie;
         set_conn_tuple(ev, &info);
         Some(())

@@ -205,12 +205,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let mut session = session::Session::new(ebpf, attached, node, netns.dev_names, out)?;
     session.write_record(&Record::Startup(startup))?;
     session.flush()?;
-    if let Some(ready) = &args.ready_file {
-        File::create(ready).with_context(|| format!("creating ready file {}", ready.display()))?;
-    }
     let summary = session.run(
         args.duration,
         Duration::from_secs(args.clock_every_secs.max(1)),
+        args.ready_file.as_deref(),
     )?;
     eprintln!("{summary}");
     Ok(())

@@ -68,17 +68,20 @@ impl Session {
     }
 
     /// Records until `duration`, SIGINT or SIGTERM; returns a one-line summary for stderr.
+    /// `ready_file` is created once the signal handlers are in place, so a controller that
+    /// waits for it can stop the recording with a signal at any time after.
     pub fn run(
         mut self,
         duration: Option<Duration>,
         clock_every: Duration,
+        ready_file: Option<&std::path::Path>,
     ) -> anyhow::Result<String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let started = Instant::now();
         let start_ns = sample_clocks(None).monotonic_ns;
-        let reason = runtime.block_on(self.read_loop(duration, clock_every))?;
+        let reason = runtime.block_on(self.read_loop(duration, clock_every, ready_file))?;
 
         // Detach first, so no event can be produced after the counters are read; then drain
         // what is still in the buffer: received + dropped == hits holds exactly.
@@ -143,6 +146,7 @@ impl Session {
         &mut self,
         duration: Option<Duration>,
         clock_every: Duration,
+        ready_file: Option<&std::path::Path>,
     ) -> anyhow::Result<&'static str> {
         let ring = self.ring.take().context("ring buffer already taken")?;
         // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
@@ -152,6 +156,10 @@ impl Session {
                 .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
+        if let Some(ready) = ready_file {
+            std::fs::File::create(ready)
+                .with_context(|| format!("creating ready file {}", ready.display()))?;
+        }
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut last_clock = Instant::now();

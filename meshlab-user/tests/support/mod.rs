@@ -122,6 +122,15 @@ impl Recording {
         }
     }
 
+    /// Whether `hook` got attached at some tier (a kernel may lack a tracepoint: sk_data_ready
+    /// exists since 6.6, so its events are legitimately missing on 6.1).
+    pub fn attached(&self, hook: &str) -> bool {
+        self.startup
+            .attach_plan
+            .iter()
+            .any(|e| e.hook == hook && e.status == meshlab_user::schema::AttachStatus::Attached)
+    }
+
     pub fn of(&self, hook: &str, cookie: u64) -> Vec<&KernelEvent> {
         self.events
             .iter()

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -109,9 +109,13 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
         bail!("--concurrency must be at least 1");
     }
     let probes = args.trace.open("client")?;
-    let start = Instant::now();
-    let measure_from = start + args.warmup;
-    let end = measure_from + args.duration;
+    // The clock starts once every connection is up (connecting may wait for a proxy).
+    let window = Arc::new(Window {
+        all_connected: Barrier::new(args.concurrency),
+        start: OnceLock::new(),
+        warmup: args.warmup,
+        duration: args.duration,
+    });
     // Each connection gets an equal share of the rate limit.
     let interval =
         (args.qps > 0).then(|| Duration::from_secs_f64(args.concurrency as f64 / args.qps as f64));
@@ -119,6 +123,7 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
         .map(|index| {
             let ep = ep.clone();
             let probes = probes.clone();
+            let window = window.clone();
             let (proto, payload) = (args.proto, args.payload);
             std::thread::spawn(move || {
                 let job = Job {
@@ -126,8 +131,7 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
                     proto,
                     payload,
                     index,
-                    measure_from,
-                    end,
+                    window,
                     interval,
                     probes,
                 };
@@ -183,21 +187,34 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The measurement window shared by all connections.
+struct Window {
+    all_connected: Barrier,
+    start: OnceLock<Instant>,
+    warmup: Duration,
+    duration: Duration,
+}
+
 struct Job {
     ep: Endpoint,
     proto: Proto,
     payload: usize,
     index: usize,
-    measure_from: Instant,
-    end: Instant,
+    window: Arc<Window>,
     interval: Option<Duration>,
     probes: Option<Arc<ProbeSink>>,
 }
 
 impl Job {
     fn run(self) -> anyhow::Result<ConnResult> {
-        let mut conn = Conn::connect_patiently(&self.ep, Duration::from_secs(5))
-            .with_context(|| format!("connect to {}", self.ep))?;
+        let connected = Conn::connect_patiently(&self.ep, Duration::from_secs(5))
+            .with_context(|| format!("connect to {}", self.ep));
+        // Wait even when connecting failed, so the other connections are not stuck here.
+        self.window.all_connected.wait();
+        let mut conn = connected?;
+        let start = *self.window.start.get_or_init(Instant::now);
+        let measure_from = start + self.window.warmup;
+        let end = measure_from + self.window.duration;
         let unix_path = match &self.ep {
             Endpoint::Unix(p) => Some(p.clone()),
             Endpoint::Tcp(_) => None,
@@ -211,7 +228,7 @@ impl Job {
         let mut inbuf = Vec::with_capacity(self.payload + 128);
         let mut next_send = Instant::now();
         let mut seq_id: i32 = 0;
-        while Instant::now() < self.end {
+        while Instant::now() < end {
             if let Some(interval) = self.interval {
                 if let Some(wait) = next_send.checked_duration_since(Instant::now()) {
                     std::thread::sleep(wait);
@@ -263,7 +280,7 @@ impl Job {
                     reply.message.seq_id
                 );
             }
-            if t0 >= self.measure_from {
+            if t0 >= measure_from {
                 hist.saturating_record(elapsed.as_nanos() as u64);
             }
             if let (Some(sink), Some(id)) = (&self.probes, &trace_id) {

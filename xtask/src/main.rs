@@ -4,6 +4,7 @@
 mod bench;
 mod setup;
 mod vm;
+mod vm_scenarios;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,6 +32,11 @@ enum Task {
     },
     /// Boot stock Debian kernels under qemu and run commands in them.
     Vm(vm::VmArgs),
+    /// The privileged record tests and the two-guest NIC IRQ scenario on stock Debian kernels.
+    VmScenarios {
+        #[arg(long)]
+        ci: bool,
+    },
     /// Benchmarks on the real kernel (recorder overhead, memory soak).
     Bench {
         #[command(subcommand)]
@@ -58,6 +64,7 @@ fn main() -> Result<()> {
         Task::Test(args) => test(args),
         Task::Demo { args } => demo(&args),
         Task::Vm(args) => vm::run(args),
+        Task::VmScenarios { ci } => vm_tests(ci),
         Task::Bench { task } => {
             setup::run()?;
             bench::run(task)
@@ -122,15 +129,11 @@ fn test(args: TestArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs `meshlab doctor` inside each stock Debian kernel under qemu: the fentry/kprobe tiers
-/// that this host kernel cannot offer must attach there.
+/// The stock Debian kernels under qemu: see vm_scenarios.rs.
 fn vm_tests(ci: bool) -> Result<()> {
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.args(["vm", "check"]);
-    if ci {
-        cmd.env("MESHLAB_REQUIRE_VM", "1");
-    }
-    run_cmd(&mut cmd)
+    let xtask = std::env::current_exe()?;
+    run_cmd(Command::new(&xtask).args(["vm", "prepare"]))?;
+    vm_scenarios::run(ci)
 }
 
 fn demo(args: &[String]) -> Result<()> {

@@ -1,0 +1,101 @@
+//! meshlab on stock Debian kernels under qemu: what this host kernel cannot show.
+//!
+//! - every privileged record test binary runs inside each guest kernel, where fentry and
+//!   kprobe attach (so tcp_sendmsg must be recorded at the fentry tier);
+//! - two guests joined by a virtio-net link: the receiver's RX events must carry the real NIC
+//!   IRQ that preceded them (irq number, entry time before the NET_RX softirq).
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{run_cmd, workspace_root};
+
+const KERNELS: [&str; 2] = ["6.1", "6.12"];
+
+pub fn run(ci: bool) -> Result<()> {
+    let xtask = std::env::current_exe()?;
+    let mut check = Command::new(&xtask);
+    check.args(["vm", "check"]);
+    if ci {
+        check.env("MESHLAB_REQUIRE_VM", "1");
+    }
+    run_cmd(&mut check)?;
+    for kernel in KERNELS {
+        let mut tests = Command::new(&xtask);
+        tests
+            .args(["vm", "test", "--kernel", kernel, "--", "-p", "meshlab-user"])
+            .args(["--test", "record_tiers", "--test", "record_loopback", "--test", "record_overload"])
+            .env("MESHLAB_EXPECT_TCP_SENDMSG_TIER", "fentry")
+            .env("MESHLAB_REQUIRE_PRIVILEGED", "1");
+        run_cmd(&mut tests)?;
+        nic_irq_scenario(&xtask, kernel)?;
+    }
+    Ok(())
+}
+
+/// Guest B records and serves; guest A sends RPCs over the virtio link once B answers.
+fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
+    let dir = workspace_root().join(format!("target/vm/scenario-{kernel}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let meshlab = workspace_root().join("target/debug/meshlab");
+    let (m, d) = (meshlab.display(), dir.display());
+    // B: recorder first; the server only once every program is attached, so A's first
+    // connection is already traced. Both stop by themselves.
+    let b = format!(
+        "{m} record -o {d}/b.ndjson --node B --port 9000 --duration 90s --ready-file /run/rec.ready & REC=$!; \
+         while [ ! -f /run/rec.ready ]; do sleep 0.1; done; \
+         timeout -s INT 45 {m} lab server --listen 10.213.0.2:9000; \
+         kill -INT $REC; wait $REC"
+    );
+    // A: retries until B's server answers, then one short run of requests.
+    let a = format!(
+        "for i in $(seq 120); do {m} lab client --connect 10.213.0.2:9000 --warmup 0s --duration 2s \
+         > {d}/a.json && exit 0; sleep 0.5; done; exit 1"
+    );
+    run_cmd(
+        Command::new(xtask)
+            .args(["vm", "run", "--kernel", kernel, "--timeout", "240", "--rw"])
+            .arg(&dir)
+            .args(["--a", &a, "--b", &b]),
+    )?;
+    let result = check_nic_irq_recording(&dir.join("b.ndjson"));
+    let _ = std::fs::remove_dir_all(&dir);
+    result.with_context(|| format!("kernel {kernel}: two-guest NIC IRQ scenario"))
+}
+
+fn check_nic_irq_recording(path: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let records: Vec<serde_json::Value> =
+        text.lines().map(serde_json::from_str).collect::<Result<_, _>>().context("recording is NDJSON")?;
+    let startup = records.first().context("empty recording")?;
+    ensure!(startup["type"] == "startup", "first record is not startup");
+    let nic_irqs = startup["nic_irqs"].as_array().context("nic_irqs")?;
+    ensure!(nic_irqs.iter().any(|i| i["dev"] == "eth0"), "no NIC IRQ of eth0 found: {nic_irqs:?}");
+    let plan = startup["attach_plan"].as_array().context("attach_plan")?;
+    ensure!(
+        plan.iter().any(|e| e["hook"] == "tcp_sendmsg" && e["tier"] == "fentry" && e["status"] == "attached"),
+        "tcp_sendmsg not at the fentry tier"
+    );
+    let rx: Vec<_> = records
+        .iter()
+        .filter(|r| r["type"] == "kernel" && r["hook"] == "netif_receive_skb" && r["dev"] == "eth0")
+        .collect();
+    ensure!(rx.len() >= 10, "only {} RX events on eth0", rx.len());
+    let with_irq: Vec<_> = rx.iter().filter(|r| r["irq"].is_u64() && r["irq_entry_ns"].is_u64()).collect();
+    // Under load NAPI may poll several packets per IRQ, but an idle ping-pong takes one IRQ
+    // per request: most RX events must carry one.
+    ensure!(with_irq.len() * 2 >= rx.len(), "{} of {} RX events carry an IRQ", with_irq.len(), rx.len());
+    for r in &with_irq {
+        let (irq_ns, ts) = (r["irq_entry_ns"].as_u64().unwrap(), r["ts_ns"].as_u64().unwrap());
+        let softirq = r["softirq_entry_ns"].as_u64().context("softirq entry with the IRQ")?;
+        if !(irq_ns <= softirq && softirq <= ts) {
+            bail!("IRQ {irq_ns} <= softirq {softirq} <= RX {ts} violated: {r}");
+        }
+        let irq = r["irq"].as_u64().unwrap();
+        ensure!(nic_irqs.iter().any(|i| i["irq"] == irq), "IRQ {irq} is not a NIC IRQ");
+    }
+    eprintln!("vm scenario: {} RX events on eth0, {} with their NIC IRQ, all ordered IRQ <= softirq <= RX", rx.len(), with_irq.len());
+    Ok(())
+}

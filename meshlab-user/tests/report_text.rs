@@ -234,3 +234,92 @@ fn a_closed_pipe_is_success() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn reads_what_meshlab_merge_writes() {
+    // The merge's own scenario inputs, merged for real (with timeline lines), then reported.
+    let scenarios = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/merge");
+    let dir = tempfile::tempdir().unwrap();
+    for scenario in [
+        "plain",
+        "veth_no_irq",
+        "dropped_event",
+        "pipelined",
+        "retransmission",
+    ] {
+        let mut inputs: Vec<String> = std::fs::read_dir(scenarios.join(scenario))
+            .unwrap()
+            .map(|e| e.unwrap().path().display().to_string())
+            .filter(|p| p.ends_with(".ndjson"))
+            .collect();
+        inputs.sort();
+        let merged = dir.path().join(format!("{scenario}.ndjson"));
+        let mut args = vec!["merge", "--timeline", "-o", merged.to_str().unwrap()];
+        args.extend(inputs.iter().map(String::as_str));
+        run_ok(&args);
+        let reqs = requests_in(&merged);
+        assert!(!reqs.is_empty(), "{scenario}");
+        let html = dir.path().join(format!("{scenario}.html"));
+        let trace = dir.path().join(format!("{scenario}.json"));
+        let v: serde_json::Value = serde_json::from_str(&run_ok(&[
+            "report",
+            "--json",
+            merged.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+            "--perfetto",
+            trace.to_str().unwrap(),
+        ]))
+        .unwrap();
+        assert_eq!(
+            v["e2e"]["p50_ns"],
+            nearest_rank(&e2e(&reqs), 0.5),
+            "{scenario}"
+        );
+        let samples = segment_samples(&reqs);
+        assert_eq!(
+            v["segments"].as_array().unwrap().len(),
+            samples.len(),
+            "{scenario}"
+        );
+        let shares: f64 = v["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["share"].as_f64().unwrap())
+            .sum();
+        assert!(
+            (shares - 1.0).abs() < 1e-9,
+            "{scenario}: shares add up to {shares}"
+        );
+        let incomplete = reqs.iter().filter(|r| r["complete"] == false).count() as u64;
+        assert_eq!(v["completeness"]["incomplete"], incomplete, "{scenario}");
+        assert!(
+            std::fs::read_to_string(&html)
+                .unwrap()
+                .contains("id=\"waterfall-p99\"")
+        );
+        let t: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+        let segments_in_trace = t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["args"]["segment"].is_string())
+            .count();
+        let derived = reqs
+            .iter()
+            .flat_map(|r| r["segments"].as_array().unwrap())
+            .filter(|s| s["derived"].is_object())
+            .count();
+        let all: usize = reqs
+            .iter()
+            .map(|r| r["segments"].as_array().unwrap().len())
+            .sum();
+        assert_eq!(
+            segments_in_trace,
+            all + derived,
+            "{scenario}: derived segments are drawn in two halves"
+        );
+    }
+}

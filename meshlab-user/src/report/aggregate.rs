@@ -16,7 +16,7 @@ pub enum ReportError {
     #[error(transparent)]
     Ndjson(#[from] NdjsonError),
     #[error(
-        "{file}:{line}: expected a merged record (merge_info, request or merge_summary), found a `{found}` record; run `meshlab merge` first"
+        "{file}:{line}: expected a merged record (merge_info, request, merge_summary or a timeline probe), found a `{found}` record; run `meshlab merge` first"
     )]
     NotMerged {
         file: PathBuf,
@@ -84,6 +84,8 @@ pub struct Aggregate {
     /// Standard error of each segment's p50 (batch medians); set by `finish`.
     pub median_se: BTreeMap<SegmentKey, f64>,
     pub e2e_median_se: Option<f64>,
+    /// Timeline lines (`probe` records from `merge --timeline`), skipped.
+    pub timeline_points: u64,
 }
 
 impl Aggregate {
@@ -107,6 +109,8 @@ impl Aggregate {
                 }
                 Record::Request(req) => agg.add_request(&req),
                 Record::MergeSummary(s) => agg.summary = Some(s),
+                // `merge --timeline` writes each request's observed points before it.
+                Record::Probe(_) => agg.timeline_points += 1,
                 other => {
                     return Err(ReportError::NotMerged {
                         file: path.into(),

@@ -184,6 +184,9 @@ fn write_nodes(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
             }
         }
     }
+    if hooks.is_empty() {
+        return writeln!(out, "  none recorded in the nodes' startup records");
+    }
     let mut columns = vec![("hook", Align::Left)];
     columns.extend(r.nodes.iter().map(|n| (n.node.as_str(), Align::Left)));
     let mut t = Table::new(&columns);

@@ -36,7 +36,11 @@ pub fn run_ok(args: &[&str]) -> String {
 
 /// The `request` records of a merged file, as plain JSON.
 pub fn requests(name: &str) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(fixture(name))
+    requests_in(&fixture(name))
+}
+
+pub fn requests_in(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())

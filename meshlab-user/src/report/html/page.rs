@@ -216,6 +216,9 @@ fn nodes(out: &mut String, r: &RunReport) {
             }
         }
     }
+    if hooks.is_empty() {
+        out.push_str("<tr><td colspan=\"99\" class=\"muted\">none recorded in the nodes' startup records</td></tr>");
+    }
     for hook in hooks {
         let _ = write!(out, "<tr><td>{}</td>", escape(hook));
         for n in &r.nodes {

@@ -13,7 +13,7 @@ const CLOCK_SAMPLES: usize = 5;
 
 pub fn run(labels: &[KernelLabel]) -> Result<()> {
     for &label in labels {
-        if let Err(why) = guest::which_qemu().and_then(|_| image::prepared(label)) {
+        if let Err(why) = super::qemu::which_qemu().and_then(|_| image::prepared(label)) {
             if super::vm_required() {
                 return Err(why.context("MESHLAB_REQUIRE_VM=1 and the VM runner is not ready"));
             }

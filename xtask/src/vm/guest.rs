@@ -1,10 +1,8 @@
 //! Booting the guests: qemu command lines, the run directory they share with the host, output
 //! relay, and making sure no qemu outlives a run (exit, error, timeout, Ctrl-C, xtask killed).
 
-use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,15 +10,17 @@ use anyhow::{Context, Result, bail};
 
 use super::image::BootFiles;
 use super::kernel::KernelLabel;
+use super::qemu::{qemu_args, spawn_qemu};
 use super::relay::{Relay, RunDir, peak_rss_kib};
 use super::{RunArgs, image, script};
 
 /// The private link: guest A and guest B only, over a pair of unix datagram sockets between
 /// the two qemu processes. No host interface, no route, no gateway.
 pub const LINK_ADDRS: [&str; 2] = ["10.213.0.1", "10.213.0.2"];
-const LINK_PREFIX: u8 = 24;
-const GUEST_NAMES: [&str; 2] = ["a", "b"];
-const QEMU: &str = "qemu-system-x86_64";
+pub const LINK_PREFIX: u8 = 24;
+pub const GUEST_NAMES: [&str; 2] = ["a", "b"];
+/// A directory of the run directory both guests see (at $MESHLAB_VM_SHARED): rendezvous files.
+const SHARED_DIR: &str = "shared";
 
 #[derive(Debug, Clone)]
 pub struct RunSpec {
@@ -143,7 +143,7 @@ pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
 /// Boots the guests, relays their output, and returns once all have stopped.
 pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
     install_signal_handlers();
-    which_qemu()?;
+    super::qemu::which_qemu()?;
     let run_dir = RunDir::create()?;
     let logs_dir = super::target_dir().join("vm/logs");
     std::fs::create_dir_all(&logs_dir)
@@ -153,13 +153,22 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
         .map(|(i, dir)| format!("rw{i} {}\n", dir.display()))
         .collect();
     std::fs::write(run_dir.path().join("rw-mounts"), rw_mounts)?;
+    std::fs::create_dir(run_dir.path().join(SHARED_DIR))?;
 
     let two = spec.commands.len() == 2;
     let started = Instant::now();
     let mut guests = Vec::new();
     for (index, command) in spec.commands.iter().enumerate() {
         let name = GUEST_NAMES[index];
-        let script_text = script::guest_script(command, &spec.cwd);
+        let mut guest_env = vec![
+            ("MESHLAB_VM_GUEST", name.to_owned()),
+            ("MESHLAB_VM_SHARED", format!("/run/meshlab/{SHARED_DIR}")),
+        ];
+        if two {
+            guest_env.push(("MESHLAB_VM_ADDR", LINK_ADDRS[index].to_owned()));
+            guest_env.push(("MESHLAB_VM_PEER", LINK_ADDRS[1 - index].to_owned()));
+        }
+        let script_text = script::guest_script(command, &spec.cwd, &guest_env);
         std::fs::write(run_dir.path().join(format!("{name}.script")), script_text)?;
         // Per process: concurrent runs must not share (or delete) each other's console log.
         let console_log =
@@ -267,117 +276,6 @@ impl Drop for RunningGuest {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// The qemu command line for guest `index` (0 = A, 1 = B).
-pub fn qemu_args(
-    spec: &RunSpec,
-    index: usize,
-    run_dir: &Path,
-    console_log: &Path,
-) -> Vec<OsString> {
-    let name = GUEST_NAMES[index];
-    let mut append = format!("console=ttyS0 panic=-1 loglevel=5 meshlab.name={name}");
-    let mut args: Vec<String> = vec![
-        // No default devices: above all no NIC with user-mode NAT to the outside world.
-        "-nodefaults".into(),
-        "-no-user-config".into(),
-        "-no-reboot".into(),
-        // TCG: KVM hangs on stock kernels on this host (kernel-lab.md).
-        "-accel".into(),
-        "tcg".into(),
-        "-machine".into(),
-        "pc".into(),
-        "-cpu".into(),
-        "max".into(),
-        "-m".into(),
-        spec.memory_mib.to_string(),
-        "-smp".into(),
-        spec.cpus.to_string(),
-        "-display".into(),
-        "none".into(),
-        "-serial".into(),
-        format!("file:{}", escape(console_log)),
-        "-kernel".into(),
-        spec.boot.vmlinux.display().to_string(),
-        "-initrd".into(),
-        spec.boot.initramfs.display().to_string(),
-    ];
-    let mut share = |tag: &str, path: &Path, readonly: bool| {
-        let ro = if readonly { ",readonly=on" } else { "" };
-        args.push("-fsdev".into());
-        args.push(format!(
-            "local,id={tag},path={},security_model=none,multidevs=remap{ro}",
-            escape(path)
-        ));
-        args.push("-device".into());
-        args.push(format!("virtio-9p-pci,fsdev={tag},mount_tag={tag}"));
-    };
-    share("hostroot", Path::new("/"), true);
-    share("meshlab_run", run_dir, false);
-    for (i, dir) in spec.rw_dirs.iter().enumerate() {
-        share(&format!("rw{i}"), dir, false);
-    }
-    if spec.commands.len() == 2 {
-        let socket = |i: usize| escape(&run_dir.join(format!("link-{}.sock", GUEST_NAMES[i])));
-        let (local, remote) = (socket(index), socket(1 - index));
-        args.push("-netdev".into());
-        args.push(format!(
-            "dgram,id=link,local.type=unix,local.path={local},remote.type=unix,remote.path={remote}"
-        ));
-        args.push("-device".into());
-        args.push(format!(
-            "virtio-net-pci,netdev=link,mac=52:54:00:6d:6c:0{}",
-            index + 1
-        ));
-        append += &format!(
-            " meshlab.addr={}/{LINK_PREFIX} meshlab.peer={}",
-            LINK_ADDRS[index],
-            LINK_ADDRS[1 - index]
-        );
-    }
-    // Extra kernel parameters for debugging a boot, e.g. MESHLAB_VM_APPEND=loglevel=7.
-    if let Ok(extra) = std::env::var("MESHLAB_VM_APPEND") {
-        append += &format!(" {extra}");
-    }
-    args.push("-append".into());
-    args.push(append);
-    args.into_iter().map(OsString::from).collect()
-}
-
-/// qemu option values escape a comma by doubling it.
-fn escape(path: &Path) -> String {
-    path.display().to_string().replace(',', ",,")
-}
-
-fn spawn_qemu(args: &[OsString]) -> Result<Child> {
-    let mut cmd = Command::new(QEMU);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    // Own process group: a terminal Ctrl-C reaches xtask, which kills the guests in order.
-    cmd.process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl, which is
-    // async-signal-safe. PDEATHSIG kills qemu if xtask dies without running its destructors.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn().with_context(|| format!("starting {QEMU}"))
-}
-
-pub fn which_qemu() -> Result<PathBuf> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(QEMU))
-        .find(|path| path.is_file())
-        .with_context(|| format!("{QEMU} not found: run `cargo xtask vm prepare`"))
 }
 
 /// Console logs are kept after a run for debugging, until a later run finds their xtask gone.

@@ -10,6 +10,7 @@ mod cpio;
 mod guest;
 mod image;
 mod kernel;
+mod qemu;
 mod relay;
 mod script;
 #[cfg(test)]

@@ -22,7 +22,8 @@ pub fn quote(word: &str) -> String {
 }
 
 /// The script a guest runs: forwarded environment, the working directory, then the command.
-pub fn guest_script(command: &str, cwd: &Path) -> String {
+/// `guest_env` comes last so the runner's own variables win over forwarded host ones.
+pub fn guest_script(command: &str, cwd: &Path, guest_env: &[(&str, String)]) -> String {
     let mut script = String::from("# Written by cargo xtask vm run.\n");
     let mut vars: Vec<(String, String)> = std::env::vars().filter(|(k, _)| forwarded(k)).collect();
     vars.sort();
@@ -31,6 +32,9 @@ pub fn guest_script(command: &str, cwd: &Path) -> String {
     }
     // Host tools first; busybox (from the initramfs) fills the gaps, e.g. ping.
     script += "export PATH=\"$PATH:/run/busybox\"\nexport HOME=/root\n";
+    for (name, value) in guest_env {
+        script += &format!("export {name}={}\n", quote(value));
+    }
     script += &format!(
         "cd {} || {{ echo 'vm: no such directory in the guest: {}' >&2; exit 125; }}\n",
         quote(&cwd.to_string_lossy()),
@@ -89,7 +93,9 @@ mod tests {
 
     #[test]
     fn script_changes_directory_before_the_command() {
-        let script = guest_script("uname -r", Path::new("/work/main"));
+        let env = [("MESHLAB_VM_GUEST", "a".to_owned())];
+        let script = guest_script("uname -r", Path::new("/work/main"), &env);
+        assert!(script.contains("export MESHLAB_VM_GUEST='a'\n"));
         let cd = script.find("cd '/work/main'").expect("cd line");
         let command = script.find("uname -r").expect("command line");
         assert!(cd < command);

@@ -14,7 +14,7 @@ use super::kernel::KernelLabel;
 static ONE_BOOT_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn spec_or_skip(label: KernelLabel, commands: Vec<String>) -> Option<RunSpec> {
-    let boot = guest::which_qemu().and_then(|_| image::prepared(label));
+    let boot = super::qemu::which_qemu().and_then(|_| image::prepared(label));
     match boot {
         Ok(boot) => Some(RunSpec {
             label,

@@ -1,0 +1,191 @@
+//! The qemu command line of a guest, and starting qemu so it cannot outlive xtask.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result};
+
+use super::guest::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, RunSpec};
+
+const QEMU: &str = "qemu-system-x86_64";
+
+/// The qemu command line for guest `index` (0 = A, 1 = B).
+pub fn qemu_args(
+    spec: &RunSpec,
+    index: usize,
+    run_dir: &Path,
+    console_log: &Path,
+) -> Vec<OsString> {
+    let name = GUEST_NAMES[index];
+    let mut append = format!("console=ttyS0 panic=-1 loglevel=5 meshlab.name={name}");
+    let mut args: Vec<String> = vec![
+        // No default devices: above all no NIC with user-mode NAT to the outside world.
+        "-nodefaults".into(),
+        "-no-user-config".into(),
+        "-no-reboot".into(),
+        // TCG: KVM hangs on stock kernels on this host (kernel-lab.md).
+        "-accel".into(),
+        "tcg".into(),
+        "-machine".into(),
+        "pc".into(),
+        "-cpu".into(),
+        "max".into(),
+        "-m".into(),
+        spec.memory_mib.to_string(),
+        "-smp".into(),
+        spec.cpus.to_string(),
+        "-display".into(),
+        "none".into(),
+        "-serial".into(),
+        format!("file:{}", escape(console_log)),
+        "-kernel".into(),
+        spec.boot.vmlinux.display().to_string(),
+        "-initrd".into(),
+        spec.boot.initramfs.display().to_string(),
+    ];
+    let mut share = |tag: &str, path: &Path, readonly: bool| {
+        let ro = if readonly { ",readonly=on" } else { "" };
+        args.push("-fsdev".into());
+        args.push(format!(
+            "local,id={tag},path={},security_model=none,multidevs=remap{ro}",
+            escape(path)
+        ));
+        args.push("-device".into());
+        args.push(format!("virtio-9p-pci,fsdev={tag},mount_tag={tag}"));
+    };
+    share("hostroot", Path::new("/"), true);
+    share("meshlab_run", run_dir, false);
+    for (i, dir) in spec.rw_dirs.iter().enumerate() {
+        share(&format!("rw{i}"), dir, false);
+    }
+    if spec.commands.len() == 2 {
+        let socket = |i: usize| escape(&run_dir.join(format!("link-{}.sock", GUEST_NAMES[i])));
+        let (local, remote) = (socket(index), socket(1 - index));
+        args.push("-netdev".into());
+        args.push(format!(
+            "dgram,id=link,local.type=unix,local.path={local},remote.type=unix,remote.path={remote}"
+        ));
+        args.push("-device".into());
+        args.push(format!(
+            "virtio-net-pci,netdev=link,mac=52:54:00:6d:6c:0{}",
+            index + 1
+        ));
+        append += &format!(
+            " meshlab.addr={}/{LINK_PREFIX} meshlab.peer={}",
+            LINK_ADDRS[index],
+            LINK_ADDRS[1 - index]
+        );
+    }
+    // Extra kernel parameters for debugging a boot, e.g. MESHLAB_VM_APPEND=loglevel=7.
+    if let Ok(extra) = std::env::var("MESHLAB_VM_APPEND") {
+        append += &format!(" {extra}");
+    }
+    args.push("-append".into());
+    args.push(append);
+    args.into_iter().map(OsString::from).collect()
+}
+
+/// qemu option values escape a comma by doubling it.
+fn escape(path: &Path) -> String {
+    path.display().to_string().replace(',', ",,")
+}
+
+pub fn spawn_qemu(args: &[OsString]) -> Result<Child> {
+    let mut cmd = Command::new(QEMU);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    // Own process group: a terminal Ctrl-C reaches xtask, which kills the guests in order.
+    cmd.process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl, which is
+    // async-signal-safe. PDEATHSIG kills qemu if xtask dies without running its destructors.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().with_context(|| format!("starting {QEMU}"))
+}
+
+pub fn which_qemu() -> Result<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(QEMU))
+        .find(|path| path.is_file())
+        .with_context(|| format!("{QEMU} not found: run `cargo xtask vm prepare`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::vm::image::BootFiles;
+    use crate::vm::kernel::KernelLabel;
+
+    fn spec(guests: usize) -> RunSpec {
+        RunSpec {
+            label: KernelLabel::V6_12,
+            boot: BootFiles {
+                release: "6.12.0-amd64".into(),
+                vmlinux: "/k/vmlinux".into(),
+                initramfs: "/k/initramfs.cpio".into(),
+            },
+            commands: vec!["true".into(); guests],
+            cwd: "/".into(),
+            timeout: Duration::from_secs(1),
+            memory_mib: 512,
+            cpus: 1,
+            rw_dirs: vec!["/out,dir".into()],
+            stream: false,
+        }
+    }
+
+    fn args(spec: &RunSpec, index: usize) -> Vec<String> {
+        let run = Path::new("/tmp/run");
+        let log = Path::new("/tmp/log");
+        qemu_args(spec, index, run, log)
+            .into_iter()
+            .map(|a| a.into_string().expect("utf-8"))
+            .collect()
+    }
+
+    #[test]
+    fn no_default_devices_and_no_network_for_one_guest() {
+        let args = args(&spec(1), 0);
+        assert_eq!(args[0], "-nodefaults");
+        // No NIC at all: neither a netdev (user-mode NAT or other) nor a NIC model.
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.contains("netdev") || a.starts_with("user"))
+        );
+        assert!(args.contains(
+            &"local,id=hostroot,path=/,security_model=none,multidevs=remap,readonly=on".into()
+        ));
+        // A comma in a path is doubled, as qemu's option parser expects.
+        assert!(args.iter().any(|a| a.contains("path=/out,,dir,")));
+    }
+
+    #[test]
+    fn the_two_guests_send_to_each_others_socket() {
+        let spec = spec(2);
+        let (a, b) = (args(&spec, 0).join(" "), args(&spec, 1).join(" "));
+        assert!(a.contains(
+            "local.path=/tmp/run/link-a.sock,remote.type=unix,remote.path=/tmp/run/link-b.sock"
+        ));
+        assert!(b.contains(
+            "local.path=/tmp/run/link-b.sock,remote.type=unix,remote.path=/tmp/run/link-a.sock"
+        ));
+        assert!(a.contains("meshlab.addr=10.213.0.1/24 meshlab.peer=10.213.0.2"));
+        assert!(b.contains("meshlab.addr=10.213.0.2/24 meshlab.peer=10.213.0.1"));
+        assert!(!a.contains("-netdev user") && !b.contains("-netdev user"));
+    }
+}

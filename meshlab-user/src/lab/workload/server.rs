@@ -61,7 +61,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         }
     };
     if let Some(path) = &args.ready_file {
-        std::fs::write(path, bound.to_string())
+        // Write then rename: whoever waits for the file never sees it empty.
+        let mut partial = path.clone().into_os_string();
+        partial.push(".partial");
+        std::fs::write(&partial, bound.to_string())
+            .and_then(|()| std::fs::rename(&partial, path))
             .with_context(|| format!("write {}", path.display()))?;
     }
     log::info!("echo server ({:?}) listening on {bound}", args.proto);

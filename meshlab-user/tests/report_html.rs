@@ -179,14 +179,15 @@ fn cdfs_of_end_to_end_and_the_largest_segments() {
         .unwrap();
     assert_eq!(path.matches(" L").count(), 2 * reqs.len());
 
-    let mut by_mean: Vec<(f64, String)> = segment_samples(&reqs)
+    // The five segments holding the most time over all requests.
+    let mut by_total: Vec<(u64, String)> = segment_samples(&reqs)
         .into_iter()
-        .map(|(k, v)| (v.iter().sum::<u64>() as f64 / v.len() as f64, k))
+        .map(|(k, v)| (v.iter().sum::<u64>(), k))
         .collect();
-    by_mean.sort_by(|a, b| b.0.total_cmp(&a.0));
+    by_total.sort_by_key(|x| std::cmp::Reverse(x.0));
     let sec = section(&html, "cdf-segments");
     assert_eq!(sec.matches("class=\"cdf-line\"").count(), 5);
-    for (_, key) in &by_mean[..5] {
+    for (_, key) in &by_total[..5] {
         let (name, node) = key.split_once('@').unwrap();
         assert!(
             sec.contains(&format!("data-series=\"{name} ({node})\"")),

@@ -28,7 +28,7 @@ fn small_run_figures_are_exact() {
         "{text}"
     );
     assert!(
-        text.contains("missing stages (requests): B:tcp_probe 1\n"),
+        text.contains("missing stages (requests):\n  B:tcp_probe 1\n"),
         "{text}"
     );
     assert!(text.contains("kernel drops per node: A 2, B 0\n"), "{text}");

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::ndjson::{NdjsonError, RecordReader};
 use crate::schema::{JoinMethod, Kind, Layer, MergeInfo, MergeSummary, MergedRequest, Record};
 
+use super::order::PathOrder;
 use super::quantile::Samples;
 
 /// Why a merged file could not be reported on.
@@ -77,8 +78,10 @@ pub struct Aggregate {
     pub e2e: Samples,
     /// End-to-end of each request in file order (index = request number, 0-based).
     pub e2e_by_index: Vec<u64>,
-    /// Segments in request order (see [`Aggregate::catalog_insert`]).
+    /// Segments in path order (see order.rs); filled by `finish`.
     pub catalog: Vec<SegmentKey>,
+    /// What precedes what in the requests seen.
+    pub order: PathOrder,
     pub segments: BTreeMap<SegmentKey, Samples>,
     pub groups: BTreeMap<GroupKey, Samples>,
     /// Standard error of each segment's p50 (batch medians); set by `finish`.
@@ -161,10 +164,9 @@ impl Aggregate {
         // One sample per request and key: a segment repeated within a request is summed.
         let mut per_segment: Vec<(SegmentKey, u64)> = Vec::new();
         let mut per_group: BTreeMap<GroupKey, u64> = BTreeMap::new();
-        let mut cursor: Option<usize> = None;
-        for seg in &req.segments {
-            let key = segment_key(seg);
-            cursor = Some(catalog_insert(&mut self.catalog, &key, cursor));
+        let keys: Vec<SegmentKey> = req.segments.iter().map(segment_key).collect();
+        self.order.observe(&keys);
+        for (seg, key) in req.segments.iter().zip(keys) {
             match per_segment.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, d)) => *d += seg.dur_ns,
                 None => per_segment.push((key.clone(), seg.dur_ns)),
@@ -195,6 +197,7 @@ impl Aggregate {
 
     /// Notes the p50 standard errors, then sorts every sample set; called once after the pass.
     fn finish(&mut self) {
+        self.catalog = self.order.sorted();
         self.e2e_median_se = self.e2e.median_standard_error();
         self.e2e.finish();
         for (key, s) in self.segments.iter_mut() {
@@ -205,25 +208,6 @@ impl Aggregate {
         }
         for s in self.groups.values_mut() {
             s.finish();
-        }
-    }
-}
-
-/// Keeps a catalog of segments in path order: a segment not seen before goes right after the
-/// furthest catalogued segment seen so far in the same request (`cursor`), or first. Runs whose
-/// requests gain a stage (a sidecar hop, an IRQ seen only sometimes) still list stages in path
-/// order. Returns the new cursor.
-pub fn catalog_insert(
-    catalog: &mut Vec<SegmentKey>,
-    key: &SegmentKey,
-    cursor: Option<usize>,
-) -> usize {
-    match catalog.iter().position(|k| k == key) {
-        Some(at) => cursor.map_or(at, |c| c.max(at)),
-        None => {
-            let at = cursor.map_or(0, |c| c + 1);
-            catalog.insert(at, key.clone());
-            at
         }
     }
 }
@@ -289,39 +273,5 @@ fn record_type(r: &Record) -> &'static str {
         Record::MergeInfo(_) => "merge_info",
         Record::Request(_) => "request",
         Record::MergeSummary(_) => "merge_summary",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(name: &str) -> SegmentKey {
-        SegmentKey {
-            name: name.into(),
-            node: Some("A".into()),
-            layer: Layer::Kernel,
-            unit: "u".into(),
-            kind: Kind::Compute,
-            derived: false,
-        }
-    }
-
-    fn feed(catalog: &mut Vec<SegmentKey>, names: &[&str]) {
-        let mut cursor = None;
-        for n in names {
-            cursor = Some(catalog_insert(catalog, &key(n), cursor));
-        }
-    }
-
-    #[test]
-    fn catalog_keeps_path_order_when_stages_appear_later() {
-        let mut c = Vec::new();
-        feed(&mut c, &["a", "c", "e"]);
-        feed(&mut c, &["a", "b", "c", "d", "e", "f"]);
-        // A name repeated within a request does not pull later stages back.
-        feed(&mut c, &["a", "e", "a", "g"]);
-        let names: Vec<_> = c.iter().map(|k| k.name.as_str()).collect();
-        assert_eq!(names, ["a", "b", "c", "d", "e", "g", "f"]);
     }
 }

@@ -10,7 +10,8 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::aggregate::{Aggregate, SegmentKey, catalog_insert, node_label};
+use super::aggregate::{Aggregate, SegmentKey, node_label};
+use super::order::PathOrder;
 use super::table::{Align, Table, us, us_f, us_signed};
 
 /// Standard errors a step must exceed to be flagged.
@@ -66,13 +67,11 @@ type RawCell = Option<(u64, u64, Option<f64>)>;
 
 /// Builds the ladder from finished aggregates, `labels[i]` naming `runs[i]`.
 pub fn ladder(runs: &[Aggregate], labels: &[String]) -> Ladder {
-    let mut order: Vec<SegmentKey> = Vec::new();
+    let mut path = PathOrder::default();
     for run in runs {
-        let mut cursor = None;
-        for key in &run.catalog {
-            cursor = Some(catalog_insert(&mut order, key, cursor));
-        }
+        path.merge(&run.order);
     }
+    let order: Vec<SegmentKey> = path.sorted();
     let e2e: Vec<RawCell> = runs
         .iter()
         .map(|r| Some((r.e2e.len() as u64, r.e2e.quantile(500), r.e2e_median_se)))

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod compare;
 pub mod html;
 pub mod layout;
+pub mod order;
 pub mod perfetto;
 pub mod quantile;
 pub mod select;

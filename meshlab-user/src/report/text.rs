@@ -111,16 +111,18 @@ fn write_completeness(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
         c.incomplete,
         joins.join(", ")
     )?;
-    let missing: Vec<String> = c.missing.iter().map(|(s, n)| format!("{s} {n}")).collect();
-    writeln!(
-        out,
-        "missing stages (requests): {}",
-        if missing.is_empty() {
-            "none".into()
-        } else {
-            missing.join(", ")
+    // Most frequent first: that is where to look.
+    let mut by_count: Vec<(&String, &u64)> = c.missing.iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let missing: Vec<String> = by_count.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    if missing.is_empty() {
+        writeln!(out, "missing stages (requests): none")?;
+    } else {
+        writeln!(out, "missing stages (requests):")?;
+        for line in wrap(&missing, 96) {
+            writeln!(out, "  {line}")?;
         }
-    )?;
+    }
     let drops: Vec<String> = r
         .kernel_drops
         .iter()
@@ -141,10 +143,35 @@ fn write_completeness(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
         r.merge_errors.len(),
         c.sum_mismatch
     )?;
-    for e in &r.merge_errors {
+    for e in r.merge_errors.iter().take(SHOWN_ERRORS) {
         writeln!(out, "  error: {e}")?;
     }
+    if r.merge_errors.len() > SHOWN_ERRORS {
+        writeln!(
+            out,
+            "  ... and {} more (all of them in --json and in the merged file's merge_summary)",
+            r.merge_errors.len() - SHOWN_ERRORS
+        )?;
+    }
     Ok(())
+}
+
+/// Merge errors printed in full; a broken run can have thousands.
+const SHOWN_ERRORS: usize = 5;
+
+/// Joins items with ", " into lines of at most `width` characters (longer items stand alone).
+fn wrap(items: &[String], width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for item in items {
+        match lines.last_mut() {
+            Some(line) if line.len() + 2 + item.len() <= width => {
+                line.push_str(", ");
+                line.push_str(item);
+            }
+            _ => lines.push(item.clone()),
+        }
+    }
+    lines
 }
 
 /// Kernel, sampling and command per node, then the attach plan as a hook x node matrix of tiers.

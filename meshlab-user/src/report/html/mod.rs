@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use crate::schema::{Kind, MergedRequest};
 
-use super::aggregate::{Aggregate, node_label};
+use super::aggregate::{Aggregate, SegmentKey, node_label};
 use super::summary::RunReport;
 use charts::{Series, StackRow};
 use svg::escape;
@@ -46,10 +46,11 @@ pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> St
              Hatched bars are derived by the difference method and placed for display only.</p></section>",
             super::table::us(req.e2e_ns),
             escape(&req.trace_id),
-            if req.complete {
-                String::new()
-            } else {
-                format!(" · incomplete, missing {}", escape(&req.missing.join(", ")))
+            match (req.complete, req.missing.is_empty()) {
+                (true, _) => String::new(),
+                (false, true) => " · incomplete".to_owned(),
+                (false, false) =>
+                    format!(" · incomplete, missing {}", escape(&req.missing.join(", "))),
             },
             waterfall::svg(req, &req.client_node),
             client = escape(&req.client_node),
@@ -70,7 +71,7 @@ pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> St
     let _ = write!(
         body,
         "<section id=\"cdf-segments\"><h2>Distribution of the largest segments</h2><div class=\"scroll\">{}</div>\
-         <p class=\"note\">The {} segments with the largest mean.</p></section>",
+         <p class=\"note\">The {} segments holding the most time over all requests (largest share).</p></section>",
         charts::cdf(&largest, "CDF of the largest segments"),
         largest.len()
     );
@@ -145,20 +146,19 @@ fn stack_rows(report: &RunReport, reps: &Representatives) -> Vec<StackRow> {
     rows
 }
 
-/// The `count` segments with the largest mean, with their sorted samples.
+/// The `count` segments that hold the most time over all requests (largest share of the
+/// end-to-end total), with their sorted samples. By total, not by mean, so that a stage seen
+/// once (a merged `a+b` after a drop) does not crowd out the stages every request pays.
 pub fn largest_segments(agg: &Aggregate, count: usize) -> Vec<Series<'_>> {
-    let mut keys: Vec<_> = agg.catalog.iter().collect();
-    keys.sort_by(|a, b| {
-        let mean = |k| {
-            agg.segments[k]
-                .sorted()
-                .iter()
-                .map(|&v| u128::from(v))
-                .sum::<u128>()
-                / agg.segments[k].len().max(1) as u128
-        };
-        mean(*b).cmp(&mean(*a)).then_with(|| a.name.cmp(&b.name))
-    });
+    let total = |k: &SegmentKey| -> u128 {
+        agg.segments[k]
+            .sorted()
+            .iter()
+            .map(|&v| u128::from(v))
+            .sum()
+    };
+    let mut keys: Vec<&SegmentKey> = agg.catalog.iter().collect();
+    keys.sort_by(|a, b| total(b).cmp(&total(a)).then_with(|| a.cmp(b)));
     keys.into_iter()
         .take(count)
         .map(|k| Series {

@@ -178,7 +178,19 @@ pub fn provenance(out: &mut String, r: &RunReport, agg: &Aggregate) {
         if r.merge_errors.is_empty() {
             "none".into()
         } else {
-            escape(&r.merge_errors.join("; "))
+            // A broken run can have thousands; the first ones show the pattern.
+            let shown: Vec<String> = r
+                .merge_errors
+                .iter()
+                .take(10)
+                .map(|e| format!("<li>{}</li>", escape(e)))
+                .collect();
+            format!(
+                "{} (first {} below; all in the merged file's merge_summary)<ul class=\"errors\">{}</ul>",
+                r.merge_errors.len(),
+                shown.len(),
+                shown.concat()
+            )
         },
     );
     item("sums ≠ end-to-end", c.sum_mismatch.to_string());
@@ -312,6 +324,7 @@ table.num td:nth-child(n+6){text-align:right;font-variant-numeric:tabular-nums}
 .legend-row{display:flex;gap:18px;margin:14px 0 0;font-size:13px;color:#374151}
 dl{display:grid;grid-template-columns:170px 1fr;gap:4px 14px;margin:0}dt{color:var(--muted)}dd{margin:0}
 code{font-size:12.5px;background:#f3f4f6;padding:1px 4px;border-radius:3px}
+.errors{font-size:12px;color:#7f1d1d;margin:4px 0;padding-left:18px;word-break:break-all}
 .ok{color:#166534}.failed{color:#b91c1c;font-weight:600}
 ";
 

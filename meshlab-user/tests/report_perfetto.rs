@@ -180,3 +180,72 @@ fn trace_is_valid_and_complete() {
     }
     assert!(checked >= 30 * 39, "{checked} segments checked");
 }
+
+#[test]
+fn concurrent_requests_never_share_a_thread_slot() {
+    // Requests of the direct fixture pulled together so that about ten are in flight at once
+    // (as with concurrency > 1): slices on one trace thread must still not overlap.
+    let dir = tempfile::tempdir().unwrap();
+    let merged = dir.path().join("concurrent.ndjson");
+    let mut text = String::new();
+    let mut n = 0i64;
+    for line in std::fs::read_to_string(fixture("direct.ndjson"))
+        .unwrap()
+        .lines()
+    {
+        let mut v: Value = serde_json::from_str(line).unwrap();
+        if v["type"] == "request" {
+            let shift = |x: &mut Value| *x = Value::from(x.as_i64().unwrap() - n * 988_000);
+            shift(&mut v["start_ns"]);
+            for s in v["segments"].as_array_mut().unwrap() {
+                if s["start_ns"].is_u64() {
+                    shift(&mut s["start_ns"]);
+                }
+            }
+            n += 1;
+        }
+        text.push_str(&v.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&merged, text).unwrap();
+    let trace_path = dir.path().join("trace.json");
+    run_ok(&[
+        "report",
+        merged.to_str().unwrap(),
+        "--perfetto",
+        trace_path.to_str().unwrap(),
+    ]);
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace_path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let mut by_thread: BTreeMap<(u64, u64), Vec<(u64, u64)>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let start = ns(&e["ts"]);
+        by_thread
+            .entry((e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()))
+            .or_default()
+            .push((start, start + ns(&e["dur"])));
+    }
+    for (thread, spans) in &mut by_thread {
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(
+                w[1].0 >= w[0].1,
+                "overlap on {thread:?}: {:?} then {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"requests #2"), "{names:?}");
+    assert_eq!(
+        events.iter().filter(|e| e["cat"] == "request").count(),
+        n as usize,
+        "every request still present"
+    );
+}

@@ -26,6 +26,9 @@ pub struct TraceWriter<W: Write> {
     first: bool,
     pids: BTreeMap<String, u32>,
     tids: BTreeMap<(u32, String), u32>,
+    /// Per (pid, track): lanes of occupied [start, end) intervals. Slices on one trace thread
+    /// must not partly overlap, so concurrent requests spill onto `track #2`, `#3`, ...
+    lanes: BTreeMap<(u32, String), Vec<BTreeMap<i128, i128>>>,
     pub events: u64,
 }
 
@@ -37,6 +40,7 @@ impl<W: Write> TraceWriter<W> {
             first: true,
             pids: BTreeMap::new(),
             tids: BTreeMap::new(),
+            lanes: BTreeMap::new(),
             events: 0,
         };
         for n in node_order {
@@ -78,10 +82,39 @@ impl<W: Write> TraceWriter<W> {
         Ok(tid)
     }
 
+    /// The thread for an event on `track` spanning [start, end): the track's first lane where
+    /// it overlaps nothing.
+    fn lane(&mut self, pid: u32, track: &str, start: i128, end: i128) -> io::Result<u32> {
+        let lanes = self.lanes.entry((pid, track.to_owned())).or_default();
+        let free = |lane: &BTreeMap<i128, i128>| {
+            let before = lane
+                .range(..=start)
+                .next_back()
+                .is_some_and(|(_, &e)| e > start);
+            let after = lane.range(start..).next().is_some_and(|(&s, _)| s < end);
+            !before && !after
+        };
+        let at = match lanes.iter().position(free) {
+            Some(i) => i,
+            None => {
+                lanes.push(BTreeMap::new());
+                lanes.len() - 1
+            }
+        };
+        lanes[at].insert(start, end);
+        let name = if at == 0 {
+            track.to_owned()
+        } else {
+            format!("{track} #{}", at + 1)
+        };
+        self.tid(pid, &name)
+    }
+
     /// All segments of one request, plus its end-to-end span on the client's `requests` track.
     pub fn request(&mut self, req: &MergedRequest, label: Option<&str>) -> io::Result<()> {
         let client = self.pid(&req.client_node)?;
-        let tid = self.tid(client, "requests")?;
+        let start = i128::from(req.start_ns);
+        let tid = self.lane(client, "requests", start, start + i128::from(req.e2e_ns))?;
         let name = match label {
             Some(l) => format!("request {} ({l})", req.trace_id),
             None => format!("request {}", req.trace_id),
@@ -126,7 +159,7 @@ impl<W: Write> TraceWriter<W> {
                 };
                 (client, track, i128::from(req.start_ns) + p.x0, p.x1 - p.x0)
             };
-            let tid = self.tid(pid, &track)?;
+            let tid = self.lane(pid, &track, ts, ts + dur)?;
             let cat = format!("{},{}", layer_name(s.layer), kind_name(s.kind));
             self.emit(
                 &json!({"ph": "X", "name": s.name, "cat": cat, "pid": pid, "tid": tid,

@@ -101,8 +101,10 @@ fn write_files(
     } else {
         0
     };
+    let last = median_at.max(p99_at).max(perfetto_max.saturating_sub(1));
     for_each_request(
         path,
+        last,
         |i| i < perfetto_max || i == median_at || i == p99_at,
         |i, req| {
             if let Some((w, _, _)) = trace.as_mut() {

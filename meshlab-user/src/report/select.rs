@@ -8,9 +8,11 @@ use crate::schema::{MergedRequest, Record};
 
 use super::aggregate::ReportError;
 
-/// Calls `each(number, request)` for every request with `wanted(number)`.
+/// Calls `each(number, request)` for every request with `wanted(number)`; stops reading after
+/// request number `last` (the largest number wanted).
 pub fn for_each_request(
     path: &Path,
+    last: usize,
     mut wanted: impl FnMut(usize) -> bool,
     mut each: impl FnMut(usize, MergedRequest) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
@@ -19,6 +21,9 @@ pub fn for_each_request(
         if let Record::Request(req) = record.map_err(ReportError::from)? {
             if wanted(number) {
                 each(number, req)?;
+            }
+            if number >= last {
+                break;
             }
             number += 1;
         }

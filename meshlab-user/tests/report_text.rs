@@ -292,6 +292,24 @@ fn reads_what_meshlab_merge_writes() {
             (shares - 1.0).abs() < 1e-9,
             "{scenario}: shares add up to {shares}"
         );
+        // The largest clock-conversion bound per segment, as merge wrote them.
+        for row in v["segments"].as_array().unwrap() {
+            let worst = reqs
+                .iter()
+                .flat_map(|r| r["segments"].as_array().unwrap())
+                .filter(|s| {
+                    s["name"] == row["name"]
+                        && s["node"].as_str().unwrap_or("derived") == row["node"]
+                })
+                .filter_map(|s| s["error_ns"].as_u64())
+                .max();
+            assert_eq!(
+                row["max_error_ns"].as_u64(),
+                worst,
+                "{scenario} {}",
+                row["name"]
+            );
+        }
         let incomplete = reqs.iter().filter(|r| r["complete"] == false).count() as u64;
         assert_eq!(v["completeness"]["incomplete"], incomplete, "{scenario}");
         assert!(

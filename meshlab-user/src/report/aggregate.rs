@@ -87,6 +87,8 @@ pub struct Aggregate {
     /// Standard error of each segment's p50 (batch medians); set by `finish`.
     pub median_se: BTreeMap<SegmentKey, f64>,
     pub e2e_median_se: Option<f64>,
+    /// Largest clock-conversion error bound (`error_ns`) seen per segment.
+    pub max_error_ns: BTreeMap<SegmentKey, u64>,
     /// Timeline lines (`probe` records from `merge --timeline`), skipped.
     pub timeline_points: u64,
 }
@@ -167,6 +169,10 @@ impl Aggregate {
         let keys: Vec<SegmentKey> = req.segments.iter().map(segment_key).collect();
         self.order.observe(&keys);
         for (seg, key) in req.segments.iter().zip(keys) {
+            if let Some(e) = seg.error_ns {
+                let worst = self.max_error_ns.entry(key.clone()).or_default();
+                *worst = (*worst).max(e);
+            }
             match per_segment.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, d)) => *d += seg.dur_ns,
                 None => per_segment.push((key.clone(), seg.dur_ns)),

@@ -56,6 +56,10 @@ pub struct SegmentRow {
     pub stats: Stats,
     /// Σ this segment over all requests / Σ end-to-end over all requests.
     pub share: f64,
+    /// Largest bound on the error from converting a userland clock to the node's monotonic
+    /// clock (merge's `error_ns`); absent when every sample had both ends on one clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_error_ns: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -81,7 +85,9 @@ impl RunReport {
                     .get_mut(key)
                     .and_then(|s| s.finish())
                     .expect("catalogued");
-                segment_row(key, share(&stats), stats)
+                let mut row = segment_row(key, share(&stats), stats);
+                row.max_error_ns = agg.max_error_ns.get(key).copied();
+                row
             })
             .collect();
         let mut by_node = Vec::new();
@@ -137,6 +143,7 @@ fn segment_row(key: &SegmentKey, share: f64, stats: Stats) -> SegmentRow {
         derived: key.derived,
         stats,
         share,
+        max_error_ns: None,
     }
 }
 

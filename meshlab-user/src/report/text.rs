@@ -64,6 +64,23 @@ pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     t.write(out, "  ")?;
     let total: f64 = r.segments.iter().map(|s| s.share).sum();
     writeln!(out, "  shares add up to {}", percent(total))?;
+    let bounded: Vec<String> = r
+        .segments
+        .iter()
+        .filter_map(|s| {
+            s.max_error_ns
+                .map(|e| format!("{}@{} ±{}", s.name, s.node, us(e)))
+        })
+        .collect();
+    if !bounded.is_empty() {
+        writeln!(
+            out,
+            "  clock-conversion error bounds (us, largest seen; userland clock to kernel monotonic):"
+        )?;
+        for line in wrap(&bounded, 96) {
+            writeln!(out, "    {line}")?;
+        }
+    }
     write_groups(out, "by node", &r.by_node)?;
     write_groups(out, "by node / layer / unit", &r.by_unit)?;
     write_groups(out, "by kind", &r.by_kind)?;

@@ -63,13 +63,13 @@ pub fn segment_table(out: &mut String, r: &RunReport) {
     out.push_str(
         "<section id=\"segments\"><h2>Segments in path order</h2><table class=\"num\"><thead><tr><th>node</th>\
          <th>layer</th><th>unit</th><th>kind</th><th>segment</th><th>n</th><th>p50 µs</th><th>p90 µs</th>\
-         <th>p99 µs</th><th>mean µs</th><th>share</th></tr></thead><tbody>",
+         <th>p99 µs</th><th>mean µs</th><th>share</th><th>clock err ≤ µs</th></tr></thead><tbody>",
     );
     for s in &r.segments {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>\
-             <td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&s.node),
             layer_name(s.layer),
             escape(&s.unit),
@@ -82,12 +82,14 @@ pub fn segment_table(out: &mut String, r: &RunReport) {
             us(s.stats.p90_ns),
             us(s.stats.p99_ns),
             us_f(s.stats.mean_ns),
-            percent(s.share)
+            percent(s.share),
+            s.max_error_ns
+                .map_or(String::new(), |e| format!("±{}", us(e)))
         );
     }
     let _ = write!(
         out,
-        "</tbody></table><p class=\"note\">Quantiles: {}. Share: the segment's time over all end-to-end time.</p></section>",
+        "</tbody></table><p class=\"note\">Quantiles: {}. Share: the segment's time over all end-to-end time. Clock err: the largest bound on the error of converting a userland timestamp to the node's monotonic clock.</p></section>",
         r.quantile_method
     );
 }

@@ -12,10 +12,15 @@ const GOLDEN: &str = "tests/fixtures/merge/golden/plain.timeline.expected.ndjson
 
 fn plain_inputs() -> Vec<PathBuf> {
     // Relative paths keep merge_info identical on every machine (tests run in the crate dir).
-    ["A.kernel.ndjson", "A.probe.ndjson", "B.kernel.ndjson", "B.probe.ndjson"]
-        .iter()
-        .map(|f| Path::new("tests/fixtures/merge/plain").join(f))
-        .collect()
+    [
+        "A.kernel.ndjson",
+        "A.probe.ndjson",
+        "B.kernel.ndjson",
+        "B.probe.ndjson",
+    ]
+    .iter()
+    .map(|f| Path::new("tests/fixtures/merge/plain").join(f))
+    .collect()
 }
 
 #[test]
@@ -26,7 +31,8 @@ fn golden_output_with_timeline() {
         std::fs::create_dir_all(Path::new(GOLDEN).parent().unwrap()).unwrap();
         std::fs::write(GOLDEN, &text).unwrap();
     }
-    let golden = std::fs::read_to_string(GOLDEN).expect("golden file (MESHLAB_UPDATE_GOLDEN=1 writes it)");
+    let golden =
+        std::fs::read_to_string(GOLDEN).expect("golden file (MESHLAB_UPDATE_GOLDEN=1 writes it)");
     assert_eq!(text, golden, "merged output drifted from {GOLDEN}");
     let out = parse(text.as_bytes());
     assert_eq!(out.info.inputs.len(), 4);
@@ -51,7 +57,12 @@ fn write(dir: &Path, name: &str, lines: &[&str]) -> String {
 }
 
 fn first_line(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap().lines().next().unwrap().to_owned()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 fn fails_with(args: &[&str], expected: &[&str]) {
@@ -71,19 +82,36 @@ fn bad_input_names_file_line_and_field() {
     let probe_bad = r#"{"type":"probe","node":"A","process":"client","pid":1,"tid":1,"ts_ns":"soon","clock":"realtime","trace_id":"t","point":"client.encode_begin"}"#;
     let k0 = write(dir.path(), "k0.ndjson", &[&startup]);
     let f = write(dir.path(), "p.ndjson", &[probe_ok, probe_bad]);
-    fails_with(&[&k0, &f], &[&format!("{f}:2: in a `probe` record"), "expected u64"]);
+    fails_with(
+        &[&k0, &f],
+        &[&format!("{f}:2: in a `probe` record"), "expected u64"],
+    );
 
     let est = r#"{"type":"kernel","node":"A","hook":"sock_established","ts_ns":5,"cpu":0,"pid":1,"tid":1,"cookie":7,"saddr":"10.0.0.1","daddr":"10.0.0.2","dport":9000,"active":true}"#;
     let k = write(dir.path(), "k.ndjson", &[&startup, est]);
-    fails_with(&[&k], &[&format!("{k}:2: in a `kernel` record: field `sport`: required for sock_established")]);
+    fails_with(
+        &[&k],
+        &[&format!(
+            "{k}:2: in a `kernel` record: field `sport`: required for sock_established"
+        )],
+    );
 
-    let other_node = r#"{"type":"kernel","node":"Z","hook":"tcp_probe","ts_ns":5,"cpu":0,"pid":1,"tid":1}"#;
+    let other_node =
+        r#"{"type":"kernel","node":"Z","hook":"tcp_probe","ts_ns":5,"cpu":0,"pid":1,"tid":1}"#;
     let k2 = write(dir.path(), "k2.ndjson", &[&startup, other_node]);
-    fails_with(&[&k2], &[&format!("{k2}:2: in a `kernel` record: field `node`")]);
+    fails_with(
+        &[&k2],
+        &[&format!("{k2}:2: in a `kernel` record: field `node`")],
+    );
 
     let nameless = r#"{"type":"probe","process":"client","pid":1,"tid":1,"ts_ns":1,"clock":"realtime","trace_id":"t","point":"client.encode_begin"}"#;
     let p2 = write(dir.path(), "p2.ndjson", &[nameless]);
-    fails_with(&[&p2], &[&format!("{p2}:1: in a `probe` record: field `node` is missing")]);
+    fails_with(
+        &[&p2],
+        &[&format!(
+            "{p2}:1: in a `probe` record: field `node` is missing"
+        )],
+    );
 
     let clock_first = r#"{"type":"clock","realtime_ns":1,"monotonic_ns":2,"tai_ns":3,"boottime_ns":4,"bracket_ns":5}"#;
     let c = write(dir.path(), "c.ndjson", &[clock_first]);
@@ -92,13 +120,28 @@ fn bad_input_names_file_line_and_field() {
     let bad_point = r#"{"type":"probe","node":"A","process":"client","pid":1,"tid":1,"ts_ns":1700001000001000000,"clock":"realtime","trace_id":"t","point":"encode_begin"}"#;
     let p3 = write(dir.path(), "p3.ndjson", &[bad_point]);
     let k3 = write(dir.path(), "k3.ndjson", &[&startup]);
-    fails_with(&[&k3, &p3], &[&format!("{p3}:1: in a `probe` record: field `point`"), "expected ROLE.NAME"]);
+    fails_with(
+        &[&k3, &p3],
+        &[
+            &format!("{p3}:1: in a `probe` record: field `point`"),
+            "expected ROLE.NAME",
+        ],
+    );
 
     // A probe in realtime with no kernel recording of its node cannot be converted.
     let p4 = write(dir.path(), "p4.ndjson", &[probe_ok]);
-    fails_with(&[&p4], &[&format!("{p4}:1: in a `probe` record: field `clock`"), "kernel recording"]);
+    fails_with(
+        &[&p4],
+        &[
+            &format!("{p4}:1: in a `probe` record: field `clock`"),
+            "kernel recording",
+        ],
+    );
 
-    fails_with(&[&k3, "--inject-skew", "Q=1s"], &["--inject-skew names node \"Q\""]);
+    fails_with(
+        &[&k3, "--inject-skew", "Q=1s"],
+        &["--inject-skew names node \"Q\""],
+    );
     fails_with(&[&k3, "--window", "2 parsecs"], &["--window"]);
 }
 
@@ -107,23 +150,44 @@ fn a_failed_merge_leaves_the_output_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("merged.ndjson");
     std::fs::write(&out, "previous result\n").unwrap();
-    let mut lines: Vec<String> = std::fs::read_to_string("tests/fixtures/merge/in_order/B.kernel.ndjson")
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
+    let mut lines: Vec<String> =
+        std::fs::read_to_string("tests/fixtures/merge/in_order/B.kernel.ndjson")
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
     let n = lines.len();
     lines[n - 5] = "{\"type\":\"kernel\",\"node\":\"B\"}".into();
     let bad = dir.path().join("B.kernel.ndjson");
     std::fs::write(&bad, lines.join("\n")).unwrap();
     let good = |f: &str| format!("tests/fixtures/merge/in_order/{f}");
-    let result = meshlab(&[&good("A.kernel.ndjson"), &good("A.probe.ndjson"), bad.to_str().unwrap(), &good("B.probe.ndjson"), "-o", out.to_str().unwrap()]);
+    let result = meshlab(&[
+        &good("A.kernel.ndjson"),
+        &good("A.probe.ndjson"),
+        bad.to_str().unwrap(),
+        &good("B.probe.ndjson"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(!result.status.success());
-    assert!(stderr.contains(&format!("B.kernel.ndjson:{}: in a `kernel` record: missing field", n - 4)), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "B.kernel.ndjson:{}: in a `kernel` record: missing field",
+            n - 4
+        )),
+        "{stderr}"
+    );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous result\n");
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(leftovers.len(), 2, "temporary file left behind: {leftovers:?}");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        leftovers.len(),
+        2,
+        "temporary file left behind: {leftovers:?}"
+    );
 }
 
 #[test]
@@ -146,7 +210,11 @@ fn node_flag_names_probe_files_and_output_goes_to_a_file() {
         "-o",
         out.to_str().unwrap(),
     ]);
-    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
     let merged = parse(&std::fs::read(&out).unwrap());
     assert_eq!(merged.requests.len(), 1);
     assert!(merged.requests[0].complete);

@@ -21,29 +21,39 @@ fn traffic() -> impl Strategy<Value = GenConfig> {
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(seed, connections, nic_irq, tso, gro, retransmit_every, disorder, probes)| GenConfig {
-            requests: 12,
-            connections,
-            nic_irq,
-            tso,
-            gro,
-            request_len: 3_000,
-            response_len: 2_000,
-            retransmit_every,
-            disorder,
-            probes,
-            jitter_seed: Some(seed),
-            ..Default::default()
-        })
+        .prop_map(
+            |(seed, connections, nic_irq, tso, gro, retransmit_every, disorder, probes)| {
+                GenConfig {
+                    requests: 12,
+                    connections,
+                    nic_irq,
+                    tso,
+                    gro,
+                    request_len: 3_000,
+                    response_len: 2_000,
+                    retransmit_every,
+                    disorder,
+                    probes,
+                    jitter_seed: Some(seed),
+                    ..Default::default()
+                }
+            },
+        )
 }
 
+/// (name, node, dur_ns, error_ns) of one segment.
+type SegmentFigures = (String, Option<String>, u64, Option<u64>);
+
 /// Everything of a request that must not move with skew: all but absolute start times.
-fn durations(r: &MergedRequest) -> (u64, bool, Vec<String>, Vec<(String, Option<String>, u64, Option<u64>)>) {
+fn durations(r: &MergedRequest) -> (u64, bool, Vec<String>, Vec<SegmentFigures>) {
     (
         r.e2e_ns,
         r.complete,
         r.missing.clone(),
-        r.segments.iter().map(|s| (s.name.clone(), s.node.clone(), s.dur_ns, s.error_ns)).collect(),
+        r.segments
+            .iter()
+            .map(|s| (s.name.clone(), s.node.clone(), s.dur_ns, s.error_ns))
+            .collect(),
     )
 }
 

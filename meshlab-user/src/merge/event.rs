@@ -122,7 +122,8 @@ pub struct KEvent {
     pub len: u64,
     pub value: Option<i64>,
     pub retrans: bool,
-    pub rx: Option<RxContext>,
+    /// netif_receive_skb only (boxed: most events have none).
+    pub rx: Option<Box<RxContext>>,
     pub established: Option<Box<Established>>,
 }
 
@@ -153,7 +154,7 @@ pub struct PEvent {
 #[derive(Clone, Debug)]
 pub enum Item {
     Kernel(KEvent),
-    Probe(PEvent),
+    Probe(Box<PEvent>),
 }
 
 impl Item {

@@ -13,12 +13,12 @@ use crate::schema::Direction;
 use super::event::{Hook, KEvent, RxContext, Stamp};
 use super::segments::PointId;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct RangeEvent {
     end: u64,
     stamp: Stamp,
     retrans: bool,
-    rx: Option<RxContext>,
+    rx: Option<Box<RxContext>>,
 }
 
 /// Events keyed by the byte range they cover (`offset`, `offset + len`); several events may
@@ -42,9 +42,9 @@ impl RangeIndex {
 
     /// The earliest first transmission covering `byte`, and whether a retransmission of it was
     /// seen. For pointer hooks (`end` = pointer, start = pointer) use [`Self::first_reaching`].
-    fn covering(&self, byte: u64) -> (Option<RangeEvent>, bool) {
+    fn covering(&self, byte: u64) -> (Option<&RangeEvent>, bool) {
         let lowest_start = byte.saturating_sub(self.max_len);
-        let mut best: Option<RangeEvent> = None;
+        let mut best: Option<&RangeEvent> = None;
         let mut retransmitted = false;
         for (_, ev) in self.by_start.range((lowest_start, 0)..=(byte, u64::MAX)) {
             if ev.end <= byte {
@@ -53,15 +53,15 @@ impl RangeIndex {
             if ev.retrans {
                 retransmitted = true;
             } else if best.is_none_or(|b| ev.stamp.ns() < b.stamp.ns()) {
-                best = Some(*ev);
+                best = Some(ev);
             }
         }
         (best, retransmitted)
     }
 
     /// The earliest event whose pointer reached `end` (data queued / read / written up to it).
-    fn first_reaching(&self, end: u64) -> Option<RangeEvent> {
-        let mut range = self.by_start.range((end, 0)..).map(|(_, ev)| *ev);
+    fn first_reaching(&self, end: u64) -> Option<&RangeEvent> {
+        let mut range = self.by_start.range((end, 0)..).map(|(_, ev)| ev);
         let first = range.next()?;
         // Pointers grow with time; equal pointers (a repeated event) keep the earliest.
         Some(
@@ -177,7 +177,7 @@ impl NodeIndex {
                         end,
                         stamp: ev.stamp,
                         retrans: ev.retrans,
-                        rx: ev.rx,
+                        rx: ev.rx.clone(),
                     },
                 );
             }
@@ -241,7 +241,9 @@ impl NodeIndex {
             .hook(cookie, Direction::Rx, 0)
             .map_or((None, false), |h| h.covering(last));
         out.retransmitted = retrans;
-        let rx = netif.and_then(|e| e.rx).unwrap_or_default();
+        let rx = netif
+            .and_then(|e| e.rx.as_deref().copied())
+            .unwrap_or_default();
         let node = netif.map(|e| e.stamp);
         let ctx_point = |id, ns: Option<u64>, expected| Point {
             id,

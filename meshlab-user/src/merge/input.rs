@@ -378,7 +378,7 @@ pub fn to_item(
                 return Ok(None);
             }
             probe_item(plan, node, origin, skew, p)
-                .map(|p| p.map(Item::Probe))
+                .map(|p| p.map(|p| Item::Probe(Box::new(p))))
                 .map_err(|(field, what)| bad("probe", field, what))
         }
         (FileKind::Probe, other) => Err(bad(
@@ -433,7 +433,7 @@ fn kernel_item(
     }
     let rx = if hook == Hook::NetifReceiveSkb {
         let devs = &plan.nic_irq_devs[usize::from(node.0)];
-        Some(RxContext {
+        Some(Box::new(RxContext {
             irq_entry_ns: k
                 .irq_entry_ns
                 .map(|v| moved("irq_entry_ns", v))
@@ -447,7 +447,7 @@ fn kernel_item(
                 .map(|v| moved("softirq_entry_ns", v))
                 .transpose()?,
             irq_expected: k.dev.as_ref().is_some_and(|d| devs.contains(d)),
-        })
+        }))
     } else {
         None
     };

@@ -145,7 +145,7 @@ impl NodeJoiner {
         self.frontier_ns = self.frontier_ns.max(now);
         match item {
             Item::Kernel(ev) => self.kernel(ev),
-            Item::Probe(p) => self.probe(p),
+            Item::Probe(p) => self.probe(*p),
         }
         self.run_deadlines(self.frontier_ns);
         self.since_sweep += 1;
@@ -257,7 +257,19 @@ impl NodeJoiner {
                 });
                 self.finish_if_ready(&key);
             }
-            PointId::ClientDecodeEnd => self.finish_if_ready(&key),
+            PointId::ClientDecodeEnd => {
+                // The response arrived, so the request's transmission is over: take its TX
+                // stages now when all were seen rather than holding the group for a window.
+                if group.tx.is_none()
+                    && let Some(m) = group.tx_msg
+                {
+                    let stages = self.index.tx_stages(m.cookie, m.start, m.end);
+                    if stages.points.iter().all(|p| p.stamp.is_some()) {
+                        group.tx = Some(stages);
+                    }
+                }
+                self.finish_if_ready(&key);
+            }
             _ => {}
         }
     }

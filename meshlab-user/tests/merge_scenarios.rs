@@ -297,3 +297,152 @@ fn write_fixtures() {
         meshlab_user::merge::synth::generate(&cfg, &dir).unwrap();
     }
 }
+
+#[test]
+fn probes_naming_the_connection_by_four_tuple() {
+    let r = only("probes_by_tuple");
+    assert_request(&r, &plain(), 82_100);
+    assert_eq!(r.join, JoinMethod::Offset);
+    assert!(r.complete);
+}
+
+#[test]
+fn probes_without_connection_fall_back_to_thread_and_time_order() {
+    let out = merge(&fixture_files("probes_without_conn"), &[]);
+    assert_eq!(out.requests.len(), 2);
+    for r in &out.requests {
+        assert_request(r, &plain(), 82_100);
+        assert_eq!(r.join, JoinMethod::PidTidTime, "the fallback is labelled");
+        assert!(r.complete);
+    }
+}
+
+#[test]
+fn client_probes_with_a_kernel_only_server_link_by_reversed_four_tuple() {
+    let r = only("server_kernel_only");
+    let mut expected = on(
+        "A",
+        &[
+            ("client_encode", 1000),
+            ("client_pre_write", 500),
+            ("tx_syscall_entry", 300),
+        ],
+    );
+    expected.extend(on("A", &TX_STAGES));
+    expected.push(("network_round_trip", None, 20_000));
+    expected.extend(on("B", &RX_STAGES));
+    expected.extend(on(
+        "B",
+        &[
+            ("rx_wakeup_to_copy", 1300),
+            ("rx_copy", 1100),
+            ("server_app", 31_200),
+        ],
+    ));
+    expected.extend(on("B", &TX_STAGES));
+    expected.extend(on("A", &RX_STAGES));
+    expected.extend(on(
+        "A",
+        &[
+            ("client_poll_return", 700),
+            ("rx_recv_entry", 600),
+            ("rx_copy", 1100),
+            ("client_read_return", 200),
+            ("client_decode", 1500),
+        ],
+    ));
+    assert_request(&r, &expected, 82_100);
+    assert_eq!(
+        (r.trace_id.as_str(), r.join),
+        ("t000000", JoinMethod::KernelOnly)
+    );
+    assert!(r.complete, "{r:?}");
+}
+
+/// The plain fixture with some of B's kernel lines rewritten by `edit(line_no, line) -> line`.
+fn plain_with_b_edited(
+    dir: &std::path::Path,
+    edit: impl Fn(usize, &str) -> String,
+) -> Vec<std::path::PathBuf> {
+    let mut files = fixture_files("plain");
+    let b = files
+        .iter()
+        .position(|f| f.ends_with("B.kernel.ndjson"))
+        .unwrap();
+    let text = std::fs::read_to_string(&files[b]).unwrap();
+    let edited: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| edit(i + 1, l))
+        .collect();
+    let path = dir.join("B.kernel.ndjson");
+    std::fs::write(&path, edited.join("\n") + "\n").unwrap();
+    files[b] = path;
+    files
+}
+
+#[test]
+fn a_would_be_negative_segment_is_refused_and_reported_with_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    // tcp_probe (line 4) moved 100 ns before netif_receive_skb (line 3, at 7000001016600).
+    let files = plain_with_b_edited(dir.path(), |n, l| {
+        if n == 4 {
+            l.replace("7000001018100", "7000001016500")
+        } else {
+            l.to_owned()
+        }
+    });
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    let mut expected = plain();
+    let at = expected
+        .iter()
+        .position(|s| s.0 == "rx_ip_tcp" && s.1 == Some("B"))
+        .unwrap();
+    expected.splice(at..at + 2, [("rx_ip_tcp+rx_tcp_deliver", Some("B"), 2_400)]);
+    assert_request(r, &expected, 82_100);
+    assert!(!r.complete);
+    assert_eq!(r.missing, ["B:tcp_probe (out of order)"]);
+    let err = &out.summary.errors[0];
+    assert!(err.contains("negative segment refused"), "{err}");
+    assert!(
+        err.contains("B:netif_receive_skb at 7000001016600 ns (")
+            && err.contains("B.kernel.ndjson:3)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("B:tcp_probe at 7000001016500 ns (") && err.contains("B.kernel.ndjson:4)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_negative_network_difference_is_refused_and_the_wait_stays_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    // B's response leaves 100000 ns later than the client saw it arrive allows.
+    let files = plain_with_b_edited(dir.path(), |n, l| match n {
+        12 => l.replace("7000001059400", "7000001159400"),
+        13 => l.replace("7000001059800", "7000001159800"),
+        _ => l.to_owned(),
+    });
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    assert!(!r.complete);
+    let wait = r
+        .segments
+        .iter()
+        .find(|s| s.name == "peer_wait")
+        .expect("peer_wait");
+    assert_eq!(wait.dur_ns, 64_900);
+    assert!(r.segments.iter().all(|s| s.node.as_deref() != Some("B")));
+    assert_eq!(r.segments.iter().map(|s| s.dur_ns).sum::<u64>(), 82_100);
+    let err = &out.summary.errors[0];
+    assert!(
+        err.contains("network round trip would be negative"),
+        "{err}"
+    );
+    assert!(
+        err.contains("outer span 64900 ns < inner span 144900 ns"),
+        "{err}"
+    );
+}

@@ -83,6 +83,10 @@ pub struct GenConfig {
     /// Requests per connection sent back to back before the first reply (1 = no pipelining).
     pub pipeline: usize,
     pub probes: bool,
+    /// With `probes`: also write the server's probe file (else the server is kernel-only).
+    pub server_probes: bool,
+    /// How write_begin/read_end probes name their connection.
+    pub probe_conn: ProbeConn,
     /// The NIC has an IRQ the recorder watches (else veth: no IRQ, softirq only).
     pub nic_irq: bool,
     pub request_len: u64,
@@ -113,6 +117,8 @@ impl Default for GenConfig {
             connections: 1,
             pipeline: 1,
             probes: true,
+            server_probes: true,
+            probe_conn: ProbeConn::Cookie,
             nic_irq: true,
             request_len: 100,
             response_len: 200,
@@ -130,6 +136,15 @@ impl Default for GenConfig {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeConn {
+    Cookie,
+    /// Local/remote address and port, resolved through `sock_established`.
+    FourTuple,
+    /// No connection or offset: the merge must fall back to (pid, tid, time order).
+    Absent,
+}
+
 /// Node clock bases: different boot times and realtime offsets, as on two real machines.
 pub const MONO_BASE: [u64; 2] = [1_000_000_000_000, 7_000_000_000_000];
 pub const REALTIME_MINUS_MONO: [u64; 2] = [1_700_000_000_000_000_000, 1_699_999_990_000_000_000];
@@ -141,15 +156,13 @@ const BRACKET_NS: u64 = 100;
 #[derive(Debug, Clone)]
 pub struct Generated {
     pub kernel: [PathBuf; 2],
-    pub probes: Option<[PathBuf; 2]>,
+    pub probes: Vec<PathBuf>,
 }
 
 impl Generated {
     pub fn all(&self) -> Vec<PathBuf> {
         let mut v = self.kernel.to_vec();
-        if let Some(p) = &self.probes {
-            v.extend(p.iter().cloned());
-        }
+        v.extend(self.probes.iter().cloned());
         v
     }
 }
@@ -297,6 +310,11 @@ pub fn generate(cfg: &GenConfig, dir: &Path) -> io::Result<Generated> {
     let mut w = Writer::new(cfg, &kernel, probes.as_ref())?;
     w.run()?;
     w.finish()?;
+    let mut probes: Vec<PathBuf> = probes.map(Vec::from).unwrap_or_default();
+    if cfg.probes && !cfg.server_probes {
+        std::fs::remove_file(&probes[1])?;
+        probes.truncate(1);
+    }
     Ok(Generated { kernel, probes })
 }
 

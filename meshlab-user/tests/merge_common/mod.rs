@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use meshlab_user::merge::cli::merge_to;
 use meshlab_user::merge::pipeline::Options;
-use meshlab_user::merge::synth::{GenConfig, generate};
+use meshlab_user::merge::synth::{GenConfig, ProbeConn, generate};
 use meshlab_user::ndjson::RecordReader;
 use meshlab_user::schema::{MergeInfo, MergeSummary, MergedRequest, Record};
 
@@ -112,6 +112,28 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
             GenConfig {
                 requests: 2,
                 probes: false,
+                ..d()
+            },
+        ),
+        (
+            "probes_by_tuple",
+            GenConfig {
+                probe_conn: ProbeConn::FourTuple,
+                ..d()
+            },
+        ),
+        (
+            "probes_without_conn",
+            GenConfig {
+                requests: 2,
+                probe_conn: ProbeConn::Absent,
+                ..d()
+            },
+        ),
+        (
+            "server_kernel_only",
+            GenConfig {
+                server_probes: false,
                 ..d()
             },
         ),

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use rand::rngs::StdRng;
 
-use crate::schema::{Direction, KernelEvent, ProbeEvent, Record};
+use crate::schema::{ConnRef, Direction, KernelEvent, ProbeEvent, Record};
 
 use super::{
-    CLIENT_ADDR, CLIENT_TID, CLOCK_PERIOD_NS, GenConfig, MONO_BASE, SERVER_ADDR, SERVER_PORT,
-    SERVER_TID, SortedFile, Stages, client_port, conn_ref, cookie, kernel, probe, rng_for, sample,
-    stages_for, startup, summary,
+    CLIENT_ADDR, CLIENT_TID, CLOCK_PERIOD_NS, GenConfig, MONO_BASE, ProbeConn, SERVER_ADDR,
+    SERVER_PORT, SERVER_TID, SortedFile, Stages, client_port, conn_ref, cookie, kernel, probe,
+    rng_for, sample, stages_for, startup, summary,
 };
 
 /// Gap between successive skbs of one message when it is not sent/received as one.
@@ -110,7 +110,41 @@ impl<'c> Writer<'c> {
         self.kernel[node].push(ev.ts_ns, &Record::Kernel(ev));
     }
 
+    /// How a write_begin/read_end probe names its message, per `cfg.probe_conn`.
+    fn name_message(
+        &self,
+        ev: &mut ProbeEvent,
+        node: usize,
+        c: usize,
+        dir: Direction,
+        (off, len): (u64, u64),
+    ) {
+        let (local, remote) = if node == 0 {
+            ((CLIENT_ADDR, client_port(c)), (SERVER_ADDR, SERVER_PORT))
+        } else {
+            ((SERVER_ADDR, SERVER_PORT), (CLIENT_ADDR, client_port(c)))
+        };
+        let (conn, offset) = match self.cfg.probe_conn {
+            ProbeConn::Cookie => (Some(conn_ref(cookie(node, c))), Some(off)),
+            ProbeConn::FourTuple => (
+                Some(ConnRef {
+                    laddr: Some(local.0.into()),
+                    lport: Some(local.1),
+                    raddr: Some(remote.0.into()),
+                    rport: Some(remote.1),
+                    ..Default::default()
+                }),
+                Some(off),
+            ),
+            ProbeConn::Absent => (None, None),
+        };
+        (ev.conn, ev.dir, ev.offset, ev.len) = (conn, Some(dir), offset, Some(len));
+    }
+
     fn p(&mut self, node: usize, ev: ProbeEvent, mono: u64) {
+        if node == 1 && !self.cfg.server_probes {
+            return;
+        }
         if let Some(files) = &mut self.probes {
             files[node].push(mono, &Record::Probe(ev));
         }
@@ -410,12 +444,7 @@ impl<'c> Writer<'c> {
             self.p(0, ev, at);
         }
         let mut ev = probe(0, "client", "write_begin", write_begin, &trace, client_tid);
-        (ev.conn, ev.dir, ev.offset, ev.len) = (
-            Some(conn_ref(ca)),
-            Some(Direction::Tx),
-            Some(req_off),
-            Some(req_len),
-        );
+        self.name_message(&mut ev, 0, c, Direction::Tx, (req_off, req_len));
         self.p(0, ev, write_begin);
         // Server: request in, handler, response out.
         let arrival = to_server(departure + s.one_way);
@@ -449,12 +478,7 @@ impl<'c> Writer<'c> {
             self.p(1, ev, at);
         }
         let mut ev = probe(1, "server", "read_end", read_end, &trace, server_tid);
-        (ev.conn, ev.dir, ev.offset, ev.len) = (
-            Some(conn_ref(cb)),
-            Some(Direction::Rx),
-            Some(req_off),
-            Some(req_len),
-        );
+        self.name_message(&mut ev, 1, c, Direction::Rx, (req_off, req_len));
         self.p(1, ev, read_end);
         let mut ev = probe(
             1,
@@ -464,12 +488,7 @@ impl<'c> Writer<'c> {
             &trace,
             server_tid,
         );
-        (ev.conn, ev.dir, ev.offset, ev.len) = (
-            Some(conn_ref(cb)),
-            Some(Direction::Tx),
-            Some(resp_off),
-            Some(resp_len),
-        );
+        self.name_message(&mut ev, 1, c, Direction::Tx, (resp_off, resp_len));
         self.p(1, ev, write_begin_s);
         // Client, response in.
         let arrival_c = to_client(departure_s) + s.one_way;
@@ -486,12 +505,7 @@ impl<'c> Writer<'c> {
         );
         self.p(0, ev, switch_c + s.poll_return);
         let mut ev = probe(0, "client", "read_end", read_end_c, &trace, client_tid);
-        (ev.conn, ev.dir, ev.offset, ev.len) = (
-            Some(conn_ref(ca)),
-            Some(Direction::Rx),
-            Some(resp_off),
-            Some(resp_len),
-        );
+        self.name_message(&mut ev, 0, c, Direction::Rx, (resp_off, resp_len));
         self.p(0, ev, read_end_c);
         let ev = probe(0, "client", "decode_end", decode_end_c, &trace, client_tid);
         self.p(0, ev, decode_end_c);

@@ -446,3 +446,40 @@ fn a_negative_network_difference_is_refused_and_the_wait_stays_whole() {
         "{err}"
     );
 }
+
+#[test]
+fn a_later_interrupt_on_the_cpu_is_not_taken_for_the_skbs() {
+    let dir = tempfile::tempdir().unwrap();
+    // B's netif_receive_skb (line 3) carries an IRQ entry after its softirq raise and entry: a
+    // later interrupt overwrote the CPU's context. It must not be used (nor made negative).
+    let files = plain_with_b_edited(dir.path(), |n, l| {
+        if n == 3 {
+            l.replace(
+                "\"irq_entry_ns\":7000001014900",
+                "\"irq_entry_ns\":7000001015850",
+            )
+        } else {
+            l.to_owned()
+        }
+    });
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    let mut expected = plain();
+    // The server's inner span now starts at the softirq raise: 300 ns shorter, so the
+    // round trip is 300 ns longer, and B has no rx_irq_handler segment.
+    expected[6] = ("network_round_trip", None, 20_300);
+    let at = expected
+        .iter()
+        .position(|s| s.0 == "rx_irq_handler" && s.1 == Some("B"))
+        .unwrap();
+    expected.remove(at);
+    assert_request(r, &expected, 82_100);
+    assert_eq!(r.missing, ["B:irq_entry"], "a NIC IRQ was expected");
+    assert!(!r.complete);
+    assert!(
+        r.notes[0].starts_with("rx context: request on B"),
+        "{:?}",
+        r.notes
+    );
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+}

@@ -67,8 +67,18 @@ pub fn with_read_ready(mut rx: Vec<Point>, read_ready: Point) -> Vec<Point> {
     rx
 }
 
-pub fn retransmission_note(node: &str, what: &str, stages: &Stages) -> Option<String> {
-    stages
-        .retransmitted
-        .then(|| format!("retransmitted: {what} on {node}; stage times use the first transmission"))
+/// Notes on how a message's stages were chosen (retransmission, unusable RX context).
+pub fn stage_notes(node: &str, what: &str, stages: &Stages) -> Vec<String> {
+    let mut notes = Vec::new();
+    if stages.retransmitted {
+        notes.push(format!(
+            "retransmitted: {what} on {node}; stage times use the first transmission"
+        ));
+    }
+    if stages.stale_context {
+        notes.push(format!(
+            "rx context: {what} on {node}: IRQ/softirq times later than the skb (a later interrupt on that CPU) were not used"
+        ));
+    }
+    notes
 }

@@ -132,6 +132,9 @@ impl Point {
 pub struct Stages {
     pub points: Vec<Point>,
     pub retransmitted: bool,
+    /// IRQ/softirq context times of the RX skb's CPU that contradict the skb's order (a later
+    /// interrupt on that CPU overwrote them) and were therefore not used.
+    pub stale_context: bool,
 }
 
 #[derive(Default)]
@@ -253,10 +256,26 @@ impl NodeIndex {
             }),
             expected,
         };
+        // The context is per CPU, not per skb: keep only times in path order before the skb
+        // (walking back from it), so a later IRQ on that CPU is never taken for this skb's.
+        let mut bound = node.map_or(u64::MAX, |s| s.ns());
+        let mut in_order = |ns: Option<u64>| {
+            let ns = ns?;
+            if ns <= bound {
+                bound = ns;
+                Some(ns)
+            } else {
+                out.stale_context = true;
+                None
+            }
+        };
+        let softirq_entry = in_order(rx.softirq_entry_ns);
+        let softirq_raise = in_order(rx.softirq_raise_ns);
+        let irq_entry = in_order(rx.irq_entry_ns);
         out.points.extend([
-            ctx_point(PointId::IrqEntry, rx.irq_entry_ns, rx.irq_expected),
-            ctx_point(PointId::SoftirqRaise, rx.softirq_raise_ns, false),
-            ctx_point(PointId::SoftirqEntry, rx.softirq_entry_ns, false),
+            ctx_point(PointId::IrqEntry, irq_entry, rx.irq_expected),
+            ctx_point(PointId::SoftirqRaise, softirq_raise, false),
+            ctx_point(PointId::SoftirqEntry, softirq_entry, false),
             Point::seen(PointId::NetifReceiveSkb, node),
         ]);
         let tcp = self

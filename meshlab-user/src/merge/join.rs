@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::schema::{ConnRef, Direction, JoinMethod};
 
 use super::event::{Endpoint, Established, Hook, Item, KEvent, PEvent, Role, Stamp};
-use super::half::{Half, LinkKey, absent, retransmission_note, with_read_ready};
+use super::half::{Half, LinkKey, absent, stage_notes, with_read_ready};
 use super::index::{NodeIndex, Point, Stages};
 use super::segments::{PointId, RX_KERNEL, TX_KERNEL};
 use super::time::NodeId;
@@ -252,7 +252,7 @@ impl NodeJoiner {
                     Some(m) => self.index.rx_stages(m.cookie, m.end),
                     None => Stages {
                         points: absent(RX_KERNEL),
-                        retransmitted: false,
+                        ..Default::default()
                     },
                 });
                 self.finish_if_ready(&key);
@@ -310,7 +310,7 @@ impl NodeJoiner {
                 Some(m) => self.index.tx_stages(m.cookie, m.start, m.end),
                 None => Stages {
                     points: absent(TX_KERNEL),
-                    retransmitted: false,
+                    ..Default::default()
                 },
             };
             let group = self.groups.get_mut(&key).expect("checked");
@@ -354,19 +354,19 @@ impl NodeJoiner {
         let probe = |id: PointId| Point::seen(id, g.probes.get(&id).copied());
         let tx = g.tx.take().unwrap_or_else(|| Stages {
             points: absent(TX_KERNEL),
-            retransmitted: false,
+            ..Default::default()
         });
         let rx = g.rx.take().unwrap_or_else(|| Stages {
             points: absent(RX_KERNEL),
-            retransmitted: false,
+            ..Default::default()
         });
         let mut notes = Vec::new();
-        notes.extend(retransmission_note(
+        notes.extend(stage_notes(
             &self.name,
             "request",
             if client { &tx } else { &rx },
         ));
-        notes.extend(retransmission_note(
+        notes.extend(stage_notes(
             &self.name,
             "response",
             if client { &rx } else { &tx },

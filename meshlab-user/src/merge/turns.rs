@@ -167,15 +167,13 @@ fn finish(
     let tx = index.tx_stages(turn.cookie, tx_start, tx_end);
     let rx = turn.rx_stages.unwrap_or_else(|| Stages {
         points: super::half::absent(super::segments::RX_KERNEL),
-        retransmitted: false,
+        ..Default::default()
     });
     let request_start = if turn.client { tx_start } else { turn.rx?.0 };
     let mut notes = Vec::new();
     let (req, resp) = if turn.client { (&tx, &rx) } else { (&rx, &tx) };
-    notes.extend(super::half::retransmission_note(node_name, "request", req));
-    notes.extend(super::half::retransmission_note(
-        node_name, "response", resp,
-    ));
+    notes.extend(super::half::stage_notes(node_name, "request", req));
+    notes.extend(super::half::stage_notes(node_name, "response", resp));
     let (points, post) = if turn.client {
         (tx.points, rx.points)
     } else {

@@ -40,7 +40,11 @@ pub fn header(out: &mut String, r: &RunReport) {
             "<div class=\"card\"><div class=\"label\">{label}</div><div class=\"value\">{value}</div></div>"
         );
     }
-    out.push_str("</section>");
+    out.push_str(
+        "</section><nav class=\"toc\"><a href=\"#by-kind\">by kind</a><a href=\"#waterfall-median\">median \
+         request</a><a href=\"#waterfall-p99\">p99 request</a><a href=\"#cdf-e2e\">distributions</a>\
+         <a href=\"#segments\">segment table</a><a href=\"#provenance\">provenance</a></nav>",
+    );
 }
 
 /// Colour key for the waterfalls (the stacked bars carry their own).
@@ -323,6 +327,7 @@ th{background:#f9fafb;font-weight:600}
 table.num td:nth-child(n+6){text-align:right;font-variant-numeric:tabular-nums}
 .swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px}
 .swatch.hatched{background:repeating-linear-gradient(45deg,#54a24b 0 3px,#cfe6cb 3px 6px)}
+.toc{display:flex;gap:16px;margin:12px 0 0;font-size:13px}.toc a{color:#1d4ed8;text-decoration:none}
 .legend-row{display:flex;gap:18px;margin:14px 0 0;font-size:13px;color:#374151}
 dl{display:grid;grid-template-columns:170px 1fr;gap:4px 14px;margin:0}dt{color:var(--muted)}dd{margin:0}
 code{font-size:12.5px;background:#f3f4f6;padding:1px 4px;border-radius:3px}

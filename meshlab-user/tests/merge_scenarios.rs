@@ -483,3 +483,18 @@ fn a_later_interrupt_on_the_cpu_is_not_taken_for_the_skbs() {
     );
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
 }
+
+#[test]
+fn a_blocking_readers_read_ready_does_not_split_the_receive_path() {
+    let r = only("server_blocking_read");
+    // server.read_ready was taken 5000 ns before the request arrived: B's switch-in -> copy is
+    // one segment (poll return 700 + recv entry 600), with no error.
+    let mut expected = plain();
+    let at = expected
+        .iter()
+        .position(|s| s.0 == "server_poll_return")
+        .unwrap();
+    expected.splice(at..at + 2, [("rx_wakeup_to_copy", Some("B"), 1_300)]);
+    assert_request(&r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}

@@ -103,6 +103,21 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+impl Endpoint {
+    /// Addresses compare in canonical form: an IPv4-mapped IPv6 address is its IPv4 address,
+    /// so a probe's `::ffff:10.0.0.1` and a recorder's `10.0.0.1` name the same endpoint.
+    pub fn new(addr: String, port: u16) -> Endpoint {
+        let addr = match addr.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(v6)) => v6
+                .to_ipv4_mapped()
+                .map_or_else(|| v6.to_string(), |v4| v4.to_string()),
+            Ok(ip) => ip.to_string(),
+            Err(_) => addr,
+        };
+        Endpoint { addr, port }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Established {
     pub local: Endpoint,
@@ -163,5 +178,18 @@ impl Item {
             Item::Kernel(k) => k.stamp,
             Item::Probe(p) => p.stamp,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Endpoint;
+
+    #[test]
+    fn endpoints_compare_in_canonical_form() {
+        let mapped = Endpoint::new("::ffff:10.200.0.1".into(), 80);
+        assert_eq!(mapped, Endpoint::new("10.200.0.1".into(), 80));
+        assert_eq!(Endpoint::new("fd00:0:0::1".into(), 1).addr, "fd00::1");
+        assert_eq!(Endpoint::new("not-an-ip".into(), 1).addr, "not-an-ip");
     }
 }

@@ -413,14 +413,8 @@ fn kernel_item(
         k.cookie
             .ok_or(("cookie", "required for sock_established".to_owned()))?;
         Some(Box::new(Established {
-            local: Endpoint {
-                addr: need(k.saddr, "saddr")?,
-                port: needp(k.sport, "sport")?,
-            },
-            remote: Endpoint {
-                addr: need(k.daddr, "daddr")?,
-                port: needp(k.dport, "dport")?,
-            },
+            local: Endpoint::new(need(k.saddr, "saddr")?, needp(k.sport, "sport")?),
+            remote: Endpoint::new(need(k.daddr, "daddr")?, needp(k.dport, "dport")?),
             active: k
                 .active
                 .ok_or(("active", "required for sock_established".to_owned()))?,

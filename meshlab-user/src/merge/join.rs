@@ -68,14 +68,8 @@ impl Conns {
 
     fn resolve(&self, conn: &ConnRef) -> Option<u64> {
         conn.cookie.or_else(|| {
-            let local = Endpoint {
-                addr: conn.laddr.clone()?,
-                port: conn.lport?,
-            };
-            let remote = Endpoint {
-                addr: conn.raddr.clone()?,
-                port: conn.rport?,
-            };
+            let local = Endpoint::new(conn.laddr.clone()?, conn.lport?);
+            let remote = Endpoint::new(conn.raddr.clone()?, conn.rport?);
             self.by_tuple.get(&(local, remote)).copied()
         })
     }

@@ -85,6 +85,8 @@ pub struct GenConfig {
     pub probes: bool,
     /// With `probes`: also write the server's probe file (else the server is kernel-only).
     pub server_probes: bool,
+    /// The server reads with a blocking recv: its read_ready precedes the data's arrival.
+    pub server_blocking_read: bool,
     /// How write_begin/read_end probes name their connection.
     pub probe_conn: ProbeConn,
     /// The NIC has an IRQ the recorder watches (else veth: no IRQ, softirq only).
@@ -118,6 +120,7 @@ impl Default for GenConfig {
             pipeline: 1,
             probes: true,
             server_probes: true,
+            server_blocking_read: false,
             probe_conn: ProbeConn::Cookie,
             nic_irq: true,
             request_len: 100,

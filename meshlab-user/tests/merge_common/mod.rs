@@ -131,6 +131,13 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
             },
         ),
         (
+            "server_blocking_read",
+            GenConfig {
+                server_blocking_read: true,
+                ..d()
+            },
+        ),
+        (
             "server_kernel_only",
             GenConfig {
                 server_probes: false,

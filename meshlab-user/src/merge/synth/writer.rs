@@ -465,7 +465,12 @@ impl<'c> Writer<'c> {
             resp_len,
             departure_s + 200,
         );
-        let ready = switch + s.poll_return;
+        // A blocking reader (no poll) takes read_ready before its recv waits for the data.
+        let ready = if self.cfg.server_blocking_read {
+            arrival - 5_000
+        } else {
+            switch + s.poll_return
+        };
         for (point, at) in [
             ("read_ready", ready),
             ("decode_end", decode_end),

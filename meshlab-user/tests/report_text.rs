@@ -246,6 +246,11 @@ fn reads_what_meshlab_merge_writes() {
         "dropped_event",
         "pipelined",
         "retransmission",
+        "interleaved",
+        "gro_rx",
+        "tso_tx",
+        "kernel_only",
+        "server_kernel_only",
     ] {
         let mut inputs: Vec<String> = std::fs::read_dir(scenarios.join(scenario))
             .unwrap()

@@ -54,8 +54,10 @@ pub struct Config {
     /// Non-zero: also record send/recv/data-ready of unix stream sockets (in `netns_cookie`'s
     /// namespace when set). Unix sockets have no TCP sequence: userspace counts their bytes.
     pub trace_unix: u32,
-    /// Explicit padding so the struct has no implicit holes.
-    pub _pad: u32,
+    /// Unread bytes in the ring buffer at which a submit wakes the reader; below it events are
+    /// submitted without a wakeup and the reader drains on its timer (fewer wakeups per event
+    /// at moderate rates). 0 = wake on every event.
+    pub wakeup_bytes: u32,
 }
 
 /// `Config::filter_flags`: the PORTS map restricts traced connections.
@@ -96,7 +98,7 @@ pub struct KernelOffsets {
     pub sock_common_net: u32,
     pub net_cookie: u32,
     pub unix_sock_peer: u32,
-    pub _pad: u32,
+    pub socket_sk: u32,
 }
 
 /// Key of the 4-tuple -> cookie map, as seen from the local socket.

@@ -4,6 +4,9 @@
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns};
 use meshlab_common::{ConnInfo, EVENT_FLAG_TUPLE, Event, Hook};
 
+use aya_ebpf::bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
+
+use crate::globals::config;
 use crate::maps::{DROPS, EVENTS, HITS};
 
 /// CLOCK_MONOTONIC now, the clock of every event.
@@ -59,7 +62,7 @@ fn emit_impl<const WITH_TASK: bool>(hook: Hook, fill: impl FnOnce(&mut Event) ->
     ev.queue = u32::MAX;
     if fill(ev).is_some() {
         bump(&HITS, index);
-        entry.submit(0);
+        entry.submit(wakeup_flag());
     } else {
         entry.discard(0);
     }
@@ -73,6 +76,21 @@ pub fn set_conn_tuple(ev: &mut Event, info: &ConnInfo) {
     ev.sport = info.tuple.local_port;
     ev.dport = info.tuple.remote_port;
     ev.flags |= EVENT_FLAG_TUPLE;
+}
+
+/// BPF_RB_NO_WAKEUP while little data waits (the reader drains on a timer), a forced wakeup
+/// once `wakeup_bytes` are pending.
+#[inline(always)]
+fn wakeup_flag() -> u64 {
+    let threshold = u64::from(config!(wakeup_bytes));
+    if threshold == 0 {
+        return 0;
+    }
+    if EVENTS.query(u64::from(BPF_RB_AVAIL_DATA)) >= threshold {
+        u64::from(BPF_RB_FORCE_WAKEUP)
+    } else {
+        u64::from(BPF_RB_NO_WAKEUP)
+    }
 }
 
 #[inline(always)]

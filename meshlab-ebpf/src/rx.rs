@@ -140,12 +140,26 @@ tp_entries!(
 
 /// sock:sock_recv_length(sk, ret, flags): the recv syscall returns.
 fn try_recv_return<C: TpArgs>(ctx: &C) -> Option<()> {
-    let sk = ctx.arg_u64(0);
+    on_recv_return(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
+}
+
+/// fexit sock_recvmsg(struct socket *sock, struct msghdr *msg, int flags) = ret: the same
+/// point on kernels without the sock_recv_length tracepoint (before 6.3).
+#[aya_ebpf::macros::fexit(function = "sock_recvmsg")]
+pub fn recv_return_fexit(ctx: aya_ebpf::programs::FExitContext) -> i32 {
+    let sock: u64 = ctx.arg(0);
+    if let Some(sk) = read::<u64>(sock, offset!(socket_sk)) {
+        let _ = on_recv_return(sk, ctx.arg::<u64>(3) as i32);
+    }
+    0
+}
+
+#[inline(always)]
+fn on_recv_return(sk: u64, ret: i32) -> Option<()> {
     let Some((cookie, info)) = traced_sock(sk) else {
-        return crate::unix::on_unix(Hook::RecvReturn, sk, ctx.arg_u64(1) as i32);
+        return crate::unix::on_unix(Hook::RecvReturn, sk, ret);
     };
     let copied_seq: u32 = read(sk, offset!(tcp_sock_copied_seq))?;
-    let ret = ctx.arg_u64(1) as i32;
     emit(Hook::RecvReturn, |ev| {
         ev.cookie = cookie;
         ev.value = ret;

@@ -1,8 +1,8 @@
 //! TX path: tcp_sendmsg -> net_dev_queue -> (qdisc) -> net_dev_start_xmit -> net_dev_xmit,
 //! and the send syscall's return.
 
-use aya_ebpf::macros::{fentry, kprobe, tracepoint};
-use aya_ebpf::programs::{FEntryContext, ProbeContext, TracePointContext};
+use aya_ebpf::macros::{fentry, fexit, kprobe, tracepoint};
+use aya_ebpf::programs::{FEntryContext, FExitContext, ProbeContext, TracePointContext};
 use meshlab_common::{ConnInfo, Hook};
 
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
@@ -62,13 +62,28 @@ tp_entries!(
 
 /// sock:sock_send_length(sk, ret, flags): the send syscall returns.
 fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
-    let sk = ctx.arg_u64(0);
+    on_send_return(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
+}
+
+/// fexit sock_sendmsg(struct socket *sock, struct msghdr *msg) = ret: the same point on
+/// kernels without the sock_send_length tracepoint (before 6.3).
+#[fexit(function = "sock_sendmsg")]
+pub fn send_return_fexit(ctx: FExitContext) -> i32 {
+    let sock: u64 = ctx.arg(0);
+    if let Some(sk) = read::<u64>(sock, offset!(socket_sk)) {
+        let _ = on_send_return(sk, ctx.arg::<u64>(2) as i32);
+    }
+    0
+}
+
+#[inline(always)]
+fn on_send_return(sk: u64, ret: i32) -> Option<()> {
     let Some((cookie, info)) = traced_sock(sk) else {
-        return crate::unix::on_unix(Hook::SendReturn, sk, ctx.arg_u64(1) as i32);
+        return crate::unix::on_unix(Hook::SendReturn, sk, ret);
     };
     emit(Hook::SendReturn, |ev| {
         ev.cookie = cookie;
-        ev.value = ctx.arg_u64(1) as i32;
+        ev.value = ret;
         ev.seq = read(sk, offset!(tcp_sock_write_seq))?;
         set_conn_tuple(ev, &info);
         track_thread(ev.tid, cookie);

@@ -71,7 +71,7 @@ pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
         sock_common_net: r.offset("sock", "__sk_common.skc_net")?,
         net_cookie: r.offset("net", "net_cookie")?,
         unix_sock_peer: r.offset("unix_sock", "peer")?,
-        _pad: 0,
+        socket_sk: r.offset("socket", "sk")?,
     })
 }
 

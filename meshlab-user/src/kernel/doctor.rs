@@ -122,6 +122,7 @@ pub fn inspect_object(bytes: &[u8]) -> ObjectFacts {
                     "raw_tp/",
                     "kprobe/",
                     "fentry/",
+                    "fexit/",
                     "tracepoint/",
                     "sockops",
                 ]

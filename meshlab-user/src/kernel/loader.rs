@@ -4,7 +4,7 @@ use std::fs::File;
 use std::path::Path;
 
 use aya::programs::{
-    BtfTracePoint, CgroupAttachMode, FEntry, KProbe, ProgramError, RawTracePoint, SockOps,
+    BtfTracePoint, CgroupAttachMode, FEntry, FExit, KProbe, ProgramError, RawTracePoint, SockOps,
     TracePoint,
 };
 use aya::{Btf, Ebpf, EbpfLoader};
@@ -107,6 +107,11 @@ pub fn attach_tier(
                 p.load(spec.target, btf)?;
                 p.attach()?;
             }
+            Tier::Fexit => {
+                let p: &mut FExit = program.try_into()?;
+                p.load(spec.target, btf)?;
+                p.attach()?;
+            }
             Tier::Kprobe => {
                 let p: &mut KProbe = program.try_into()?;
                 p.load()?;
@@ -149,6 +154,7 @@ pub fn detach_tier(ebpf: &mut Ebpf, spec: &TierSpec) -> Result<(), ProgramError>
     };
     match spec.tier {
         Tier::Fentry => <&mut FEntry>::try_from(program)?.unload(),
+        Tier::Fexit => <&mut FExit>::try_from(program)?.unload(),
         Tier::Kprobe => <&mut KProbe>::try_from(program)?.unload(),
         Tier::TpBtf => <&mut BtfTracePoint>::try_from(program)?.unload(),
         Tier::RawTp => <&mut RawTracePoint>::try_from(program)?.unload(),

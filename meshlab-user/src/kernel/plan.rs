@@ -10,6 +10,8 @@ use std::fmt;
 pub enum Tier {
     /// BPF trampoline on a kernel function (needs BTF and CONFIG_FUNCTION_TRACER; ~fastest).
     Fentry,
+    /// BPF trampoline on a kernel function's return (with its arguments and return value).
+    Fexit,
     /// kprobe on a kernel function (needs CONFIG_KPROBES).
     Kprobe,
     /// BTF-typed raw tracepoint (5.5+): ~8 ns bare cost.
@@ -26,6 +28,7 @@ impl Tier {
     pub fn name(self) -> &'static str {
         match self {
             Tier::Fentry => "fentry",
+            Tier::Fexit => "fexit",
             Tier::Kprobe => "kprobe",
             Tier::TpBtf => "tp_btf",
             Tier::RawTp => "raw_tp",
@@ -175,13 +178,28 @@ pub const HOOKS: &[HookSpec] = &[
         "net_dev_xmit_raw",
         "net_dev_xmit"
     ),
-    tracepoint_hook!(
-        "send_return",
-        Family::Tx,
-        "send_return_btf",
-        "send_return_raw",
-        "sock_send_length"
-    ),
+    HookSpec {
+        name: "send_return",
+        family: Family::Tx,
+        tiers: &[
+            TierSpec {
+                tier: Tier::Fexit,
+                program: "send_return_fexit",
+                target: "sock_sendmsg",
+            },
+            TierSpec {
+                tier: Tier::TpBtf,
+                program: "send_return_btf",
+                target: "sock_send_length",
+            },
+            TierSpec {
+                tier: Tier::RawTp,
+                program: "send_return_raw",
+                target: "sock_send_length",
+            },
+        ],
+        raw_stream_only: false,
+    },
     tracepoint_hook!(
         "netif_receive_skb",
         Family::Rx,
@@ -210,13 +228,28 @@ pub const HOOKS: &[HookSpec] = &[
         "skb_copy_raw",
         "skb_copy_datagram_iovec"
     ),
-    tracepoint_hook!(
-        "recv_return",
-        Family::Rx,
-        "recv_return_btf",
-        "recv_return_raw",
-        "sock_recv_length"
-    ),
+    HookSpec {
+        name: "recv_return",
+        family: Family::Rx,
+        tiers: &[
+            TierSpec {
+                tier: Tier::Fexit,
+                program: "recv_return_fexit",
+                target: "sock_recvmsg",
+            },
+            TierSpec {
+                tier: Tier::TpBtf,
+                program: "recv_return_btf",
+                target: "sock_recv_length",
+            },
+            TierSpec {
+                tier: Tier::RawTp,
+                program: "recv_return_raw",
+                target: "sock_recv_length",
+            },
+        ],
+        raw_stream_only: false,
+    },
     tracepoint_hook!(
         "irq_entry",
         Family::Irq,
@@ -292,9 +325,15 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), HOOKS.len());
         let rank = |t: Tier| {
-            [Tier::Fentry, Tier::Kprobe, Tier::TpBtf, Tier::RawTp]
-                .iter()
-                .position(|x| *x == t)
+            [
+                Tier::Fentry,
+                Tier::Fexit,
+                Tier::Kprobe,
+                Tier::TpBtf,
+                Tier::RawTp,
+            ]
+            .iter()
+            .position(|x| *x == t)
         };
         for hook in HOOKS {
             let ranks: Vec<_> = hook.tiers.iter().filter_map(|t| rank(t.tier)).collect();

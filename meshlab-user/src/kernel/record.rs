@@ -62,6 +62,10 @@ pub struct RecordArgs {
     pub clock_every_secs: u64,
 }
 
+/// A submit wakes the reader once 1/16 of the ring is pending; below that the reader drains
+/// every [`super::session::DRAIN_EVERY`].
+const WAKEUP_FRACTION: u32 = 16;
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
@@ -138,7 +142,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         ifindex,
         raw_irq_stream: u32::from(args.raw_irq),
         trace_unix: u32::from(args.unix),
-        _pad: 0,
+        wakeup_bytes: args.ring_bytes / WAKEUP_FRACTION,
     };
     let nic_irqs = sysinfo::nic_irqs();
     let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, &nic_irqs)?;

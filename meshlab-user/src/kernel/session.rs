@@ -18,6 +18,11 @@ use super::loader;
 use super::plan::TierSpec;
 use crate::schema::{Drops, HookCounts, Record, Summary};
 
+/// How often the reader drains events that were submitted without a wakeup.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
+/// Records written per pass before the event loop looks at signals and timers again.
+const BATCH: usize = 4096;
+
 pub struct Session {
     ebpf: Ebpf,
     attached: Vec<&'static TierSpec>,
@@ -162,6 +167,8 @@ impl Session {
         }
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut drain = tokio::time::interval(DRAIN_EVERY);
+        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_clock = Instant::now();
         let progress = std::io::stderr().is_terminal();
         let mut last_received: u64 = 0;
@@ -169,11 +176,16 @@ impl Session {
             tokio::select! {
                 guard = ring.readable_mut() => {
                     let mut guard = guard?;
-                    let inner = guard.get_inner_mut();
-                    while let Some(item) = inner.next() {
-                        write_item(&mut self.decoder, &mut self.out, &item)?;
+                    // A bounded batch, then back to select!: a producer faster than this
+                    // reader must not starve the signal and timer branches.
+                    if drain_batch(guard.get_inner_mut(), &mut self.decoder, &mut self.out)? {
+                        guard.clear_ready();
                     }
-                    guard.clear_ready();
+                }
+                _ = drain.tick() => {
+                    // Events submitted without a wakeup (below the wakeup threshold).
+                    let ring = ring.get_mut();
+                    while !drain_batch(ring, &mut self.decoder, &mut self.out)? {}
                 }
                 _ = tick.tick() => {
                     let counters = self.read_counters()?;
@@ -256,6 +268,21 @@ impl Session {
         self.write_record(&Record::Drops(record))?;
         Ok(())
     }
+}
+
+/// Writes at most [`BATCH`] ring buffer records; true when the buffer is now empty.
+fn drain_batch(
+    ring: &mut RingBuf<MapData>,
+    decoder: &mut Decoder,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
+    for _ in 0..BATCH {
+        match ring.next() {
+            Some(item) => write_item(decoder, out, &item)?,
+            None => return Ok(true),
+        }
+    }
+    Ok(false)
 }
 
 fn write_item(decoder: &mut Decoder, out: &mut impl Write, item: &[u8]) -> anyhow::Result<()> {

@@ -498,3 +498,38 @@ fn a_blocking_readers_read_ready_does_not_split_the_receive_path() {
     assert_request(&r, &expected, 82_100);
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
 }
+
+#[test]
+fn probes_without_kernel_recordings_attribute_userland_only() {
+    let files: Vec<_> = fixture_files("plain")
+        .into_iter()
+        .filter(|f| f.to_string_lossy().ends_with("probe.ndjson"))
+        .collect();
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    // Each node's time is its probes' realtime clock. Client write_begin (t0+1500) to
+    // read_ready (t0+78700) = 77200; server read_ready -> write_begin = 32600; the unsplit
+    // receive stages read_ready -> read_end are 600+1100+200 on both sides.
+    let expected: Vec<Seg> = vec![
+        ("client_encode", Some("A"), 1000),
+        ("client_pre_write", Some("A"), 500),
+        ("network_round_trip", None, 44_600),
+        ("rx_recv_entry+rx_copy+server_read_return", Some("B"), 1900),
+        ("server_decode", Some("B"), 3000),
+        ("server_dispatch", Some("B"), 400),
+        ("server_handler", Some("B"), 25_000),
+        ("server_encode", Some("B"), 2000),
+        ("server_pre_write", Some("B"), 300),
+        ("rx_recv_entry+rx_copy+client_read_return", Some("A"), 1900),
+        ("client_decode", Some("A"), 1500),
+    ];
+    assert_request(r, &expected, 82_100);
+    assert_eq!(
+        r.missing,
+        ["A:kernel (no recording)", "B:kernel (no recording)"]
+    );
+    assert!(!r.complete);
+    let d = r.segments[2].derived.as_ref().unwrap();
+    assert_eq!(d.outer, ["client.write_begin", "client.read_ready"]);
+    assert_eq!(d.inner, ["server.read_ready", "server.write_begin"]);
+}

@@ -80,7 +80,12 @@ impl Chain {
         let last_seen = points.iter().rposition(|p| p.stamp.is_some());
         for (pos, p) in points.iter().enumerate() {
             let Some(stamp) = p.stamp else {
-                if p.expected {
+                if !half.kernel_recorded && !p.id.is_probe() {
+                    let whole = format!("{node}:kernel (no recording)");
+                    if !missing.contains(&whole) {
+                        missing.push(whole);
+                    }
+                } else if p.expected {
                     missing.push(format!("{node}:{}", p.id.name()));
                 }
                 continue;

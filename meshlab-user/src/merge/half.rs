@@ -33,6 +33,9 @@ pub struct Half {
     /// Client only: points from the response's arrival to the end.
     pub post: Vec<Point>,
     pub notes: Vec<String>,
+    /// The node has a kernel recording; without one its kernel points are not expected one by
+    /// one but reported once as `NODE:kernel (no recording)`.
+    pub kernel_recorded: bool,
     /// Node time the half was completed (used to order the output of unmatched halves).
     pub ready_ns: u64,
 }

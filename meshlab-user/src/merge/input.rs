@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::ndjson::{NdjsonError, RecordReader};
-use crate::schema::{ClockSample, KernelEvent, ProbeEvent, Record, Startup};
+use crate::schema::{ClockId, ClockSample, KernelEvent, ProbeEvent, Record, Startup};
 
 use super::MergeError;
 use super::clock::ClockTable;
@@ -53,6 +53,10 @@ pub struct Plan {
     pub nic_irq_devs: Vec<Vec<String>>,
     pub skew_ns: Vec<i64>,
     pub dropped: BTreeMap<String, u64>,
+    /// Per node: it has a kernel recording (else its probes keep their declared clock).
+    pub kernel_recorded: Vec<bool>,
+    /// Per node: the clocks its probe lines declare.
+    pub probe_clocks: Vec<Vec<ClockId>>,
 }
 
 impl Plan {
@@ -93,6 +97,7 @@ pub fn plan(
     skews: &BTreeMap<String, i64>,
 ) -> Result<Plan, MergeError> {
     let mut plan = Plan::default();
+    let mut probe_clocks: Vec<(String, ClockId)> = Vec::new();
     let all = files
         .iter()
         .map(|f| (None, f))
@@ -140,7 +145,14 @@ pub fn plan(
                 plan.startups.push(startup);
             }
             Record::Probe(_) => {
-                let nodes = probe_nodes(path, &display, given_node.as_deref())?;
+                let pairs = probe_nodes(path, &display, given_node.as_deref())?;
+                let mut nodes: Vec<String> = Vec::new();
+                for (node, _) in &pairs {
+                    if !nodes.contains(node) {
+                        nodes.push(node.clone());
+                    }
+                }
+                probe_clocks.extend(pairs);
                 plan.files.push(InputFile {
                     path: path.clone(),
                     display,
@@ -185,6 +197,32 @@ pub fn plan(
         .map(|n| skews.get(n).copied().unwrap_or(0))
         .collect();
     plan.clocks = vec![ClockTable::default(); plan.nodes.len()];
+    plan.kernel_recorded = plan
+        .nodes
+        .iter()
+        .map(|n| plan.startups.iter().any(|s| s.node == *n))
+        .collect();
+    plan.probe_clocks = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut v: Vec<ClockId> = Vec::new();
+            for (_, c) in probe_clocks.iter().filter(|(pn, _)| pn == n) {
+                if !v.contains(c) {
+                    v.push(*c);
+                }
+            }
+            v
+        })
+        .collect();
+    for (i, name) in plan.nodes.iter().enumerate() {
+        if !plan.kernel_recorded[i] && plan.probe_clocks[i].len() > 1 {
+            return Err(MergeError::Usage(format!(
+                "node {name} has no kernel recording and its probes declare different clocks ({:?}): without clock samples they cannot be related",
+                plan.probe_clocks[i]
+            )));
+        }
+    }
     plan.nic_irq_devs = vec![Vec::new(); plan.nodes.len()];
     for i in 0..plan.files.len() {
         if plan.files[i].kind == FileKind::Kernel {
@@ -207,17 +245,18 @@ fn probe_nodes(
     path: &Path,
     display: &str,
     default: Option<&str>,
-) -> Result<Vec<String>, MergeError> {
+) -> Result<Vec<(String, ClockId)>, MergeError> {
     #[derive(serde::Deserialize)]
     struct NodeOnly {
         #[serde(default)]
         node: Option<String>,
+        clock: ClockId,
     }
     let file = File::open(path).map_err(|source| NdjsonError::Open {
         file: path.into(),
         source,
     })?;
-    let mut nodes: Vec<String> = Vec::new();
+    let mut nodes: Vec<(String, ClockId)> = Vec::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|source| NdjsonError::Read {
             file: path.into(),
@@ -229,6 +268,7 @@ fn probe_nodes(
         }
         let n: NodeOnly = serde_json::from_str(&line)
             .map_err(|e| parse_err(display, i as u64 + 1, format!("in a `probe` record: {e}")))?;
+        let n_clock = n.clock;
         let node = match (n.node, default) {
             (Some(n), _) => n,
             (None, Some(d)) => d.to_owned(),
@@ -236,8 +276,8 @@ fn probe_nodes(
                 return Err(parse_err(display, i as u64 + 1, "in a `probe` record: field `node` is missing and the file was not given as --node NAME=FILE".into()));
             }
         };
-        if !nodes.contains(&node) {
-            nodes.push(node);
+        if !nodes.iter().any(|(n, c)| *n == node && *c == n_clock) {
+            nodes.push((node, n_clock));
         }
     }
     Ok(nodes)
@@ -494,9 +534,18 @@ fn probe_item(
         )
     })?;
     let table = &plan.clocks[usize::from(node.0)];
-    let converted = table
-        .to_monotonic(node, p.clock, ts)
-        .map_err(|e| ("clock", e.to_string()))?;
+    let converted = if plan.kernel_recorded[usize::from(node.0)] {
+        table
+            .to_monotonic(node, p.clock, ts)
+            .map_err(|e| ("clock", e.to_string()))?
+    } else {
+        // No kernel recording: the node's time is its probes' one declared clock.
+        super::clock::Converted {
+            time: NodeTime::new(node, ts),
+            error_ns: 0,
+            sample: u32::MAX,
+        }
+    };
     Ok(Some(PEvent {
         role,
         point: point.to_owned(),

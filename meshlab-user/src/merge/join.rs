@@ -94,6 +94,7 @@ pub struct NodeJoiner {
     pub node: NodeId,
     pub name: String,
     window_ns: u64,
+    kernel_recorded: bool,
     pub index: NodeIndex,
     pub conns: Conns,
     /// Kernel-only mode (this node has no probe files).
@@ -110,11 +111,18 @@ pub struct NodeJoiner {
 }
 
 impl NodeJoiner {
-    pub fn new(node: NodeId, name: String, window_ns: u64, kernel_only: bool) -> Self {
+    pub fn new(
+        node: NodeId,
+        name: String,
+        window_ns: u64,
+        kernel_only: bool,
+        kernel_recorded: bool,
+    ) -> Self {
         Self {
             node,
             name,
             window_ns,
+            kernel_recorded,
             index: NodeIndex::default(),
             conns: Conns::default(),
             turns: kernel_only.then(Turns::default),
@@ -408,6 +416,7 @@ impl NodeJoiner {
             points,
             post,
             notes,
+            kernel_recorded: self.kernel_recorded,
             ready_ns: self.frontier_ns,
         });
     }

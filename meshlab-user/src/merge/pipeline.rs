@@ -88,6 +88,7 @@ pub fn run(
             plan.nodes[i].clone(),
             opts.window_ns,
             kernel_only,
+            plan.kernel_recorded[i],
         ));
     }
     let files: Vec<String> = plan.files.iter().map(|f| f.display.clone()).collect();

@@ -195,6 +195,7 @@ fn finish(
         points,
         post,
         notes,
+        kernel_recorded: true,
         ready_ns: now.min(turn.last_ns),
     })
 }

@@ -533,3 +533,29 @@ fn probes_without_kernel_recordings_attribute_userland_only() {
     assert_eq!(d.outer, ["client.write_begin", "client.read_ready"]);
     assert_eq!(d.inner, ["server.read_ready", "server.write_begin"]);
 }
+
+#[test]
+fn on_veth_the_senders_softirq_raise_is_not_a_receive_stage() {
+    // In the two-namespace lab the receiver's NET_RX raise happens inside the sender's
+    // veth_xmit, before the sender's net_dev_xmit. Add one 2000 ns before the softirq entry to
+    // B's netif_receive_skb: the result must not change.
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = fixture_files("veth_no_irq");
+    let b = files
+        .iter()
+        .position(|f| f.ends_with("B.kernel.ndjson"))
+        .unwrap();
+    let text = std::fs::read_to_string(&files[b]).unwrap();
+    let edited = text.replacen(
+        "\"softirq_entry_ns\":7000001014900",
+        "\"softirq_raise_ns\":7000001012900,\"softirq_entry_ns\":7000001014900",
+        1,
+    );
+    assert_ne!(edited, text);
+    files[b] = dir.path().join("B.kernel.ndjson");
+    std::fs::write(&files[b], edited).unwrap();
+    let with_raise = merge(&files, &[]);
+    let without = merge(&fixture_files("veth_no_irq"), &[]);
+    assert_eq!(with_raise.requests, without.requests);
+    assert!(with_raise.requests[0].complete);
+}

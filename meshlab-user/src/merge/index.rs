@@ -270,7 +270,9 @@ impl NodeIndex {
             }
         };
         let softirq_entry = in_order(rx.softirq_entry_ns);
-        let softirq_raise = in_order(rx.softirq_raise_ns);
+        // Without a NIC IRQ (veth, loopback) NET_RX is raised by the sender's transmit
+        // (netif_rx), not by this skb's arrival: that raise is not a receive stage.
+        let softirq_raise = in_order(rx.softirq_raise_ns.filter(|_| rx.irq_expected));
         let irq_entry = in_order(rx.irq_entry_ns);
         out.points.extend([
             ctx_point(PointId::IrqEntry, irq_entry, rx.irq_expected),

@@ -559,3 +559,28 @@ fn on_veth_the_senders_softirq_raise_is_not_a_receive_stage() {
     assert_eq!(with_raise.requests, without.requests);
     assert!(with_raise.requests[0].complete);
 }
+
+#[test]
+fn a_lost_event_does_not_open_the_wakeup_search_to_earlier_messages() {
+    // Found on a real recording with ring buffer drops: request 1 lost its sk_data_ready on B;
+    // its wake-up must still be its own (after its tcp_probe), not request 0's.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = meshlab_user::merge::synth::GenConfig {
+        requests: 2,
+        drop: Some(("B", "sk_data_ready", 1)),
+        ..Default::default()
+    };
+    let out = merge(&merge_common::generate_into(&cfg, dir.path()), &[]);
+    let mut rs = out.requests.clone();
+    rs.sort_by_key(|r| r.start_ns);
+    assert_request(&rs[0], &plain(), 82_100);
+    let mut expected = plain();
+    let at = expected
+        .iter()
+        .position(|s| s.0 == "rx_tcp_deliver" && s.1 == Some("B"))
+        .unwrap();
+    expected.splice(at..at + 2, [("rx_tcp_deliver+rx_wakeup", Some("B"), 1_000)]);
+    assert_request(&rs[1], &expected, 82_100);
+    assert_eq!(rs[1].missing, ["B:sk_data_ready"]);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+}

@@ -293,16 +293,22 @@ impl NodeIndex {
         let copy = self
             .hook(cookie, Direction::Rx, 3)
             .and_then(|h| h.covering(last).0);
+        let ret = self
+            .hook(cookie, Direction::Rx, 4)
+            .and_then(|h| h.first_reaching(end));
         // The wake-up the data caused, if the reader was asleep: between queueing and copying.
-        let (lo, hi) = (
-            ready.map_or(0, |e| e.stamp.ns()),
-            copy.map_or(u64::MAX, |e| e.stamp.ns()),
-        );
-        let wakeup = self.wakeups.get(&cookie).and_then(|q| {
-            q.iter()
-                .find(|(s, _)| s.ns() >= lo && s.ns() <= hi)
-                .copied()
+        // Both bounds must be observed (a lost event must not open the search to stale
+        // wake-ups of earlier messages).
+        let lo = ready.or(tcp).or(netif).map(|e| e.stamp.ns());
+        let hi = copy.or(ret).map(|e| e.stamp.ns());
+        let wakeup = lo.zip(hi).and_then(|(lo, hi)| {
+            self.wakeups.get(&cookie).and_then(|q| {
+                q.iter()
+                    .find(|(s, _)| s.ns() >= lo && s.ns() <= hi)
+                    .copied()
+            })
         });
+        let hi = hi.unwrap_or(0);
         let switch_in = wakeup.and_then(|(w, tid)| {
             self.switch_ins
                 .get(&tid)
@@ -321,9 +327,6 @@ impl NodeIndex {
             },
             Point::seen(PointId::SkbCopyDatagram, copy.map(|e| e.stamp)),
         ]);
-        let ret = self
-            .hook(cookie, Direction::Rx, 4)
-            .and_then(|h| h.first_reaching(end));
         out.points
             .push(Point::seen(PointId::RecvReturn, ret.map(|e| e.stamp)));
         out

@@ -25,6 +25,8 @@ pub enum BenchTask {
         #[arg(long, default_value_t = 1)]
         concurrency: usize,
     },
+    /// The recorder's decode path alone (ring record -> NDJSON line), events per second.
+    Decode,
     /// Records loopback RPC load for N minutes and samples the recorder's RSS.
     Soak {
         #[arg(long, default_value_t = 10)]
@@ -41,6 +43,17 @@ const PORT_TRACED: u16 = 47_300;
 const PORT_OTHER: u16 = 47_301;
 
 pub fn run(task: BenchTask) -> Result<()> {
+    if let BenchTask::Decode = task {
+        return run_cmd(
+            Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())).args([
+                "bench",
+                "-p",
+                "meshlab-user",
+                "--bench",
+                "decode",
+            ]),
+        );
+    }
     run_cmd(
         Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())).args([
             "build",
@@ -51,6 +64,7 @@ pub fn run(task: BenchTask) -> Result<()> {
     )?;
     let exe = workspace_root().join("target/release/meshlab");
     match task {
+        BenchTask::Decode => Ok(()),
         BenchTask::Overhead {
             rounds,
             seconds,

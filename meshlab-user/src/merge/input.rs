@@ -1,5 +1,5 @@
-//! Input files: which kind (kernel recording or probe file), which node, validation with
-//! file:line:field errors, `--inject-skew`, and the reduction of records to [`Item`]s.
+//! Input files: which kind (kernel recording or probe file), which node, their clock samples
+//! and drop totals, and `--inject-skew`; records become items in [`super::reduce`].
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -7,14 +7,11 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::ndjson::{NdjsonError, RecordReader};
-use crate::schema::{ClockId, ClockSample, KernelEvent, ProbeEvent, Record, Startup};
+use crate::schema::{ClockId, ClockSample, Record, Startup};
 
 use super::MergeError;
 use super::clock::ClockTable;
-use super::event::{
-    Endpoint, Established, Hook, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp,
-};
-use super::time::{NodeId, NodeTime};
+use super::time::NodeId;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
@@ -81,7 +78,7 @@ impl Plan {
     }
 }
 
-fn parse_err(file: &str, line: u64, message: String) -> MergeError {
+pub(super) fn parse_err(file: &str, line: u64, message: String) -> MergeError {
     MergeError::Input(NdjsonError::Parse {
         file: file.into(),
         line,
@@ -233,7 +230,7 @@ pub fn plan(
     Ok(plan)
 }
 
-fn type_name(r: &Record) -> String {
+pub(super) fn type_name(r: &Record) -> String {
     serde_json::to_value(r)
         .ok()
         .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
@@ -349,7 +346,7 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
     Ok(())
 }
 
-fn shift(ns: u64, skew: i64) -> Option<u64> {
+pub(super) fn shift(ns: u64, skew: i64) -> Option<u64> {
     ns.checked_add_signed(skew)
 }
 
@@ -365,203 +362,4 @@ fn shift_sample(s: &mut ClockSample, skew: i64) -> Result<(), String> {
         })?;
     }
     Ok(())
-}
-
-/// Reduces one record of `file` (already parsed) to an item of `node`, or `None` when the
-/// record is not an event of that node (other records, other nodes' probe lines).
-pub fn to_item(
-    plan: &Plan,
-    file: usize,
-    line: u64,
-    node: NodeId,
-    record: Record,
-) -> Result<Option<Item>, MergeError> {
-    let f = &plan.files[file];
-    let origin = Origin {
-        file: file as u16,
-        line,
-    };
-    let skew = plan.skew_ns[usize::from(node.0)];
-    let node_name = &plan.nodes[usize::from(node.0)];
-    let bad = |record: &str, field: &str, what: String| {
-        parse_err(
-            &f.display,
-            line,
-            format!("in a `{record}` record: field `{field}`: {what}"),
-        )
-    };
-    match (f.kind, record) {
-        (FileKind::Kernel, Record::Kernel(k)) => {
-            if k.node != *node_name {
-                return Err(bad(
-                    "kernel",
-                    "node",
-                    format!("\"{}\" in the recording of node \"{node_name}\"", k.node),
-                ));
-            }
-            kernel_item(plan, node, origin, skew, k)
-                .map(Some)
-                .map_err(|(field, what)| bad("kernel", field, what))
-        }
-        (FileKind::Kernel, Record::Probe(_)) => Err(bad(
-            "probe",
-            "type",
-            "a probe record inside a kernel recording".into(),
-        )),
-        (FileKind::Kernel, Record::Startup(_)) if line > 1 => {
-            Err(bad("startup", "type", "a second startup record".into()))
-        }
-        (FileKind::Kernel, _) => Ok(None),
-        (FileKind::Probe, Record::Probe(p)) => {
-            let this = p.node.as_ref().or(f.node.as_ref());
-            if this != Some(node_name) {
-                return Ok(None);
-            }
-            probe_item(plan, node, origin, skew, p)
-                .map(|p| p.map(|p| Item::Probe(Box::new(p))))
-                .map_err(|(field, what)| bad("probe", field, what))
-        }
-        (FileKind::Probe, other) => Err(bad(
-            &type_name(&other),
-            "type",
-            "expected a `probe` record in a probe file".into(),
-        )),
-    }
-}
-
-type FieldError = (&'static str, String);
-
-fn kernel_item(
-    plan: &Plan,
-    node: NodeId,
-    origin: Origin,
-    skew: i64,
-    k: KernelEvent,
-) -> Result<Item, FieldError> {
-    let moved = |field: &'static str, v: u64| {
-        shift(v, skew).ok_or_else(|| (field, format!("--inject-skew {skew} moves {v} below zero")))
-    };
-    let hook = Hook::from_name(&k.hook);
-    let ts = moved("ts_ns", k.ts_ns)?;
-    let established = if hook == Hook::SockEstablished {
-        let need = |v: Option<String>, f: &'static str| {
-            v.ok_or((f, "required for sock_established".to_owned()))
-        };
-        let needp = |v: Option<u16>, f: &'static str| {
-            v.ok_or((f, "required for sock_established".to_owned()))
-        };
-        k.cookie
-            .ok_or(("cookie", "required for sock_established".to_owned()))?;
-        Some(Box::new(Established {
-            local: Endpoint::new(need(k.saddr, "saddr")?, needp(k.sport, "sport")?),
-            remote: Endpoint::new(need(k.daddr, "daddr")?, needp(k.dport, "dport")?),
-            active: k
-                .active
-                .ok_or(("active", "required for sock_established".to_owned()))?,
-        }))
-    } else {
-        None
-    };
-    if hook.needs_offset() && k.offset.is_some() && k.dir.is_none() {
-        return Err(("dir", "required when `offset` is set".into()));
-    }
-    let rx = if hook == Hook::NetifReceiveSkb {
-        let devs = &plan.nic_irq_devs[usize::from(node.0)];
-        Some(Box::new(RxContext {
-            irq_entry_ns: k
-                .irq_entry_ns
-                .map(|v| moved("irq_entry_ns", v))
-                .transpose()?,
-            softirq_raise_ns: k
-                .softirq_raise_ns
-                .map(|v| moved("softirq_raise_ns", v))
-                .transpose()?,
-            softirq_entry_ns: k
-                .softirq_entry_ns
-                .map(|v| moved("softirq_entry_ns", v))
-                .transpose()?,
-            irq_expected: k.dev.as_ref().is_some_and(|d| devs.contains(d)),
-        }))
-    } else {
-        None
-    };
-    Ok(Item::Kernel(KEvent {
-        hook,
-        stamp: Stamp {
-            time: NodeTime::new(node, ts),
-            error_ns: 0,
-            sample: u32::MAX,
-            origin,
-        },
-        pid: k.pid,
-        tid: k.tid,
-        cookie: k.cookie,
-        dir: k.dir,
-        offset: k.offset,
-        len: u64::from(k.len.unwrap_or(0)),
-        value: k.value,
-        retrans: k.retrans,
-        rx,
-        established,
-    }))
-}
-
-fn probe_item(
-    plan: &Plan,
-    node: NodeId,
-    origin: Origin,
-    skew: i64,
-    p: ProbeEvent,
-) -> Result<Option<PEvent>, FieldError> {
-    let Some((role, point)) = p.point.split_once('.') else {
-        return Err((
-            "point",
-            format!(
-                "\"{}\": expected ROLE.NAME, e.g. client.write_begin",
-                p.point
-            ),
-        ));
-    };
-    let role = match role {
-        "client" => Role::Client,
-        "server" => Role::Server,
-        _ => return Ok(None), // other roles (sidecars) are not on a two-node request's chain
-    };
-    let ts = shift(p.ts_ns, skew).ok_or_else(|| {
-        (
-            "ts_ns",
-            format!("--inject-skew {skew} moves {} below zero", p.ts_ns),
-        )
-    })?;
-    let table = &plan.clocks[usize::from(node.0)];
-    let converted = if plan.kernel_recorded[usize::from(node.0)] {
-        table
-            .to_monotonic(node, p.clock, ts)
-            .map_err(|e| ("clock", e.to_string()))?
-    } else {
-        // No kernel recording: the node's time is its probes' one declared clock.
-        super::clock::Converted {
-            time: NodeTime::new(node, ts),
-            error_ns: 0,
-            sample: u32::MAX,
-        }
-    };
-    Ok(Some(PEvent {
-        role,
-        point: point.to_owned(),
-        process: p.process,
-        trace_id: p.trace_id,
-        stamp: Stamp {
-            time: converted.time,
-            error_ns: converted.error_ns,
-            sample: converted.sample,
-            origin,
-        },
-        pid: p.pid,
-        tid: p.tid,
-        conn: p.conn,
-        dir: p.dir,
-        offset: p.offset,
-        len: p.len,
-    }))
 }

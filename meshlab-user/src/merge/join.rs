@@ -10,10 +10,11 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::schema::{ConnRef, Direction, JoinMethod};
+use crate::schema::JoinMethod;
 
-use super::event::{Endpoint, Established, Hook, Item, KEvent, PEvent, Role, Stamp};
-use super::half::{Half, LinkKey, absent, stage_notes, with_read_ready};
+use super::conns::Conns;
+use super::event::{Hook, Item, KEvent, PEvent, Role, Stamp};
+use super::half::{Half, absent, stage_notes, with_read_ready};
 use super::index::{NodeIndex, Point, Stages};
 use super::segments::{PointId, RX_KERNEL, TX_KERNEL};
 use super::time::NodeId;
@@ -50,44 +51,6 @@ struct Group {
     fallback: bool,
     finished: bool,
     last_ns: u64,
-}
-
-/// Per-node connection facts from `sock_established`.
-#[derive(Default)]
-pub struct Conns {
-    pub by_cookie: HashMap<u64, Established>,
-    by_tuple: HashMap<(Endpoint, Endpoint), u64>,
-}
-
-impl Conns {
-    fn insert(&mut self, cookie: u64, est: Established) {
-        self.by_tuple
-            .insert((est.local.clone(), est.remote.clone()), cookie);
-        self.by_cookie.insert(cookie, est);
-    }
-
-    fn resolve(&self, conn: &ConnRef) -> Option<u64> {
-        conn.cookie.or_else(|| {
-            let local = Endpoint::new(conn.laddr.clone()?, conn.lport?);
-            let remote = Endpoint::new(conn.raddr.clone()?, conn.rport?);
-            self.by_tuple.get(&(local, remote)).copied()
-        })
-    }
-
-    /// The cross-node link of a request starting at `request_start` on `cookie`.
-    pub fn link(&self, cookie: u64, request_start: u64) -> Option<LinkKey> {
-        let est = self.by_cookie.get(&cookie)?;
-        let (client, server) = if est.active {
-            (est.local.clone(), est.remote.clone())
-        } else {
-            (est.remote.clone(), est.local.clone())
-        };
-        Some(LinkKey {
-            client,
-            server,
-            request_start,
-        })
-    }
 }
 
 pub struct NodeJoiner {
@@ -471,15 +434,5 @@ impl NodeJoiner {
             turns.run_deadlines(u64::MAX, &self.index, &self.conns, &self.name, self.node);
             self.done.append(&mut turns.done);
         }
-    }
-
-    pub fn direction_of(&self, cookie: u64) -> Option<Direction> {
-        self.conns.by_cookie.get(&cookie).map(|e| {
-            if e.active {
-                Direction::Tx
-            } else {
-                Direction::Rx
-            }
-        })
     }
 }

@@ -12,7 +12,8 @@ use crate::ndjson::RecordReader;
 
 use super::MergeError;
 use super::event::Item;
-use super::input::{Plan, to_item};
+use super::input::Plan;
+use super::reduce::to_item;
 use super::time::NodeId;
 
 struct Source {

@@ -13,10 +13,11 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::schema::JoinMethod;
 
+use super::conns::Conns;
 use super::event::{Role, Stamp};
 use super::half::Half;
 use super::index::{NodeIndex, Stages};
-use super::join::{Conns, MsgRef, SendCall};
+use super::join::{MsgRef, SendCall};
 use super::time::NodeId;
 
 struct Turn {

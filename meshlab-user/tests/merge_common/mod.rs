@@ -2,6 +2,8 @@
 //! in-process, and reading its output back.
 #![allow(dead_code)]
 
+pub mod expect;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,296 @@
+//! Edge cases met on real recordings and in the joins' corners: other ways to name a
+//! connection, fallbacks, refused negative spans, per-CPU context, blocking readers, lost
+//! events, probe-only inputs. Stage times as in tests/merge_scenarios.rs.
+
+mod merge_common;
+
+use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on, only, plain};
+use merge_common::{fixture_files, merge};
+use meshlab_user::schema::JoinMethod;
+
+#[test]
+fn probes_naming_the_connection_by_four_tuple() {
+    let r = only("probes_by_tuple");
+    assert_request(&r, &plain(), 82_100);
+    assert_eq!(r.join, JoinMethod::Offset);
+    assert!(r.complete);
+}
+
+#[test]
+fn probes_without_connection_fall_back_to_thread_and_time_order() {
+    let out = merge(&fixture_files("probes_without_conn"), &[]);
+    assert_eq!(out.requests.len(), 2);
+    for r in &out.requests {
+        assert_request(r, &plain(), 82_100);
+        assert_eq!(r.join, JoinMethod::PidTidTime, "the fallback is labelled");
+        assert!(r.complete);
+    }
+}
+
+#[test]
+fn client_probes_with_a_kernel_only_server_link_by_reversed_four_tuple() {
+    let r = only("server_kernel_only");
+    let mut expected = on(
+        "A",
+        &[
+            ("client_encode", 1000),
+            ("client_pre_write", 500),
+            ("tx_syscall_entry", 300),
+        ],
+    );
+    expected.extend(on("A", &TX_STAGES));
+    expected.push(("network_round_trip", None, 20_000));
+    expected.extend(on("B", &RX_STAGES));
+    expected.extend(on(
+        "B",
+        &[
+            ("rx_wakeup_to_copy", 1300),
+            ("rx_copy", 1100),
+            ("server_app", 31_200),
+        ],
+    ));
+    expected.extend(on("B", &TX_STAGES));
+    expected.extend(on("A", &RX_STAGES));
+    expected.extend(on(
+        "A",
+        &[
+            ("client_poll_return", 700),
+            ("rx_recv_entry", 600),
+            ("rx_copy", 1100),
+            ("client_read_return", 200),
+            ("client_decode", 1500),
+        ],
+    ));
+    assert_request(&r, &expected, 82_100);
+    assert_eq!(
+        (r.trace_id.as_str(), r.join),
+        ("t000000", JoinMethod::KernelOnly)
+    );
+    assert!(r.complete, "{r:?}");
+}
+
+/// The plain fixture with some of B's kernel lines rewritten by `edit(line_no, line) -> line`.
+fn plain_with_b_edited(
+    dir: &std::path::Path,
+    edit: impl Fn(usize, &str) -> String,
+) -> Vec<std::path::PathBuf> {
+    let mut files = fixture_files("plain");
+    let b = files
+        .iter()
+        .position(|f| f.ends_with("B.kernel.ndjson"))
+        .unwrap();
+    let text = std::fs::read_to_string(&files[b]).unwrap();
+    let edited: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| edit(i + 1, l))
+        .collect();
+    let path = dir.join("B.kernel.ndjson");
+    std::fs::write(&path, edited.join("\n") + "\n").unwrap();
+    files[b] = path;
+    files
+}
+
+#[test]
+fn a_would_be_negative_segment_is_refused_and_reported_with_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    // tcp_probe (line 4) moved 100 ns before netif_receive_skb (line 3, at 7000001016600).
+    let files = plain_with_b_edited(dir.path(), |n, l| {
+        if n == 4 {
+            l.replace("7000001018100", "7000001016500")
+        } else {
+            l.to_owned()
+        }
+    });
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    let mut expected = plain();
+    let at = expected
+        .iter()
+        .position(|s| s.0 == "rx_ip_tcp" && s.1 == Some("B"))
+        .unwrap();
+    expected.splice(at..at + 2, [("rx_ip_tcp+rx_tcp_deliver", Some("B"), 2_400)]);
+    assert_request(r, &expected, 82_100);
+    assert!(!r.complete);
+    assert_eq!(r.missing, ["B:tcp_probe (out of order)"]);
+    let err = &out.summary.errors[0];
+    assert!(err.contains("negative segment refused"), "{err}");
+    assert!(
+        err.contains("B:netif_receive_skb at 7000001016600 ns (")
+            && err.contains("B.kernel.ndjson:3)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("B:tcp_probe at 7000001016500 ns (") && err.contains("B.kernel.ndjson:4)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_negative_network_difference_is_refused_and_the_wait_stays_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    // B's response leaves 100000 ns later than the client saw it arrive allows.
+    let files = plain_with_b_edited(dir.path(), |n, l| match n {
+        12 => l.replace("7000001059400", "7000001159400"),
+        13 => l.replace("7000001059800", "7000001159800"),
+        _ => l.to_owned(),
+    });
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    assert!(!r.complete);
+    let wait = r
+        .segments
+        .iter()
+        .find(|s| s.name == "peer_wait")
+        .expect("peer_wait");
+    assert_eq!(wait.dur_ns, 64_900);
+    assert!(r.segments.iter().all(|s| s.node.as_deref() != Some("B")));
+    assert_eq!(r.segments.iter().map(|s| s.dur_ns).sum::<u64>(), 82_100);
+    let err = &out.summary.errors[0];
+    assert!(
+        err.contains("network round trip would be negative"),
+        "{err}"
+    );
+    assert!(
+        err.contains("outer span 64900 ns < inner span 144900 ns"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_later_interrupt_on_the_cpu_is_not_taken_for_the_skbs() {
+    let dir = tempfile::tempdir().unwrap();
+    // B's netif_receive_skb (line 3) carries an IRQ entry after its softirq raise and entry: a
+    // later interrupt overwrote the CPU's context. It must not be used (nor made negative).
+    let files = plain_with_b_edited(dir.path(), |n, l| {
+        if n == 3 {
+            l.replace(
+                "\"irq_entry_ns\":7000001014900",
+                "\"irq_entry_ns\":7000001015850",
+            )
+        } else {
+            l.to_owned()
+        }
+    });
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    let mut expected = plain();
+    // The server's inner span now starts at the softirq raise: 300 ns shorter, so the
+    // round trip is 300 ns longer, and B has no rx_irq_handler segment.
+    expected[6] = ("network_round_trip", None, 20_300);
+    let at = expected
+        .iter()
+        .position(|s| s.0 == "rx_irq_handler" && s.1 == Some("B"))
+        .unwrap();
+    expected.remove(at);
+    assert_request(r, &expected, 82_100);
+    assert_eq!(r.missing, ["B:irq_entry"], "a NIC IRQ was expected");
+    assert!(!r.complete);
+    assert!(
+        r.notes[0].starts_with("rx context: request on B"),
+        "{:?}",
+        r.notes
+    );
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+}
+
+#[test]
+fn a_blocking_readers_read_ready_does_not_split_the_receive_path() {
+    let r = only("server_blocking_read");
+    // server.read_ready was taken 5000 ns before the request arrived: B's switch-in -> copy is
+    // one segment (poll return 700 + recv entry 600), with no error.
+    let mut expected = plain();
+    let at = expected
+        .iter()
+        .position(|s| s.0 == "server_poll_return")
+        .unwrap();
+    expected.splice(at..at + 2, [("rx_wakeup_to_copy", Some("B"), 1_300)]);
+    assert_request(&r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}
+
+#[test]
+fn probes_without_kernel_recordings_attribute_userland_only() {
+    let files: Vec<_> = fixture_files("plain")
+        .into_iter()
+        .filter(|f| f.to_string_lossy().ends_with("probe.ndjson"))
+        .collect();
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    // Each node's time is its probes' realtime clock. Client write_begin (t0+1500) to
+    // read_ready (t0+78700) = 77200; server read_ready -> write_begin = 32600; the unsplit
+    // receive stages read_ready -> read_end are 600+1100+200 on both sides.
+    let expected: Vec<Seg> = vec![
+        ("client_encode", Some("A"), 1000),
+        ("client_pre_write", Some("A"), 500),
+        ("network_round_trip", None, 44_600),
+        ("rx_recv_entry+rx_copy+server_read_return", Some("B"), 1900),
+        ("server_decode", Some("B"), 3000),
+        ("server_dispatch", Some("B"), 400),
+        ("server_handler", Some("B"), 25_000),
+        ("server_encode", Some("B"), 2000),
+        ("server_pre_write", Some("B"), 300),
+        ("rx_recv_entry+rx_copy+client_read_return", Some("A"), 1900),
+        ("client_decode", Some("A"), 1500),
+    ];
+    assert_request(r, &expected, 82_100);
+    assert_eq!(
+        r.missing,
+        ["A:kernel (no recording)", "B:kernel (no recording)"]
+    );
+    assert!(!r.complete);
+    let d = r.segments[2].derived.as_ref().unwrap();
+    assert_eq!(d.outer, ["client.write_begin", "client.read_ready"]);
+    assert_eq!(d.inner, ["server.read_ready", "server.write_begin"]);
+}
+
+#[test]
+fn on_veth_the_senders_softirq_raise_is_not_a_receive_stage() {
+    // In the two-namespace lab the receiver's NET_RX raise happens inside the sender's
+    // veth_xmit, before the sender's net_dev_xmit. Add one 2000 ns before the softirq entry to
+    // B's netif_receive_skb: the result must not change.
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = fixture_files("veth_no_irq");
+    let b = files
+        .iter()
+        .position(|f| f.ends_with("B.kernel.ndjson"))
+        .unwrap();
+    let text = std::fs::read_to_string(&files[b]).unwrap();
+    let edited = text.replacen(
+        "\"softirq_entry_ns\":7000001014900",
+        "\"softirq_raise_ns\":7000001012900,\"softirq_entry_ns\":7000001014900",
+        1,
+    );
+    assert_ne!(edited, text);
+    files[b] = dir.path().join("B.kernel.ndjson");
+    std::fs::write(&files[b], edited).unwrap();
+    let with_raise = merge(&files, &[]);
+    let without = merge(&fixture_files("veth_no_irq"), &[]);
+    assert_eq!(with_raise.requests, without.requests);
+    assert!(with_raise.requests[0].complete);
+}
+
+#[test]
+fn a_lost_event_does_not_open_the_wakeup_search_to_earlier_messages() {
+    // Found on a real recording with ring buffer drops: request 1 lost its sk_data_ready on B;
+    // its wake-up must still be its own (after its tcp_probe), not request 0's.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = meshlab_user::merge::synth::GenConfig {
+        requests: 2,
+        drop: Some(("B", "sk_data_ready", 1)),
+        ..Default::default()
+    };
+    let out = merge(&merge_common::generate_into(&cfg, dir.path()), &[]);
+    let mut rs = out.requests.clone();
+    rs.sort_by_key(|r| r.start_ns);
+    assert_request(&rs[0], &plain(), 82_100);
+    let mut expected = plain();
+    let at = expected
+        .iter()
+        .position(|s| s.0 == "rx_tcp_deliver" && s.1 == Some("B"))
+        .unwrap();
+    expected.splice(at..at + 2, [("rx_tcp_deliver+rx_wakeup", Some("B"), 1_000)]);
+    assert_request(&rs[1], &expected, 82_100);
+    assert_eq!(rs[1].missing, ["B:sk_data_ready"]);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+}

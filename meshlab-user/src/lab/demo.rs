@@ -110,7 +110,39 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         drop(lab);
         log::info!("demo: namespaces removed");
     }
+    compare_topologies(&exe, &out, &mut outcomes);
     print_outcomes(&out, &outcomes)
+}
+
+/// With several topologies, the seed's ladder from the merged files themselves, segment by
+/// segment (`meshlab report --compare`), written to compare.txt and shown.
+fn compare_topologies(exe: &Path, out: &Path, outcomes: &mut [TopologyOutcome]) {
+    let runs: Vec<(String, PathBuf)> = outcomes
+        .iter()
+        .map(|o| (o.topology.name().to_owned(), o.dir.join("merged.ndjson")))
+        .filter(|(_, merged)| merged.exists())
+        .collect();
+    let Some(first) = outcomes.first_mut() else {
+        return;
+    };
+    if runs.len() < 2 {
+        return;
+    }
+    let text = out.join("compare.txt");
+    let labels: Vec<&str> = runs.iter().map(|(name, _)| name.as_str()).collect();
+    let mut compare = Command::new(exe);
+    compare
+        .arg("report")
+        .arg("--compare")
+        .args(runs.iter().map(|(_, merged)| merged));
+    compare.arg("--labels").arg(labels.join(","));
+    log::info!("demo: comparing {} segment by segment", labels.join(" / "));
+    if run_step(&mut compare, "meshlab report --compare", Some(&text), first) {
+        if let Ok(table) = std::fs::read_to_string(&text) {
+            eprintln!("{table}");
+        }
+        first.files.push(text);
+    }
 }
 
 fn default_out_dir() -> PathBuf {
@@ -277,7 +309,11 @@ fn start_recorder(
     let ready = dir.join(format!(".ready-{node}"));
     let _ = std::fs::remove_file(&ready);
     let mut cmd = Command::new(exe);
-    cmd.arg("record").arg("-o").arg(file).args(["--node", node]);
+    // --unix: the sidecar legs are unix sockets; the netns filter keeps it to the lab's.
+    cmd.arg("record")
+        .arg("-o")
+        .arg(file)
+        .args(["--node", node, "--unix"]);
     cmd.arg("--netns")
         .arg(ns.path())
         .arg("--ready-file")

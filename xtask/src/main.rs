@@ -36,6 +36,9 @@ enum Task {
     VmScenarios {
         #[arg(long)]
         ci: bool,
+        /// Only the two-guest NIC IRQ scenario.
+        #[arg(long)]
+        nic_only: bool,
     },
     /// Benchmarks on the real kernel (recorder overhead, memory soak).
     Bench {
@@ -64,7 +67,7 @@ fn main() -> Result<()> {
         Task::Test(args) => test(args),
         Task::Demo { args } => demo(&args),
         Task::Vm(args) => vm::run(args),
-        Task::VmScenarios { ci } => vm_tests(ci),
+        Task::VmScenarios { ci, nic_only } => vm_scenarios::run(ci, nic_only),
         Task::Bench { task } => {
             setup::run()?;
             bench::run(task)
@@ -133,7 +136,7 @@ fn test(args: TestArgs) -> Result<()> {
 fn vm_tests(ci: bool) -> Result<()> {
     let xtask = std::env::current_exe()?;
     run_cmd(Command::new(&xtask).args(["vm", "prepare"]))?;
-    vm_scenarios::run(ci)
+    vm_scenarios::run(ci, false)
 }
 
 fn demo(args: &[String]) -> Result<()> {

@@ -14,8 +14,14 @@ use crate::{run_cmd, workspace_root};
 
 const KERNELS: [&str; 2] = ["6.1", "6.12"];
 
-pub fn run(ci: bool) -> Result<()> {
+/// `nic_only`: just the two-guest scenario (developer shortcut).
+pub fn run(ci: bool, nic_only: bool) -> Result<()> {
     let xtask = std::env::current_exe()?;
+    if nic_only {
+        return KERNELS
+            .iter()
+            .try_for_each(|kernel| nic_irq_scenario(&xtask, kernel));
+    }
     let mut check = Command::new(&xtask);
     check.args(["vm", "check"]);
     if ci {
@@ -26,7 +32,14 @@ pub fn run(ci: bool) -> Result<()> {
         let mut tests = Command::new(&xtask);
         tests
             .args(["vm", "test", "--kernel", kernel, "--", "-p", "meshlab-user"])
-            .args(["--test", "record_tiers", "--test", "record_loopback", "--test", "record_overload"])
+            .args([
+                "--test",
+                "record_tiers",
+                "--test",
+                "record_loopback",
+                "--test",
+                "record_overload",
+            ])
             .env("MESHLAB_EXPECT_TCP_SENDMSG_TIER", "fentry")
             .env("MESHLAB_REQUIRE_PRIVILEGED", "1");
         run_cmd(&mut tests)?;
@@ -37,7 +50,10 @@ pub fn run(ci: bool) -> Result<()> {
 
 /// Guest B records and serves; guest A sends RPCs over the virtio link once B answers.
 fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
-    let dir = workspace_root().join(format!("target/vm/scenario-{kernel}-{}", std::process::id()));
+    let dir = workspace_root().join(format!(
+        "target/vm/scenario-{kernel}-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir)?;
     let meshlab = workspace_root().join("target/debug/meshlab");
     let (m, d) = (meshlab.display(), dir.display());
@@ -66,16 +82,25 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
 }
 
 fn check_nic_irq_recording(path: &Path) -> Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let records: Vec<serde_json::Value> =
-        text.lines().map(serde_json::from_str).collect::<Result<_, _>>().context("recording is NDJSON")?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("recording is NDJSON")?;
     let startup = records.first().context("empty recording")?;
     ensure!(startup["type"] == "startup", "first record is not startup");
     let nic_irqs = startup["nic_irqs"].as_array().context("nic_irqs")?;
-    ensure!(nic_irqs.iter().any(|i| i["dev"] == "eth0"), "no NIC IRQ of eth0 found: {nic_irqs:?}");
+    ensure!(
+        nic_irqs.iter().any(|i| i["dev"] == "eth0"),
+        "no NIC IRQ of eth0 found: {nic_irqs:?}"
+    );
     let plan = startup["attach_plan"].as_array().context("attach_plan")?;
     ensure!(
-        plan.iter().any(|e| e["hook"] == "tcp_sendmsg" && e["tier"] == "fentry" && e["status"] == "attached"),
+        plan.iter().any(|e| e["hook"] == "tcp_sendmsg"
+            && e["tier"] == "fentry"
+            && e["status"] == "attached"),
         "tcp_sendmsg not at the fentry tier"
     );
     let rx: Vec<_> = records
@@ -83,19 +108,39 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
         .filter(|r| r["type"] == "kernel" && r["hook"] == "netif_receive_skb" && r["dev"] == "eth0")
         .collect();
     ensure!(rx.len() >= 10, "only {} RX events on eth0", rx.len());
-    let with_irq: Vec<_> = rx.iter().filter(|r| r["irq"].is_u64() && r["irq_entry_ns"].is_u64()).collect();
+    let with_irq: Vec<_> = rx
+        .iter()
+        .filter(|r| r["irq"].is_u64() && r["irq_entry_ns"].is_u64())
+        .collect();
     // Under load NAPI may poll several packets per IRQ, but an idle ping-pong takes one IRQ
     // per request: most RX events must carry one.
-    ensure!(with_irq.len() * 2 >= rx.len(), "{} of {} RX events carry an IRQ", with_irq.len(), rx.len());
+    ensure!(
+        with_irq.len() * 2 >= rx.len(),
+        "{} of {} RX events carry an IRQ",
+        with_irq.len(),
+        rx.len()
+    );
     for r in &with_irq {
-        let (irq_ns, ts) = (r["irq_entry_ns"].as_u64().unwrap(), r["ts_ns"].as_u64().unwrap());
-        let softirq = r["softirq_entry_ns"].as_u64().context("softirq entry with the IRQ")?;
+        let (irq_ns, ts) = (
+            r["irq_entry_ns"].as_u64().unwrap(),
+            r["ts_ns"].as_u64().unwrap(),
+        );
+        let softirq = r["softirq_entry_ns"]
+            .as_u64()
+            .context("softirq entry with the IRQ")?;
         if !(irq_ns <= softirq && softirq <= ts) {
             bail!("IRQ {irq_ns} <= softirq {softirq} <= RX {ts} violated: {r}");
         }
         let irq = r["irq"].as_u64().unwrap();
-        ensure!(nic_irqs.iter().any(|i| i["irq"] == irq), "IRQ {irq} is not a NIC IRQ");
+        ensure!(
+            nic_irqs.iter().any(|i| i["irq"] == irq),
+            "IRQ {irq} is not a NIC IRQ"
+        );
     }
-    eprintln!("vm scenario: {} RX events on eth0, {} with their NIC IRQ, all ordered IRQ <= softirq <= RX", rx.len(), with_irq.len());
+    eprintln!(
+        "vm scenario: {} RX events on eth0, {} with their NIC IRQ, all ordered IRQ <= softirq <= RX",
+        rx.len(),
+        with_irq.len()
+    );
     Ok(())
 }

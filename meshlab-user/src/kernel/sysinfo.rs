@@ -115,9 +115,14 @@ pub fn ensure_tracefs() -> Result<PathBuf, String> {
     }
 }
 
-/// IRQs that belong to network devices: MSI IRQs listed under
-/// /sys/class/net/DEV/device/msi_irqs, named per queue in /proc/interrupts (e.g.
-/// `virtio0-input.0`); legacy IRQs whose /proc/interrupts action names the device.
+/// IRQs that belong to network devices. Found two ways, because drivers differ:
+/// - MSI IRQs listed under the device's sysfs node (`/sys/class/net/DEV/device/msi_irqs`) or,
+///   for virtio, under its PCI parent (`device/../msi_irqs`);
+/// - /proc/interrupts actions named after the interface or its bus device (`eth0-TxRx-0`,
+///   `virtio0-input.0`).
+///
+/// Config vectors and transmit-only vectors are left out: only IRQs that can start an RX path
+/// count, so an RX event never carries a TX completion's IRQ.
 pub fn nic_irqs() -> Vec<NicIrqInfo> {
     let interrupts = fs::read_to_string("/proc/interrupts").unwrap_or_default();
     let names = parse_interrupt_names(&interrupts);
@@ -131,18 +136,26 @@ pub fn nic_irqs() -> Vec<NicIrqInfo> {
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok())
             .unwrap_or(0);
-        let mut irqs: Vec<u32> = fs::read_dir(dev.path().join("device/msi_irqs"))
-            .map(|rd| {
+        let device = dev.path().join("device");
+        // The bus device's own name (e.g. `virtio0`), which virtio uses in IRQ names.
+        let bus_name = fs::canonicalize(&device)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let mut irqs: Vec<u32> = [device.join("msi_irqs"), device.join("../msi_irqs")]
+            .iter()
+            .filter_map(|dir| fs::read_dir(dir).ok())
+            .flat_map(|rd| {
                 rd.flatten()
                     .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-                    .collect()
             })
-            .unwrap_or_default();
-        // Legacy INTx: the action column names the interface itself.
+            .collect();
+        let prefixes: Vec<&str> = std::iter::once(dev_name.as_str())
+            .chain(bus_name.as_deref())
+            .collect();
         irqs.extend(
             names
                 .iter()
-                .filter(|(_, n)| n.split(',').any(|a| a.trim() == dev_name))
+                .filter(|(_, n)| names_device(n, &prefixes))
                 .map(|(irq, _)| *irq),
         );
         irqs.sort_unstable();
@@ -153,8 +166,12 @@ pub fn nic_irqs() -> Vec<NicIrqInfo> {
                 .find(|(i, _)| *i == irq)
                 .map(|(_, n)| n.as_str())
                 .unwrap_or("");
-            // Config/control vectors (e.g. virtio's "-config") carry no packets.
-            if name.ends_with("-config") {
+            // MSI vectors of a shared PCI parent may belong to another function: keep only
+            // vectors whose name points at this device, when the name says anything at all.
+            if !name.is_empty() && !names_device(name, &prefixes) {
+                continue;
+            }
+            if !can_start_rx(name) {
                 continue;
             }
             out.push(NicIrqInfo {
@@ -166,6 +183,27 @@ pub fn nic_irqs() -> Vec<NicIrqInfo> {
         }
     }
     out
+}
+
+/// Whether an IRQ action name belongs to one of the device names (`eth0`, `eth0-rx-1`,
+/// `virtio0-input.0`).
+fn names_device(action: &str, prefixes: &[&str]) -> bool {
+    action.split(',').map(str::trim).any(|a| {
+        prefixes.iter().any(|p| {
+            a == *p
+                || a.strip_prefix(p)
+                    .is_some_and(|rest| rest.starts_with(['-', '.', '_', '@']))
+        })
+    })
+}
+
+/// Config vectors (virtio `-config`) and transmit-only vectors carry no received packets.
+fn can_start_rx(action: &str) -> bool {
+    let lower = action.to_ascii_lowercase();
+    !(lower.ends_with("-config")
+        || lower.contains("-output")
+        || lower.contains("-tx-")
+        || lower.ends_with("-tx"))
 }
 
 /// (irq number, action names) from /proc/interrupts text.
@@ -214,6 +252,26 @@ mod tests {
             PathBuf::from("/sys/kernel/my dir")
         );
         assert_eq!(find_mount(&mounts, "bpf"), None);
+    }
+
+    #[test]
+    fn nic_irq_names_match_interface_or_bus_device_and_rx_vectors_only() {
+        let prefixes = ["eth0", "virtio0"];
+        assert!(names_device("virtio0-input.0", &prefixes));
+        assert!(names_device("eth0-TxRx-3", &prefixes));
+        assert!(names_device("eth0", &prefixes));
+        assert!(!names_device("virtio1-input.0", &prefixes));
+        assert!(!names_device("eth01", &prefixes));
+        assert!(
+            can_start_rx("virtio0-input.0")
+                && can_start_rx("eth0-TxRx-3")
+                && can_start_rx("eth0-rx-1")
+        );
+        assert!(
+            !can_start_rx("virtio0-config")
+                && !can_start_rx("virtio0-output.0")
+                && !can_start_rx("eth0-tx-1")
+        );
     }
 
     #[test]

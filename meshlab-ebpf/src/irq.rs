@@ -34,8 +34,8 @@ fn try_irq_entry<C: TpArgs>(ctx: &C) -> Option<()> {
     // SAFETY: value copied out at once.
     let nic = *unsafe { NIC_IRQS.get(&irq) }?;
     let state = cpu_state()?;
-    state.irq = irq;
-    state.irq_entry_ns = now_ns();
+    state.pending_irq = irq;
+    state.pending_irq_ns = now_ns();
     stream(Hook::IrqEntry, 0, irq, nic.ifindex, nic.queue);
     Some(())
 }
@@ -67,13 +67,13 @@ fn net_vector(ctx_vec: u64) -> Option<u32> {
     (vec == NET_RX_SOFTIRQ || vec == NET_TX_SOFTIRQ).then_some(vec)
 }
 
-/// irq:softirq_raise(vec): the first NET_RX raise since the last softirq run is kept.
+/// irq:softirq_raise(vec): the first NET_RX raise since the last softirq run started is kept.
 fn try_softirq_raise<C: TpArgs>(ctx: &C) -> Option<()> {
     let vec = net_vector(ctx.arg_u64(0))?;
     if vec == NET_RX_SOFTIRQ {
         let state = cpu_state()?;
-        if state.softirq_raise_ns == 0 {
-            state.softirq_raise_ns = now_ns();
+        if state.pending_raise_ns == 0 {
+            state.pending_raise_ns = now_ns();
         }
     }
     stream(Hook::SoftirqRaise, vec as i32, 0, 0, u32::MAX);
@@ -89,8 +89,15 @@ tp_entries!(
 fn try_softirq_entry<C: TpArgs>(ctx: &C) -> Option<()> {
     let vec = net_vector(ctx.arg_u64(0))?;
     if vec == NET_RX_SOFTIRQ {
+        // This run's context is what happened before it started; later IRQs wait for the next.
         let state = cpu_state()?;
         state.softirq_entry_ns = now_ns();
+        state.irq = state.pending_irq;
+        state.irq_entry_ns = state.pending_irq_ns;
+        state.softirq_raise_ns = state.pending_raise_ns;
+        state.pending_irq = 0;
+        state.pending_irq_ns = 0;
+        state.pending_raise_ns = 0;
     }
     stream(Hook::SoftirqEntry, vec as i32, 0, 0, u32::MAX);
     Some(())

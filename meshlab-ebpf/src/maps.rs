@@ -51,13 +51,19 @@ pub static FILTER_ADDR_SET: HashMap<[u8; 16], u8> =
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct CpuState {
+    /// Context of the NET_RX softirq run in progress (what RX events carry).
     pub irq_entry_ns: u64,
     pub softirq_raise_ns: u64,
     pub softirq_entry_ns: u64,
     pub data_ready_ns: u64,
     pub data_ready_cookie: u64,
+    /// The NIC IRQ and NET_RX raise seen since the last softirq run started: they belong to
+    /// the NEXT run (an IRQ can arrive while NAPI is polling), so they wait here until
+    /// softirq_entry promotes them.
+    pub pending_irq_ns: u64,
+    pub pending_raise_ns: u64,
     pub irq: u32,
-    pub _pad: u32,
+    pub pending_irq: u32,
 }
 
 #[map]

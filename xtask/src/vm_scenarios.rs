@@ -120,6 +120,9 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
         with_irq.len(),
         rx.len()
     );
+    // The IRQ and the softirq run both precede the packet; usually the IRQ also precedes the
+    // softirq run, but an IRQ taken while NAPI is already polling can be newer (counted).
+    let mut irq_inside_run = 0;
     for r in &with_irq {
         let (irq_ns, ts) = (
             r["irq_entry_ns"].as_u64().unwrap(),
@@ -128,9 +131,10 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
         let softirq = r["softirq_entry_ns"]
             .as_u64()
             .context("softirq entry with the IRQ")?;
-        if !(irq_ns <= softirq && softirq <= ts) {
-            bail!("IRQ {irq_ns} <= softirq {softirq} <= RX {ts} violated: {r}");
+        if irq_ns > ts || softirq > ts {
+            bail!("IRQ {irq_ns} and softirq {softirq} must precede RX {ts}: {r}");
         }
+        irq_inside_run += usize::from(irq_ns > softirq);
         let irq = r["irq"].as_u64().unwrap();
         ensure!(
             nic_irqs.iter().any(|i| i["irq"] == irq),
@@ -138,9 +142,10 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
         );
     }
     eprintln!(
-        "vm scenario: {} RX events on eth0, {} with their NIC IRQ, all ordered IRQ <= softirq <= RX",
+        "vm scenario: {} RX events on eth0, {} with their NIC IRQ ({} taken during the softirq run)",
         rx.len(),
-        with_irq.len()
+        with_irq.len(),
+        irq_inside_run
     );
     Ok(())
 }

@@ -4,10 +4,10 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 
 use meshlab_user::schema::{AttachStatus, Direction};
-use support::{Recorder, privileged_or_skip, socket_cookie};
+use support::{LoopbackRecording, loopback_recording, privileged_or_skip, socket_cookie};
 
 const MESSAGES: [usize; 3] = [100, 200, 300];
 
@@ -16,14 +16,12 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
     if !privileged_or_skip("record_sees_loopback_messages_with_their_cookies_and_offsets") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let recorder = Recorder::start(
-        dir.path(),
-        "lo",
-        &["--port", &port.to_string(), "--node", "lo-test"],
-    );
+    let LoopbackRecording {
+        dir: _dir,
+        listener,
+        port,
+        recorder,
+    } = loopback_recording("lo", &["--node", "lo-test"]);
 
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
@@ -191,14 +189,12 @@ fn raw_irq_stream_and_sigterm_flush_and_detach() {
     if !privileged_or_skip("raw_irq_stream_and_sigterm_flush_and_detach") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let recorder = Recorder::start(
-        dir.path(),
-        "raw",
-        &["--port", &port.to_string(), "--raw-irq"],
-    );
+    let LoopbackRecording {
+        dir: _dir,
+        listener,
+        port,
+        recorder,
+    } = loopback_recording("raw", &["--raw-irq"]);
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     for _ in 0..10 {

@@ -5,26 +5,24 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 
 use meshlab_user::ndjson::RecordReader;
 use meshlab_user::schema::Record;
-use support::{Recorder, privileged_or_skip};
+use support::{LoopbackRecording, loopback_recording, privileged_or_skip};
 
 #[test]
 fn forced_overload_counts_every_lost_event() {
     if !privileged_or_skip("forced_overload_counts_every_lost_event") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     // 4 KiB holds ~28 records of 144 bytes (136 + ring header): a flood must overflow it.
-    let recorder = Recorder::start(
-        dir.path(),
-        "flood",
-        &["--port", &port.to_string(), "--ring-bytes", "4096"],
-    );
+    let LoopbackRecording {
+        dir: _dir,
+        listener,
+        port,
+        recorder,
+    } = loopback_recording("flood", &["--ring-bytes", "4096"]);
     let sink = std::thread::spawn(move || {
         let (mut conn, _) = listener.accept().unwrap();
         let mut buf = vec![0u8; 1 << 16];

@@ -8,13 +8,13 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 
 use meshlab_user::kernel::plan::HOOKS;
 use meshlab_user::schema::AttachStatus;
-use support::{Recorder, privileged_or_skip, socket_cookie};
+use support::{LoopbackRecording, loopback_recording, privileged_or_skip, socket_cookie};
 
 fn doctor_plan() -> (BTreeMap<String, String>, serde_json::Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_meshlab"))
@@ -50,10 +50,12 @@ fn record_attaches_every_hook_at_the_fastest_tier_doctor_found_usable() {
         "kprobe usable iff the kernel has the kprobe PMU"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let rec = Recorder::start(dir.path(), "tiers", &["--port", &port.to_string()]);
+    let LoopbackRecording {
+        dir: _dir,
+        listener,
+        port,
+        recorder: rec,
+    } = loopback_recording("tiers", &[]);
     let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (mut server, _) = listener.accept().unwrap();
     client.write_all(b"tier check").unwrap();

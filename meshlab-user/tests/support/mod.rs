@@ -151,6 +151,34 @@ impl Recording {
     }
 }
 
+/// A loopback listener and a recorder tracing its port; `dir` holds the recording and must
+/// outlive the recorder.
+pub struct LoopbackRecording {
+    pub dir: tempfile::TempDir,
+    pub listener: std::net::TcpListener,
+    pub port: u16,
+    pub recorder: Recorder,
+}
+
+/// Binds a loopback listener and starts `meshlab record --port PORT <extra>` for it.
+pub fn loopback_recording(name: &str, extra: &[&str]) -> LoopbackRecording {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let port_text = port.to_string();
+    let args: Vec<&str> = ["--port", port_text.as_str()]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let recorder = Recorder::start(dir.path(), name, &args);
+    LoopbackRecording {
+        dir,
+        listener,
+        port,
+        recorder,
+    }
+}
+
 /// SO_COOKIE of a socket.
 pub fn socket_cookie(sock: &impl AsRawFd) -> u64 {
     let mut cookie: u64 = 0;

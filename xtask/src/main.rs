@@ -109,6 +109,10 @@ fn cargo() -> Command {
 
 fn test(args: TestArgs) -> Result<()> {
     setup::run()?;
+    if !args.no_vm {
+        // Before `cargo test`: xtask's own VM tests boot guests and need qemu and the kernels.
+        run_cmd(Command::new(std::env::current_exe()?).args(["vm", "prepare"]))?;
+    }
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
     run_cmd(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
     let mut test = cargo();
@@ -116,6 +120,9 @@ fn test(args: TestArgs) -> Result<()> {
     if args.ci {
         // Turns every "skip: not root / tool missing" into a failure: CI must run them all.
         test.env("MESHLAB_REQUIRE_PRIVILEGED", "1");
+        if !args.no_vm {
+            test.env("MESHLAB_REQUIRE_VM", "1");
+        }
     }
     if !setup::is_root() {
         // Privileged tests load eBPF and create namespaces: run the test binaries through sudo.
@@ -132,10 +139,8 @@ fn test(args: TestArgs) -> Result<()> {
     Ok(())
 }
 
-/// The stock Debian kernels under qemu: see vm_scenarios.rs.
+/// The stock Debian kernels under qemu (prepared before `cargo test`): see vm_scenarios.rs.
 fn vm_tests(ci: bool) -> Result<()> {
-    let xtask = std::env::current_exe()?;
-    run_cmd(Command::new(&xtask).args(["vm", "prepare"]))?;
     vm_scenarios::run(ci, false)
 }
 

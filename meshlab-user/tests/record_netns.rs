@@ -36,17 +36,20 @@ struct Exchange {
 /// Runs `messages` request/response turns from a client in A to a server in B, recording both
 /// namespaces; `before` may change the lab (e.g. add a qdisc) before traffic starts.
 fn exchange(messages: &[usize], before: impl FnOnce(&Lab)) -> Exchange {
+    exchange_with(messages, &[], before)
+}
+
+/// [`exchange`] with extra `record` flags for node A's recorder.
+fn exchange_with(messages: &[usize], extra_a: &[&str], before: impl FnOnce(&Lab)) -> Exchange {
     let lab = Lab::create().expect("lab");
     before(&lab);
     let dir = tempfile::tempdir().unwrap();
     let port = PORT.to_string();
     let a_ns = lab.a.path().to_str().unwrap().to_owned();
     let b_ns = lab.b.path().to_str().unwrap().to_owned();
-    let rec_a = Recorder::start(
-        dir.path(),
-        "a",
-        &["--node", "A", "--netns", &a_ns, "--port", &port],
-    );
+    let mut args_a = vec!["--node", "A", "--netns", &a_ns, "--port", &port];
+    args_a.extend_from_slice(extra_a);
+    let rec_a = Recorder::start(dir.path(), "a", &args_a);
     let rec_b = Recorder::start(
         dir.path(),
         "b",
@@ -290,4 +293,47 @@ fn tbf_qdisc_delay_shows_between_dev_queue_and_start_xmit_only() {
             "{name} median {m} ns with TBF: delay leaked out of the qdisc stage"
         );
     }
+}
+
+#[test]
+fn device_filter_keeps_packet_events_of_that_device_only() {
+    if !privileged_or_skip("device_filter_keeps_packet_events_of_that_device_only") {
+        return;
+    }
+    let messages = [500usize, 500];
+    let packet_hooks = [
+        "net_dev_queue",
+        "net_dev_start_xmit",
+        "net_dev_xmit",
+        "netif_receive_skb",
+    ];
+    let count = |x: &Exchange| {
+        x.rec_a
+            .events
+            .iter()
+            .filter(|e| packet_hooks.contains(&e.hook.as_str()))
+            .count()
+    };
+    // The traffic crosses veth-a: filtering on it keeps the packet events...
+    let on_veth = exchange_with(&messages, &["--device", "veth-a"], |_| {});
+    assert!(
+        count(&on_veth) >= 2 * messages.len() * packet_hooks.len() / 2,
+        "packet events on veth-a kept"
+    );
+    assert!(
+        on_veth
+            .rec_a
+            .events
+            .iter()
+            .filter(|e| packet_hooks.contains(&e.hook.as_str()))
+            .all(|e| e.dev.as_deref() == Some("veth-a"))
+    );
+    // ...filtering on lo drops them, while socket-level events (not device-bound) remain.
+    let on_lo = exchange_with(&messages, &["--device", "lo"], |_| {});
+    assert_eq!(count(&on_lo), 0, "no packet of this connection crossed lo");
+    assert_eq!(
+        on_lo.rec_a.of("tcp_sendmsg", on_lo.client_cookie).len(),
+        messages.len()
+    );
+    assert_eq!(on_lo.rec_a.startup.filters.device.as_deref(), Some("lo"));
 }

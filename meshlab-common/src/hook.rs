@@ -45,10 +45,13 @@ pub enum Hook {
     SoftirqExit = 18,
     /// napi:napi_poll (raw stream only).
     NapiPoll = 19,
+    /// skb:consume_skb of a TX skb a NIC driver freed: the device finished sending it (TX
+    /// completion). Only for devices with NIC IRQs (veth/loopback hand skbs to the receiver).
+    TxComplete = 20,
 }
 
 /// Number of hooks: the size of the per-hook counter arrays.
-pub const HOOK_COUNT: u32 = 20;
+pub const HOOK_COUNT: u32 = 21;
 
 impl Hook {
     /// All hooks in discriminant order.
@@ -73,6 +76,7 @@ impl Hook {
         Hook::SoftirqEntry,
         Hook::SoftirqExit,
         Hook::NapiPoll,
+        Hook::TxComplete,
     ];
 
     /// Decodes the wire value; `None` for values this build does not know.
@@ -103,6 +107,7 @@ impl Hook {
             Hook::SoftirqEntry => "softirq_entry",
             Hook::SoftirqExit => "softirq_exit",
             Hook::NapiPoll => "napi_poll",
+            Hook::TxComplete => "tx_complete",
         }
     }
 

@@ -94,3 +94,12 @@ pub static TRACEPOINT_PROBE_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entri
 /// BPF stack (the 4-tuple, the record and the map-update copies would not fit together).
 #[map]
 pub static SCRATCH_CONN: PerCpuArray<ConnInfo> = PerCpuArray::with_max_entries(1, 0);
+
+/// TX skbs handed to a NIC driver, by address, until the driver frees them (TX completion).
+#[map]
+pub static INFLIGHT_TX: LruHashMap<u64, XmitState> =
+    LruHashMap::with_max_entries(MAX_TRACED_CONNS, 0);
+
+/// Interfaces that have NIC IRQs (filled by the loader): only their frees are TX completions.
+#[map]
+pub static NIC_IFINDEXES: HashMap<u32, u8> = HashMap::with_max_entries(MAX_NIC_IRQS, 0);

@@ -8,7 +8,9 @@ use meshlab_common::{ConnInfo, Hook};
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{parse_tcp, read, skb_ifindex, traced_sock};
-use crate::maps::{TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE};
+use crate::maps::{
+    INFLIGHT_TX, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE, XmitState,
+};
 
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
@@ -164,16 +166,21 @@ tp_entries!(
 fn try_net_dev_start_xmit<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
     let tx = traced_tx_skb(skb)?;
-    if let Some(state) = XMIT_STATE.get_ptr_mut(0) {
+    let state = XmitState {
+        skb,
+        cookie: tx.cookie,
+        seq: tx.seq,
+        len: tx.len,
+        ifindex: tx.ifindex,
+        queue: tx.queue,
+    };
+    if let Some(slot) = XMIT_STATE.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, written and read by programs of this CPU only.
-        unsafe {
-            (*state).skb = skb;
-            (*state).cookie = tx.cookie;
-            (*state).seq = tx.seq;
-            (*state).len = tx.len;
-            (*state).ifindex = tx.ifindex;
-            (*state).queue = tx.queue;
-        }
+        unsafe { *slot = state };
+    }
+    // SAFETY: presence check only.
+    if unsafe { NIC_IFINDEXES.get(&tx.ifindex) }.is_some() {
+        let _ = INFLIGHT_TX.insert(&skb, &state, 0);
     }
     emit_tx_skb(Hook::NetDevStartXmit, skb, &tx);
     Some(())
@@ -214,6 +221,30 @@ tp_entries!(
     net_dev_xmit_raw,
     "net_dev_xmit",
     try_net_dev_xmit
+);
+
+/// skb:consume_skb(skb, ...): a NIC driver freed a TX skb it was handed: TX completion.
+fn try_tx_complete<C: TpArgs>(ctx: &C) -> Option<()> {
+    let skb = ctx.arg_u64(0);
+    // SAFETY: value copied out at once.
+    let sent = *unsafe { INFLIGHT_TX.get(&skb) }?;
+    let _ = INFLIGHT_TX.remove(&skb);
+    emit(Hook::TxComplete, |ev| {
+        ev.cookie = sent.cookie;
+        ev.skb = skb;
+        ev.seq = sent.seq;
+        ev.len = sent.len;
+        ev.ifindex = sent.ifindex;
+        ev.queue = sent.queue;
+        Some(())
+    });
+    Some(())
+}
+tp_entries!(
+    tx_complete_btf,
+    tx_complete_raw,
+    "consume_skb",
+    try_tx_complete
 );
 
 /// Classic (perf) tracepoint: only a capability probe for `meshlab doctor`. raw_tp exists on

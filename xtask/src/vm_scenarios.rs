@@ -141,11 +141,41 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
             "IRQ {irq} is not a NIC IRQ"
         );
     }
+    // TX completion: the driver frees each response skb after sending it; the event must
+    // follow the start_xmit of the same skb and carry its byte range.
+    let kernel = |hook: &str| -> Vec<&serde_json::Value> {
+        records
+            .iter()
+            .filter(|r| r["type"] == "kernel" && r["hook"] == hook)
+            .collect()
+    };
+    let starts = kernel("net_dev_start_xmit");
+    let completions = kernel("tx_complete");
+    ensure!(
+        completions.len() * 2 >= starts.len(),
+        "{} TX completions for {} transmits",
+        completions.len(),
+        starts.len()
+    );
+    for done in &completions {
+        let start = starts
+            .iter()
+            .filter(|s| s["skb"] == done["skb"] && s["ts_ns"].as_u64() <= done["ts_ns"].as_u64())
+            .last()
+            .with_context(|| format!("TX completion without a transmit of its skb: {done}"))?;
+        ensure!(
+            start["offset"] == done["offset"] && start["len"] == done["len"],
+            "{start} vs {done}"
+        );
+    }
     eprintln!(
-        "vm scenario: {} RX events on eth0, {} with their NIC IRQ ({} taken during the softirq run)",
+        "vm scenario: {} RX events on eth0, {} with their NIC IRQ ({} taken during the softirq run); \
+         {} of {} transmits completed",
         rx.len(),
         with_irq.len(),
-        irq_inside_run
+        irq_inside_run,
+        completions.len(),
+        starts.len()
     );
     Ok(())
 }

@@ -149,6 +149,7 @@ impl Decoder {
             | Hook::NetDevQueue
             | Hook::NetDevStartXmit
             | Hook::NetDevXmit
+            | Hook::TxComplete
             | Hook::NetifReceiveSkb
             | Hook::TcpProbe
             | Hook::SkDataReady
@@ -191,7 +192,8 @@ fn fill_stream_position(
             | Hook::SendReturn
             | Hook::NetDevQueue
             | Hook::NetDevStartXmit
-            | Hook::NetDevXmit => Direction::Tx,
+            | Hook::NetDevXmit
+            | Hook::TxComplete => Direction::Tx,
             _ => Direction::Rx,
         };
         line.dir = Some(dir);
@@ -219,6 +221,7 @@ fn fill_stream_position(
             Hook::NetDevQueue
                 | Hook::NetDevStartXmit
                 | Hook::NetDevXmit
+                | Hook::TxComplete
                 | Hook::NetifReceiveSkb
                 | Hook::TcpProbe
         ) {

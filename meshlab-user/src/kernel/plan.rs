@@ -201,6 +201,13 @@ pub const HOOKS: &[HookSpec] = &[
         raw_stream_only: false,
     },
     tracepoint_hook!(
+        "tx_complete",
+        Family::Tx,
+        "tx_complete_btf",
+        "tx_complete_raw",
+        "consume_skb"
+    ),
+    tracepoint_hook!(
         "netif_receive_skb",
         Family::Rx,
         "netif_receive_skb_btf",

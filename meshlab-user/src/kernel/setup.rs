@@ -164,5 +164,16 @@ pub fn load(
             .insert(irq.irq, value, 0)
             .with_context(|| format!("registering NIC IRQ {}", irq.irq))?;
     }
+    // Devices with NIC IRQs: only their TX skb frees are TX completions (a veth or loopback
+    // "transmit" hands the skb to the receiver, which frees it much later).
+    let mut nic_devs: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(
+        ebpf.map_mut("NIC_IFINDEXES")
+            .context("NIC_IFINDEXES map missing")?,
+    )?;
+    for irq in nic_irqs {
+        nic_devs
+            .insert(irq.ifindex, 1, 0)
+            .with_context(|| format!("registering NIC {}", irq.dev))?;
+    }
     Ok((ebpf, offsets))
 }

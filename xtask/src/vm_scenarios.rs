@@ -160,8 +160,8 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
     for done in &completions {
         let start = starts
             .iter()
-            .filter(|s| s["skb"] == done["skb"] && s["ts_ns"].as_u64() <= done["ts_ns"].as_u64())
-            .last()
+            .rev()
+            .find(|s| s["skb"] == done["skb"] && s["ts_ns"].as_u64() <= done["ts_ns"].as_u64())
             .with_context(|| format!("TX completion without a transmit of its skb: {done}"))?;
         ensure!(
             start["offset"] == done["offset"] && start["len"] == done["len"],

@@ -203,18 +203,23 @@ fn try_net_dev_xmit<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     state.skb = 0;
-    let rc = ctx.arg_u64(1) as i32;
-    emit(Hook::NetDevXmit, |ev| {
-        ev.cookie = state.cookie;
+    emit_sent(Hook::NetDevXmit, skb, state, ctx.arg_u64(1) as i32);
+    Some(())
+}
+
+/// An event about an skb already handed to the driver, from what start_xmit kept of it.
+#[inline(always)]
+fn emit_sent(hook: Hook, skb: u64, sent: &XmitState, value: i32) {
+    emit(hook, |ev| {
+        ev.cookie = sent.cookie;
         ev.skb = skb;
-        ev.seq = state.seq;
-        ev.len = state.len;
-        ev.ifindex = state.ifindex;
-        ev.queue = state.queue;
-        ev.value = rc;
+        ev.seq = sent.seq;
+        ev.len = sent.len;
+        ev.ifindex = sent.ifindex;
+        ev.queue = sent.queue;
+        ev.value = value;
         Some(())
     });
-    Some(())
 }
 tp_entries!(
     net_dev_xmit_btf,
@@ -229,15 +234,7 @@ fn try_tx_complete<C: TpArgs>(ctx: &C) -> Option<()> {
     // SAFETY: value copied out at once.
     let sent = *unsafe { INFLIGHT_TX.get(&skb) }?;
     let _ = INFLIGHT_TX.remove(&skb);
-    emit(Hook::TxComplete, |ev| {
-        ev.cookie = sent.cookie;
-        ev.skb = skb;
-        ev.seq = sent.seq;
-        ev.len = sent.len;
-        ev.ifindex = sent.ifindex;
-        ev.queue = sent.queue;
-        Some(())
-    });
+    emit_sent(Hook::TxComplete, skb, &sent, 0);
     Some(())
 }
 tp_entries!(

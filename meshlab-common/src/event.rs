@@ -54,11 +54,6 @@ pub struct Event {
 
 /// The 4-tuple fields are valid.
 pub const EVENT_FLAG_TUPLE: u16 = 1;
-/// The segment's sequence range lies below the highest one already seen on this hook for the
-/// connection; set by userspace during decoding, never by the kernel.
-pub const EVENT_FLAG_RETRANS: u16 = 2;
-/// The kernel looked up a socket for this event but had no cookie (untraced or not yet known).
-pub const EVENT_FLAG_NO_COOKIE: u16 = 4;
 /// `sock_ops`: the connection was opened actively (connect) rather than accepted.
 pub const EVENT_FLAG_ACTIVE_OPEN: u16 = 8;
 /// A unix stream socket event: `skb` holds the socket's address, `aux` its peer's (unix

@@ -77,7 +77,6 @@ pub struct KernelOffsets {
     pub sk_buff_data: u32,
     pub sk_buff_head: u32,
     pub sk_buff_network_header: u32,
-    pub sk_buff_transport_header: u32,
     pub sk_buff_dev: u32,
     pub sk_buff_cb: u32,
     pub sk_buff_queue_mapping: u32,
@@ -86,7 +85,6 @@ pub struct KernelOffsets {
     pub tcp_sock_write_seq: u32,
     pub tcp_sock_copied_seq: u32,
     pub tcp_sock_rcv_nxt: u32,
-    pub tcp_sock_snd_una: u32,
     pub net_device_ifindex: u32,
     pub task_struct_pid: u32,
     pub task_struct_tgid: u32,
@@ -148,7 +146,7 @@ mod pod {
 }
 
 const _: () = assert!(core::mem::size_of::<Config>() == 32);
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 27 * 4);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 25 * 4);
 const _: () = assert!(core::mem::size_of::<TupleKey>() == 40);
 const _: () = assert!(core::mem::size_of::<ConnInfo>() == 48);
 const _: () = assert!(core::mem::size_of::<NicIrq>() == 8);

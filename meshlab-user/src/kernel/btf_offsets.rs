@@ -50,7 +50,6 @@ pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
         sk_buff_data: r.offset("sk_buff", "data")?,
         sk_buff_head: r.offset("sk_buff", "head")?,
         sk_buff_network_header: r.offset("sk_buff", "network_header")?,
-        sk_buff_transport_header: r.offset("sk_buff", "transport_header")?,
         sk_buff_dev: r.offset("sk_buff", "dev")?,
         sk_buff_cb: r.offset("sk_buff", "cb")?,
         sk_buff_queue_mapping: r.offset("sk_buff", "queue_mapping")?,
@@ -59,7 +58,6 @@ pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
         tcp_sock_write_seq: r.offset("tcp_sock", "write_seq")?,
         tcp_sock_copied_seq: r.offset("tcp_sock", "copied_seq")?,
         tcp_sock_rcv_nxt: r.offset("tcp_sock", "rcv_nxt")?,
-        tcp_sock_snd_una: r.offset("tcp_sock", "snd_una")?,
         net_device_ifindex: r.offset("net_device", "ifindex")?,
         task_struct_pid: r.offset("task_struct", "pid")?,
         task_struct_tgid: r.offset("task_struct", "tgid")?,
@@ -174,13 +172,6 @@ impl Resolver<'_> {
     }
 }
 
-/// Does this kernel have BTF for a function (needed by fentry and tp_btf)?
-pub fn has_btf_func(btf: &Btf, name: &str) -> bool {
-    btf.resolve_types_by_name(name)
-        .map(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
-        .unwrap_or(false)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,7 +202,7 @@ mod tests {
             off.sk_buff_head + 8,
             "head and data are adjacent pointers"
         );
-        assert!(off.sk_buff_transport_header > off.sk_buff_queue_mapping);
+        assert!(off.sk_buff_network_header > off.sk_buff_queue_mapping);
         assert_ne!(off.task_struct_pid, off.task_struct_tgid);
         assert_eq!(
             off.task_struct_tgid,

@@ -15,7 +15,12 @@ use crate::maps::{
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
 pub fn track_thread(tid: u32, cookie: u64) {
-    let _ = TRACKED_THREADS.insert(&tid, &cookie, 0);
+    // Every traced send and receive passes here: a lookup is far cheaper than an LRU update
+    // (which takes the map's lock), and the thread is almost always tracked already.
+    // SAFETY: value compared at once.
+    if unsafe { TRACKED_THREADS.get(&tid) } != Some(&cookie) {
+        let _ = TRACKED_THREADS.insert(&tid, &cookie, 0);
+    }
 }
 
 /// TCP send entry: the socket's write pointer and the bytes this call still has to copy.

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use meshlab_common::{Direction, Hook};
+
 /// Version of this wire format. Bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -126,12 +128,12 @@ pub enum ClockId {
 
 /// One kernel event, decoded from `meshlab_common::Event`. Fields a hook does not set are
 /// omitted (see docs/probe-points.md for which hook sets what).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelEvent {
     pub node: String,
-    /// `meshlab_common::Hook::name()`.
-    pub hook: String,
+    /// Written as [`Hook::name`]; a name this build does not know is an error.
+    pub hook: Hook,
     /// CLOCK_MONOTONIC of `node`.
     pub ts_ns: u64,
     pub cpu: u32,
@@ -197,12 +199,41 @@ pub struct KernelEvent {
     pub unix_peer: Option<u64>,
 }
 
-/// Direction of data relative to the node the event was recorded on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    Tx,
-    Rx,
+impl KernelEvent {
+    /// An event of `hook` on `node` at `ts_ns` with every optional field unset.
+    pub fn new(node: String, hook: Hook, ts_ns: u64) -> KernelEvent {
+        KernelEvent {
+            node,
+            hook,
+            ts_ns,
+            cpu: 0,
+            pid: 0,
+            tid: 0,
+            cookie: None,
+            skb: None,
+            seq: None,
+            len: None,
+            offset: None,
+            dir: None,
+            ifindex: None,
+            dev: None,
+            queue: None,
+            value: None,
+            aux: None,
+            saddr: None,
+            sport: None,
+            daddr: None,
+            dport: None,
+            irq: None,
+            irq_entry_ns: None,
+            softirq_raise_ns: None,
+            softirq_entry_ns: None,
+            retrans: false,
+            active: None,
+            unix_sock: None,
+            unix_peer: None,
+        }
+    }
 }
 
 /// Per-hook accounting: `received + dropped == hits` when nothing was lost in userspace.
@@ -431,6 +462,15 @@ mod tests {
     }
 
     #[test]
+    fn unknown_hook_is_rejected() {
+        let line = r#"{"type":"kernel","node":"A","hook":"no_such_hook","ts_ns":1,"cpu":0,"pid":0,"tid":0}"#;
+        let err = serde_json::from_str::<Record>(line)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant `no_such_hook`"), "{err}");
+    }
+
+    #[test]
     fn unknown_type_is_rejected() {
         let err = serde_json::from_str::<Record>(r#"{"type":"nope"}"#)
             .unwrap_err()
@@ -441,13 +481,10 @@ mod tests {
     #[test]
     fn kernel_event_round_trips_with_optional_fields_omitted() {
         let ev = KernelEvent {
-            node: "A".into(),
-            hook: "net_dev_queue".into(),
-            ts_ns: 10,
             cookie: Some(7),
             seq: Some(1000),
             len: Some(64),
-            ..Default::default()
+            ..KernelEvent::new("A".into(), Hook::NetDevQueue, 10)
         };
         let line = serde_json::to_string(&Record::Kernel(ev.clone())).unwrap();
         assert_eq!(

@@ -7,32 +7,17 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::ndjson::{NdjsonError, RecordReader};
-use crate::schema::{ClockId, ClockSample, Record, Startup};
+use crate::schema::{ClockId, ClockSample, InputKind, Record, Startup};
 
 use super::MergeError;
 use super::clock::ClockTable;
 use super::time::NodeId;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileKind {
-    Kernel,
-    Probe,
-}
-
-impl FileKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            FileKind::Kernel => "kernel",
-            FileKind::Probe => "probe",
-        }
-    }
-}
-
 #[derive(Debug)]
 pub struct InputFile {
     pub path: PathBuf,
     pub display: String,
-    pub kind: FileKind,
+    pub kind: InputKind,
     /// Kernel: the startup record's node. Probe: the `--node NAME=FILE` default, if any.
     pub node: Option<String>,
     /// Probe files: every node its lines name.
@@ -68,7 +53,7 @@ impl Plan {
         let name = &self.nodes[usize::from(node.0)];
         self.files
             .iter()
-            .any(|f| f.kind == FileKind::Probe && f.nodes.contains(name))
+            .any(|f| f.kind == InputKind::Probe && f.nodes.contains(name))
     }
 }
 
@@ -116,7 +101,7 @@ pub fn plan(
     plan.set_probe_clocks(&probe_clocks)?;
     plan.nic_irq_devs = vec![Vec::new(); plan.nodes.len()];
     for i in 0..plan.files.len() {
-        if plan.files[i].kind == FileKind::Kernel {
+        if plan.files[i].kind == InputKind::Kernel {
             scan_kernel_file(&mut plan, i)?;
         }
     }
@@ -156,7 +141,7 @@ impl Plan {
                 self.files.push(InputFile {
                     path: path.to_owned(),
                     display,
-                    kind: FileKind::Probe,
+                    kind: InputKind::Probe,
                     node: given_node,
                     nodes,
                 });
@@ -167,7 +152,7 @@ impl Plan {
                 reader.line(),
                 format!(
                     "expected a `startup` record (kernel recording) or a `probe` record first, found a `{}` record",
-                    type_name(&other)
+                    other.type_name()
                 ),
             )),
         }
@@ -203,7 +188,7 @@ impl Plan {
         self.files.push(InputFile {
             path: path.to_owned(),
             display,
-            kind: FileKind::Kernel,
+            kind: InputKind::Kernel,
             node: Some(startup.node.clone()),
             nodes: vec![startup.node.clone()],
         });
@@ -254,13 +239,6 @@ impl Plan {
         }
         Ok(())
     }
-}
-
-pub(super) fn type_name(r: &Record) -> String {
-    serde_json::to_value(r)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// The nodes a probe file's lines name (or the `--node` default for lines without one).

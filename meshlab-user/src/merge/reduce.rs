@@ -1,11 +1,11 @@
 //! Reduction of one validated record to the merge's [`Item`]: node check, `--inject-skew`,
 //! clock conversion of probe timestamps, and field errors naming file, line and field.
 
-use crate::schema::{Hook, KernelEvent, ProbeEvent, Record};
+use crate::schema::{Hook, InputKind, KernelEvent, ProbeEvent, Record};
 
 use super::MergeError;
 use super::event::{Endpoint, Established, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp};
-use super::input::{FileKind, Plan, parse_err, shift, type_name};
+use super::input::{Plan, parse_err, shift};
 use super::time::{NodeId, NodeTime};
 
 /// Reduces one record of `file` (already parsed) to an item of `node`, or `None` when the
@@ -32,7 +32,7 @@ pub fn to_item(
         )
     };
     match (f.kind, record) {
-        (FileKind::Kernel, Record::Kernel(k)) => {
+        (InputKind::Kernel, Record::Kernel(k)) => {
             if k.node != *node_name {
                 return Err(bad(
                     "kernel",
@@ -44,16 +44,16 @@ pub fn to_item(
                 .map(Some)
                 .map_err(|(field, what)| bad("kernel", field, what))
         }
-        (FileKind::Kernel, Record::Probe(_)) => Err(bad(
+        (InputKind::Kernel, Record::Probe(_)) => Err(bad(
             "probe",
             "type",
             "a probe record inside a kernel recording".into(),
         )),
-        (FileKind::Kernel, Record::Startup(_)) if line > 1 => {
+        (InputKind::Kernel, Record::Startup(_)) if line > 1 => {
             Err(bad("startup", "type", "a second startup record".into()))
         }
-        (FileKind::Kernel, _) => Ok(None),
-        (FileKind::Probe, Record::Probe(p)) => {
+        (InputKind::Kernel, _) => Ok(None),
+        (InputKind::Probe, Record::Probe(p)) => {
             let this = p.node.as_ref().or(f.node.as_ref());
             if this != Some(node_name) {
                 return Ok(None);
@@ -62,8 +62,8 @@ pub fn to_item(
                 .map(|p| p.map(|p| Item::Probe(Box::new(p))))
                 .map_err(|(field, what)| bad("probe", field, what))
         }
-        (FileKind::Probe, other) => Err(bad(
-            &type_name(&other),
+        (InputKind::Probe, other) => Err(bad(
+            other.type_name(),
             "type",
             "expected a `probe` record in a probe file".into(),
         )),

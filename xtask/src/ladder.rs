@@ -94,6 +94,7 @@ pub struct Sizes {
     pub echo_seconds: u64,
     pub redis_requests: u64,
     pub rate_steps: &'static [u64],
+    pub workloads: &'static [Workload],
 }
 
 pub const FULL: Sizes = Sizes {
@@ -101,14 +102,25 @@ pub const FULL: Sizes = Sizes {
     echo_seconds: 3,
     redis_requests: 60_000,
     rate_steps: &[5_000, 10_000, 20_000, 40_000, 0],
+    workloads: &[
+        Workload::Echo { concurrency: 1 },
+        Workload::Echo { concurrency: 32 },
+        Workload::Redis { clients: 1 },
+    ],
 };
 
-/// `--quick`: a smoke test of every code path (CI), no thresholds, about a minute.
+/// `--quick`: a smoke test of every code path (CI), no thresholds, a few minutes.
 pub const QUICK: Sizes = Sizes {
     rounds: 1,
     echo_seconds: 1,
     redis_requests: 5_000,
     rate_steps: &[5_000],
+    // Each recorder start loads and verifies every program (~2 s here): the smoke test keeps
+    // one echo workload and redis, which still exercise every code path.
+    workloads: &[
+        Workload::Echo { concurrency: 1 },
+        Workload::Redis { clients: 1 },
+    ],
 };
 
 pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path) -> Result<()> {
@@ -122,11 +134,7 @@ pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path) -> Result<()> {
         .collect();
     let load_before = loadavg();
     let mut results = Vec::new();
-    for workload in [
-        Workload::Echo { concurrency: 1 },
-        Workload::Echo { concurrency: 32 },
-        Workload::Redis { clients: 1 },
-    ] {
+    for &workload in sizes.workloads {
         results.extend(ladder(exe, &dir, &redis, workload, &rungs, sizes)?);
     }
     let costs_workload = Workload::Redis { clients: 1 };
@@ -370,6 +378,22 @@ pub fn median_costs(rounds: &[Vec<ProgramCost>]) -> Vec<ProgramCost> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_costs_take_the_middle_round_per_program() {
+        let round = |ns: f64| {
+            vec![ProgramCost {
+                name: "p".into(),
+                runs: 10,
+                ns_per_run: ns,
+                bytes_xlated: 1,
+                bytes_jited: 1,
+            }]
+        };
+        let m = median_costs(&[round(30.0), round(10.0), round(20.0)]);
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].ns_per_run, m[0].runs), (20.0, 10));
+    }
 
     #[test]
     fn summary_line_gives_events_and_drops() {

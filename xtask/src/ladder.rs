@@ -9,10 +9,11 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 
-use crate::bench::{PORT_OTHER, PORT_TRACED, Proc, spawn_server, tempdir, wait_for};
+use crate::bench::{Proc, tempdir, wait_for};
 use crate::bpffloor;
 use crate::bpfstats::{self, ProgramCost, StatsEnabled};
 use crate::ladder_doc::{self, LadderReport, RateStep, RungResult};
@@ -45,11 +46,8 @@ impl Rung {
 
     /// `meshlab record` arguments for this rung; `None` = no recorder.
     fn record_args(self, port: u16) -> Option<Vec<String>> {
-        let other = if port == REDIS_PORT {
-            REDIS_PORT + 1
-        } else {
-            PORT_OTHER
-        };
+        // A port no workload uses: the recorder attaches everything and traces nothing.
+        let other = FILTERED_OUT_PORT;
         let args = match self {
             Rung::Off => return None,
             Rung::FilteredOut => vec!["--port".into(), other.to_string()],
@@ -81,7 +79,7 @@ impl Workload {
 
     fn port(self) -> u16 {
         match self {
-            Workload::Echo { .. } => PORT_TRACED,
+            Workload::Echo { .. } => echo_port(),
             Workload::Redis { .. } => REDIS_PORT,
         }
     }
@@ -125,7 +123,7 @@ pub const QUICK: Sizes = Sizes {
 
 pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path) -> Result<()> {
     let dir = tempdir()?;
-    let _echo = spawn_server(exe, &dir)?;
+    let _echo = spawn_echo_server(exe, &dir)?;
     let redis = RedisLab::start()?;
     let sampling = record_supports(exe, "--sample-messages")?;
     let rungs: Vec<Rung> = Rung::ALL
@@ -257,7 +255,7 @@ fn echo_client(
             "lab",
             "client",
             "--connect",
-            &format!("127.0.0.1:{PORT_TRACED}"),
+            &format!("127.0.0.1:{}", echo_port()),
             "--json",
         ])
         .args(["--warmup", "300ms", "--duration", &format!("{seconds}s")])
@@ -274,6 +272,39 @@ fn echo_client(
         anyhow::bail!("meshlab lab client failed: {}", out.status);
     }
     serde_json::from_slice(&out.stdout).context("lab client --json output")
+}
+
+/// Port of the ladder's echo server, chosen by the kernel (port 0): fixed ports collide with
+/// other benches running on a shared machine. Set once, before any workload runs.
+static ECHO_PORT: OnceLock<u16> = OnceLock::new();
+
+/// tcpmux, which nothing here serves: the filtered-out rung's `--port`.
+const FILTERED_OUT_PORT: u16 = 1;
+
+fn echo_port() -> u16 {
+    *ECHO_PORT
+        .get()
+        .expect("spawn_echo_server sets the port first")
+}
+
+fn spawn_echo_server(exe: &Path, dir: &Path) -> Result<Proc> {
+    let ready = dir.join("ladder-echo.ready");
+    let child = Command::new(exe)
+        .args(["lab", "server", "--listen", "127.0.0.1:0", "--ready-file"])
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting meshlab lab server")?;
+    let server = Proc(child);
+    wait_for(&ready)?;
+    let bound = std::fs::read_to_string(&ready)?;
+    let port = bound
+        .trim()
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .with_context(|| format!("echo server ready file: expected host:port, got {bound:?}"))?;
+    let _ = ECHO_PORT.set(port);
+    Ok(server)
 }
 
 fn spawn_recorder(exe: &Path, dir: &Path, args: &[String]) -> Result<Proc> {
@@ -309,7 +340,7 @@ fn record_supports(exe: &Path, flag: &str) -> Result<bool> {
 fn rate_search(exe: &Path, dir: &Path, sizes: Sizes) -> Result<Vec<RateStep>> {
     let mut steps = Vec::new();
     for &qps in sizes.rate_steps {
-        let args = vec!["--port".to_owned(), PORT_TRACED.to_string()];
+        let args = vec!["--port".to_owned(), echo_port().to_string()];
         let mut recorder = spawn_recorder_with(exe, dir, &args, Stdio::piped())?;
         let started = std::time::Instant::now();
         let client = echo_client(exe, 32, qps, sizes.echo_seconds)?;

@@ -66,7 +66,16 @@ fn spread(v: &[f64]) -> (f64, f64, f64) {
     (s[0], s[s.len() / 2], s[s.len() - 1])
 }
 
+/// Largest (max - min) / median of the no-recorder runs at which ratios are still judged.
+const MAX_BASELINE_SPREAD: f64 = 0.25;
+
 impl LadderReport {
+    /// (max - min) / median of `workload`'s no-recorder throughput.
+    fn baseline_spread(&self, workload: &str) -> Option<f64> {
+        let (lo, mid, hi) = spread(&self.cell(workload, Rung::Off)?.throughput);
+        Some((hi - lo) / mid)
+    }
+
     fn cell(&self, workload: &str, rung: Rung) -> Option<&RungResult> {
         self.results
             .iter()
@@ -159,40 +168,46 @@ fn targets(md: &mut String, r: &LadderReport) {
         .unwrap_or_default();
     let _ = writeln!(md, "## Targets (issue 10), judged on this run\n");
     let _ = writeln!(md, "| target | measured | verdict |\n|---|---|---|");
-    let mut row = |what: &str, measured: Option<f64>, ok: &dyn Fn(f64) -> bool| {
-        let (value, verdict) = match measured {
-            Some(v) => (format!("{v:.3}"), if ok(v) { "met" } else { "missed" }),
-            None => ("not measured".into(), "not measured"),
-        };
-        let _ = writeln!(md, "| {what} | {value} | {verdict} |");
-    };
+    // A ratio is only judged when the no-recorder runs agree with each other: on a loaded
+    // machine their spread can exceed the effect being measured.
+    let noise = r.baseline_spread(&redis);
     let filtered = r.ratios(&redis, Rung::FilteredOut);
     let all = r.ratios(&redis, Rung::TracingAll);
     let sampled = r.ratios(&redis, Rung::Sampled);
-    row(
+    target_row(
+        md,
+        noise,
         "redis throughput, filtering out / none >= 0.99",
         filtered.map(|x| x.0),
-        &|v| v >= 0.99,
+        |v| v >= 0.99,
     );
-    row(
+    target_row(
+        md,
+        noise,
         "redis throughput, tracing all / none >= 0.90",
         all.map(|x| x.0),
-        &|v| v >= 0.90,
+        |v| v >= 0.90,
     );
-    row(
+    target_row(
+        md,
+        noise,
         "redis p50, tracing all / none <= 1.10",
         all.map(|x| x.1),
-        &|v| v <= 1.10,
+        |v| v <= 1.10,
     );
-    row(
+    target_row(
+        md,
+        noise,
         "redis throughput, sampling 1/100 / none >= 0.99",
         sampled.map(|x| x.0),
-        &|v| v >= 0.99,
+        |v| v >= 0.99,
     );
-    row(
+    target_row(
+        md,
+        noise,
         "redis p50, sampling 1/100 / none <= 1.03",
         sampled.map(|x| x.1),
-        &|v| v <= 1.03,
+        |v| v <= 1.03,
     );
     for (rung, limit) in [(Rung::FilteredOut, 25.0), (Rung::TracingAll, 100.0)] {
         let Some((_, costs)) = r.costs.iter().find(|(c, _)| *c == rung) else {
@@ -207,18 +222,22 @@ fn targets(md: &mut String, r: &LadderReport) {
             .max_by(|a, b| a.ns_per_run.total_cmp(&b.ns_per_run));
         let name = slowest.map_or("-", |c| c.name.as_str());
         let worst = slowest.map(|c| c.ns_per_run);
-        row(
+        target_row(
+            md,
+            None,
             &format!(
                 "slowest hot program ({name}) ns/run, {}, <= {limit}",
                 rung.name()
             ),
             worst,
-            &|v| v <= limit,
+            |v| v <= limit,
         );
-        row(
+        target_row(
+            md,
+            None,
             &format!("same, above the empty-program floor, <= {limit}"),
             worst.zip(floor).map(|(w, f)| w - f),
-            &|v| v <= limit,
+            |v| v <= limit,
         );
     }
     if !r.sampling_implemented {
@@ -252,6 +271,27 @@ fn profiling_notes(md: &mut String) {
          and xlated code showed a byte-by-byte memset subprogram per event; both are gone \
          (meshlab-ebpf/src/emit.rs says why).\n"
     );
+}
+
+/// One target: met / missed, or inconclusive when `noise` (the no-recorder runs' spread) is
+/// larger than the effect a ratio could show.
+fn target_row(
+    md: &mut String,
+    noise: Option<f64>,
+    what: &str,
+    measured: Option<f64>,
+    ok: impl Fn(f64) -> bool,
+) {
+    let verdict = match (measured, noise) {
+        (None, _) => "not measured".to_owned(),
+        (Some(_), Some(spread)) if spread > MAX_BASELINE_SPREAD => format!(
+            "inconclusive: the no-recorder runs spread {:.0} % (max - min over median)",
+            spread * 100.0
+        ),
+        (Some(v), _) => if ok(v) { "met" } else { "missed" }.to_owned(),
+    };
+    let value = measured.map_or("-".to_owned(), |v| format!("{v:.3}"));
+    let _ = writeln!(md, "| {what} | {value} | {verdict} |");
 }
 
 /// Programs that run per packet or per syscall: at least a tenth of the busiest program's runs
@@ -433,6 +473,22 @@ mod tests {
             .map(|c| c.name.as_str())
             .collect();
         assert_eq!(hot, ["netif_receive_skb_btf", "sched_waking_btf"]);
+    }
+
+    #[test]
+    fn ratios_are_not_judged_when_the_baseline_is_noisy() {
+        let mut md = String::new();
+        target_row(&mut md, Some(0.10), "a", Some(0.95), |v| v >= 0.99);
+        target_row(&mut md, Some(0.60), "b", Some(1.30), |v| v >= 0.99);
+        target_row(&mut md, None, "c", None, |v| v >= 0.99);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines[0], "| a | 0.950 | missed |");
+        assert!(
+            lines[1].contains("inconclusive") && lines[1].contains("60 %"),
+            "{}",
+            lines[1]
+        );
+        assert_eq!(lines[2], "| c | - | not measured |");
     }
 
     #[test]

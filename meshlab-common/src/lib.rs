@@ -20,6 +20,13 @@ pub const MAX_FILTER_ENTRIES: u32 = 64;
 pub const MAX_TRACED_CONNS: u32 = 65_536;
 /// Capacity of the tracked-thread map (threads that own traced sockets).
 pub const MAX_TRACKED_THREADS: u32 = 16_384;
+/// Slots of the traced-cookie and tracked-thread prefilter arrays (index: low bits of the
+/// cookie / tid). A power of two so the index is a mask.
+pub const PREFILTER_SLOTS: u32 = 65_536;
+/// Prefilter slot value: two traced keys share this slot, ask the authoritative hash map.
+pub const PREFILTER_COLLIDED_COOKIE: u64 = u64::MAX;
+/// See [`PREFILTER_COLLIDED_COOKIE`], for the tracked-thread slots.
+pub const PREFILTER_COLLIDED_TID: u32 = u32::MAX;
 /// Capacity of the NIC IRQ map (IRQ number -> device and queue).
 pub const MAX_NIC_IRQS: u32 = 1_024;
 /// Default ring buffer size in bytes (must be a power-of-two multiple of the page size).

@@ -5,6 +5,7 @@ use meshlab_common::{ConnInfo, TupleKey};
 
 use crate::globals::offset;
 use crate::maps::TRACED_CONNS;
+use crate::prefilter::cookie_may_be_traced;
 
 /// Reads a `T` at `base + off` of kernel memory. Errors (unmapped memory) become `None`.
 #[inline(always)]
@@ -26,7 +27,7 @@ pub fn sock_cookie(sk: u64) -> u64 {
 #[inline(always)]
 pub fn traced_sock(sk: u64) -> Option<(u64, ConnInfo)> {
     let cookie = sock_cookie(sk);
-    if cookie == 0 {
+    if !cookie_may_be_traced(cookie) {
         return None;
     }
     // SAFETY: the value is copied out immediately; LRU eviction cannot race with the copy
@@ -53,10 +54,20 @@ const IPV6_HEADER_LEN: usize = 40;
 /// `skb->transport_header` is `(u16)~0U` when unset.
 const HEADER_UNSET: u16 = 0xffff;
 
+/// Bytes read at the network header in one go: a whole option-less IPv4 header plus the first
+/// 20 bytes of TCP, or the fixed IPv6 header. Every TCP packet the stack hands these hooks has
+/// at least this much in its linear part (IPv4 20 + TCP 20, or IPv6 40).
+const NET_HEADER_READ: usize = 40;
+const IPV4_HEADER_LEN: usize = 20;
+/// TCP header bytes the parser needs: ports, sequence number, data offset.
+const TCP_HEADER_READ: usize = 16;
+
 /// Parses IPv4/IPv6 + TCP from `skb`'s network header. `None` for non-TCP packets.
 ///
 /// The payload length is `skb->len` minus everything from `skb->data` to the end of the TCP
 /// header, so it covers GSO (TX) and GRO (RX) super-packets, whose IP length field does not.
+/// Headers are read in one or two bulk reads, not field by field: each bpf_probe_read_kernel
+/// is a helper call, and they were most of these programs' cost.
 #[inline(always)]
 pub fn parse_tcp(skb: u64) -> Option<TcpSegment> {
     let head: u64 = read(skb, offset!(sk_buff_head))?;
@@ -67,7 +78,7 @@ pub fn parse_tcp(skb: u64) -> Option<TcpSegment> {
         return None;
     }
     let nh = head + u64::from(network_header);
-    let first: u8 = read(nh, 0)?;
+    let ip: [u8; NET_HEADER_READ] = read(nh, 0)?;
     let mut seg = TcpSegment {
         saddr: [0; 16],
         daddr: [0; 16],
@@ -76,33 +87,47 @@ pub fn parse_tcp(skb: u64) -> Option<TcpSegment> {
         seq: 0,
         len: 0,
     };
-    let th = match first >> 4 {
+    let (th, tcp) = match ip[0] >> 4 {
         ETH_P_IP_VERSION => {
-            let proto: u8 = read(nh, 9)?;
-            if proto != IPPROTO_TCP {
+            if ip[9] != IPPROTO_TCP {
                 return None;
             }
-            seg.saddr = ipv4_mapped(read::<[u8; 4]>(nh, 12)?);
-            seg.daddr = ipv4_mapped(read::<[u8; 4]>(nh, 16)?);
-            nh + u64::from(first & 0x0f) * 4
+            seg.saddr = ipv4_mapped([ip[12], ip[13], ip[14], ip[15]]);
+            seg.daddr = ipv4_mapped([ip[16], ip[17], ip[18], ip[19]]);
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let th = nh + ihl as u64;
+            if ihl == IPV4_HEADER_LEN {
+                let mut tcp = [0u8; TCP_HEADER_READ];
+                let mut i = 0;
+                while i < TCP_HEADER_READ {
+                    tcp[i] = ip[IPV4_HEADER_LEN + i];
+                    i += 1;
+                }
+                (th, tcp)
+            } else {
+                (th, read(th, 0)?)
+            }
         }
         ETH_P_IPV6_VERSION => {
             // Extension headers are not walked: TCP directly after the fixed header only.
-            let next: u8 = read(nh, 6)?;
-            if next != IPPROTO_TCP {
+            if ip[6] != IPPROTO_TCP {
                 return None;
             }
-            seg.saddr = read(nh, 8)?;
-            seg.daddr = read(nh, 24)?;
-            nh + IPV6_HEADER_LEN as u64
+            let mut i = 0;
+            while i < 16 {
+                seg.saddr[i] = ip[8 + i];
+                seg.daddr[i] = ip[24 + i];
+                i += 1;
+            }
+            let th = nh + IPV6_HEADER_LEN as u64;
+            (th, read(th, 0)?)
         }
         _ => return None,
     };
-    seg.sport = u16::from_be(read(th, 0)?);
-    seg.dport = u16::from_be(read(th, 2)?);
-    seg.seq = u32::from_be(read(th, 4)?);
-    let doff: u8 = read(th, 12)?;
-    let header_end = th + u64::from(doff >> 4) * 4;
+    seg.sport = u16::from_be_bytes([tcp[0], tcp[1]]);
+    seg.dport = u16::from_be_bytes([tcp[2], tcp[3]]);
+    seg.seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+    let header_end = th + u64::from(tcp[12] >> 4) * 4;
     let consumed = header_end.checked_sub(data)?;
     seg.len = u64::from(skb_len).checked_sub(consumed).unwrap_or(0) as u32;
     Some(seg)

@@ -13,6 +13,7 @@ mod globals;
 mod irq;
 mod kread;
 mod maps;
+mod prefilter;
 mod rx;
 mod sched;
 mod sockops;

@@ -1,10 +1,10 @@
 //! The maps shared by all hook families.
 
 use aya_ebpf::macros::map;
-use aya_ebpf::maps::{HashMap, LruHashMap, PerCpuArray, RingBuf};
+use aya_ebpf::maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf};
 use meshlab_common::{
     ConnInfo, DEFAULT_RING_BYTES, HOOK_COUNT, MAX_FILTER_ENTRIES, MAX_NIC_IRQS, MAX_TRACED_CONNS,
-    MAX_TRACKED_THREADS, NicIrq, TupleKey,
+    MAX_TRACKED_THREADS, NicIrq, PREFILTER_SLOTS, TupleKey,
 };
 
 /// The one ring buffer every event goes through (size set by the loader).
@@ -103,3 +103,25 @@ pub static INFLIGHT_TX: LruHashMap<u64, XmitState> =
 /// Interfaces that have NIC IRQs (filled by the loader): only their frees are TX completions.
 #[map]
 pub static NIC_IFINDEXES: HashMap<u32, u8> = HashMap::with_max_entries(MAX_NIC_IRQS, 0);
+
+/// Number of connections in TRACED_CONNS (sock_ops adds and removes them). Zero means no
+/// socket hook can match: every hot program reads this first and returns at once. An LRU
+/// eviction without a close leaves it too high, which only costs the slower path.
+#[map]
+pub static TRACED_LIVE: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Prefilter in front of TRACED_CONNS: slot `cookie & (PREFILTER_SLOTS - 1)` holds the traced
+/// cookie, or PREFILTER_COLLIDED_COOKIE when two traced cookies share it. Array lookups are
+/// inlined by the verifier; hash lookups are helper calls with a hash computation.
+#[map]
+pub static COOKIE_SLOTS: Array<u64> = Array::with_max_entries(PREFILTER_SLOTS, 0);
+
+/// Prefilter in front of TRACKED_THREADS, like COOKIE_SLOTS (slot `tid & mask`).
+#[map]
+pub static TID_SLOTS: Array<u32> = Array::with_max_entries(PREFILTER_SLOTS, 0);
+
+/// Bit set of the local ports of traced connections (1024 x 64 bits): netif_receive_skb checks
+/// it before the 40-byte 4-tuple hash lookup. Bits are never cleared (a stale bit only costs the
+/// lookup).
+#[map]
+pub static LOCAL_PORT_BITS: Array<u64> = Array::with_max_entries(1024, 0);

@@ -7,6 +7,7 @@ use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{parse_tcp, read, rx_tuple_key, skb_ifindex, tcp_skb_cb_range, traced_sock};
 use crate::maps::{CPU_STATE, TUPLES};
+use crate::prefilter::{local_port_may_be_traced, no_socket_traced, nothing_traced};
 use crate::tx::track_thread;
 
 /// Copies this CPU's IRQ/softirq context into an RX event, so a message's RX path is complete
@@ -26,9 +27,12 @@ fn attach_cpu_context(ev: &mut Event) {
 /// net:netif_receive_skb(skb): the stack takes the skb. No socket yet: the connection is found
 /// by the 4-tuple sock_ops recorded.
 fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
+    if nothing_traced() {
+        return None;
+    }
     let skb = ctx.arg_u64(0);
     let seg = parse_tcp(skb)?;
-    if seg.len == 0 {
+    if seg.len == 0 || !local_port_may_be_traced(seg.dport) {
         return None;
     }
     // SAFETY: value copied out at once.
@@ -64,6 +68,9 @@ tp_entries!(
 /// tcp:tcp_probe(sk, skb): TCP processes a segment of an established socket. The range comes
 /// from TCP_SKB_CB (end_seq - seq; a FIN counts one).
 fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
+    if nothing_traced() {
+        return None;
+    }
     let (cookie, info) = traced_sock(ctx.arg_u64(0))?;
     let skb = ctx.arg_u64(1);
     let (seq, end_seq) = tcp_skb_cb_range(skb)?;
@@ -87,6 +94,9 @@ tp_entries!(tcp_probe_btf, tcp_probe_raw, "tcp_probe", try_tcp_probe);
 /// sock:sk_data_ready(sk): data is queued and readers are about to be woken. Remembered per
 /// CPU so the sched_waking that follows can be tied to this socket.
 fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
+    if no_socket_traced() {
+        return None;
+    }
     let sk = ctx.arg_u64(0);
     let Some((cookie, info)) = traced_sock(sk) else {
         return crate::unix::on_unix(Hook::SkDataReady, sk, 0);
@@ -116,6 +126,9 @@ tp_entries!(
 
 /// skb:skb_copy_datagram_iovec(skb, len): recvmsg copies a queued skb to user memory.
 fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
+    if nothing_traced() {
+        return None;
+    }
     let skb = ctx.arg_u64(0);
     let sk: u64 = read(skb, offset!(sk_buff_sk))?;
     let (cookie, info) = traced_sock(sk)?;
@@ -156,6 +169,9 @@ pub fn recv_return_fexit(ctx: aya_ebpf::programs::FExitContext) -> i32 {
 
 #[inline(always)]
 fn on_recv_return(sk: u64, ret: i32) -> Option<()> {
+    if no_socket_traced() {
+        return None;
+    }
     let Some((cookie, info)) = traced_sock(sk) else {
         return crate::unix::on_unix(Hook::RecvReturn, sk, ret);
     };

@@ -1,23 +1,30 @@
 //! Scheduler: wakeups and switches of threads that own traced sockets, so the socket-queue
 //! wait can be split into "woken" and "running".
 
+use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use meshlab_common::Hook;
 
 use crate::emit::{TpArgs, emit, now_ns, tp_entries};
 use crate::globals::offset;
 use crate::kread::read;
 use crate::maps::{CPU_STATE, TRACED_CONNS, TRACKED_THREADS};
+use crate::prefilter::{nothing_traced, thread_may_be_tracked, thread_removed};
 
 /// How long after a traced sk_data_ready on this CPU a sched_waking still belongs to it. The
 /// wakeup runs synchronously inside sock_def_readable, so microseconds suffice; the bound only
 /// guards against a stale state being matched by a later wakeup.
 const DATA_READY_WAKE_WINDOW_NS: u64 = 50_000;
 
+/// The thread id of `task` (one read: the prefilter needs nothing else).
 #[inline(always)]
-fn task_ids(task: u64) -> Option<(u32, u32)> {
-    let tid = read::<i32>(task, offset!(task_struct_pid))? as u32;
-    let pid = read::<i32>(task, offset!(task_struct_tgid)).unwrap_or(0) as u32;
-    Some((pid, tid))
+fn task_tid(task: u64) -> Option<u32> {
+    read::<i32>(task, offset!(task_struct_pid)).map(|tid| tid as u32)
+}
+
+/// The process id of `task`, read only for tracked threads.
+#[inline(always)]
+fn task_tgid(task: u64) -> u32 {
+    read::<i32>(task, offset!(task_struct_tgid)).unwrap_or(0) as u32
 }
 
 /// The traced socket whose data-ready (on this CPU, just now) is causing a wakeup, if any.
@@ -34,11 +41,15 @@ fn data_ready_cookie() -> Option<u64> {
 /// still traced; a thread whose connection closed is forgotten here, so it stops costing events.
 #[inline(always)]
 fn tracked_cookie(tid: u32) -> Option<u64> {
+    if !thread_may_be_tracked(tid) {
+        return None;
+    }
     // SAFETY: value copied out at once.
     let cookie = *unsafe { TRACKED_THREADS.get(&tid) }?;
     // SAFETY: presence check only.
     if unsafe { TRACED_CONNS.get(&cookie) }.is_none() {
         let _ = TRACKED_THREADS.remove(&tid);
+        thread_removed(tid);
         return None;
     }
     Some(cookie)
@@ -48,9 +59,13 @@ fn tracked_cookie(tid: u32) -> Option<u64> {
 /// the wakee's CPU). Only threads that own traced sockets count; when a traced socket's
 /// data-ready on this CPU just happened, the wakeup is credited to that socket.
 fn try_sched_waking<C: TpArgs>(ctx: &C) -> Option<()> {
+    if nothing_traced() {
+        return None;
+    }
     let task = ctx.arg_u64(0);
-    let (pid, tid) = task_ids(task)?;
+    let tid = task_tid(task)?;
     let owned = tracked_cookie(tid)?;
+    let pid = task_tgid(task);
     let cookie = data_ready_cookie().unwrap_or(owned);
     emit(Hook::SchedWakeup, |ev| {
         ev.aux = u64::from(ev.tid);
@@ -71,22 +86,25 @@ tp_entries!(
 /// sched:sched_switch(preempt, prev, next, prev_state): value 1 = a tracked thread starts
 /// running, 0 = it stops (aux = prev_state).
 fn try_sched_switch<C: TpArgs>(ctx: &C) -> Option<()> {
-    let prev = ctx.arg_u64(1);
-    if let Some((pid, tid)) = task_ids(prev) {
-        if let Some(cookie) = tracked_cookie(tid) {
-            let prev_state = ctx.arg_u64(3);
-            emit(Hook::SchedSwitch, |ev| {
-                ev.pid = pid;
-                ev.tid = tid;
-                ev.cookie = cookie;
-                ev.value = 0;
-                ev.aux = prev_state;
-                Some(())
-            });
-        }
+    if nothing_traced() {
+        return None;
     }
-    let (pid, tid) = task_ids(ctx.arg_u64(2))?;
+    // The tracepoint fires before the switch: the current task is still `prev`, whose ids the
+    // helper gives without reading task_struct (emit fills pid and tid the same way).
+    let prev_tid = bpf_get_current_pid_tgid() as u32;
+    if let Some(cookie) = tracked_cookie(prev_tid) {
+        let prev_state = ctx.arg_u64(3);
+        emit(Hook::SchedSwitch, |ev| {
+            ev.cookie = cookie;
+            ev.value = 0;
+            ev.aux = prev_state;
+            Some(())
+        });
+    }
+    let next = ctx.arg_u64(2);
+    let tid = task_tid(next)?;
     let cookie = tracked_cookie(tid)?;
+    let pid = task_tgid(next);
     emit(Hook::SchedSwitch, |ev| {
         ev.pid = pid;
         ev.tid = tid;

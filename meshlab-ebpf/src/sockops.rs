@@ -14,6 +14,7 @@ use crate::emit::{emit_without_task, set_conn_tuple};
 use crate::globals::config;
 use crate::kread::ipv4_mapped;
 use crate::maps::{FILTER_ADDR_SET, FILTER_PORT_SET, SCRATCH_CONN, TRACED_CONNS, TUPLES};
+use crate::prefilter::{conn_added, conn_removed};
 
 // include/uapi/linux/bpf.h; stable UAPI values.
 const BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB: u32 = 4;
@@ -144,6 +145,7 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
     info.rcv_base = rcv_nxt;
     TRACED_CONNS.insert(&cookie, &*info, 0).ok()?;
     TUPLES.insert(&info.tuple, &cookie, 0).ok()?;
+    conn_added(cookie, info.tuple.local_port);
     // Ask for STATE_CB so the connection leaves the maps when it closes.
     let _ = ctx
         .set_cb_flags(ctx_field!(ctx, bpf_sock_ops_cb_flags) as i32 | BPF_SOCK_OPS_STATE_CB_FLAG);
@@ -168,7 +170,9 @@ fn try_closed(ctx: &SockOpsContext) -> Option<()> {
     // SAFETY: value copied out at once.
     let info = *unsafe { TRACED_CONNS.get(&cookie) }?;
     let _ = TUPLES.remove(&info.tuple);
-    let _ = TRACED_CONNS.remove(&cookie);
+    if TRACED_CONNS.remove(&cookie).is_ok() {
+        conn_removed(cookie);
+    }
     emit_without_task(Hook::SockClosed, |ev| {
         ev.cookie = cookie;
         set_conn_tuple(ev, &info);

@@ -11,6 +11,7 @@ use crate::kread::{parse_tcp, read, skb_ifindex, traced_sock};
 use crate::maps::{
     INFLIGHT_TX, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE, XmitState,
 };
+use crate::prefilter::{no_socket_traced, nothing_traced, thread_added, thread_may_be_tracked};
 
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
@@ -21,11 +22,18 @@ pub fn track_thread(tid: u32, cookie: u64) {
     if unsafe { TRACKED_THREADS.get(&tid) } != Some(&cookie) {
         let _ = TRACKED_THREADS.insert(&tid, &cookie, 0);
     }
+    // Also repairs a slot mark lost to a race (see prefilter.rs); an inlined array access.
+    if !thread_may_be_tracked(tid) {
+        thread_added(tid);
+    }
 }
 
 /// TCP send entry: the socket's write pointer and the bytes this call still has to copy.
 #[inline(always)]
 fn on_tcp_sendmsg(sk: u64, bytes: u64) -> Option<()> {
+    if nothing_traced() {
+        return None;
+    }
     let (cookie, info) = traced_sock(sk)?;
     emit(Hook::TcpSendmsg, |ev| {
         ev.cookie = cookie;
@@ -56,6 +64,10 @@ pub fn tcp_sendmsg_kprobe(ctx: ProbeContext) -> u32 {
 /// tcp:tcp_sendmsg_locked(sk, msg, skb, size_goal): fires once per copy loop iteration; each
 /// carries the write pointer and the bytes left, so every one names the same message end.
 fn try_tcp_sendmsg_locked<C: TpArgs>(ctx: &C) -> Option<()> {
+    // Before the msghdr read on_tcp_sendmsg does not need for untraced sockets.
+    if nothing_traced() {
+        return None;
+    }
     let msg = ctx.arg_u64(1);
     let left: u64 = read(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))?;
     on_tcp_sendmsg(ctx.arg_u64(0), left)
@@ -85,6 +97,9 @@ pub fn send_return_fexit(ctx: FExitContext) -> i32 {
 
 #[inline(always)]
 fn on_send_return(sk: u64, ret: i32) -> Option<()> {
+    if no_socket_traced() {
+        return None;
+    }
     let Some((cookie, info)) = traced_sock(sk) else {
         return crate::unix::on_unix(Hook::SendReturn, sk, ret);
     };
@@ -118,6 +133,9 @@ struct TxSkb {
 /// `None` for untraced skbs, payload-less ones (pure ACKs) and other devices than `--device`.
 #[inline(always)]
 fn traced_tx_skb(skb: u64) -> Option<TxSkb> {
+    if nothing_traced() {
+        return None;
+    }
     let sk: u64 = read(skb, offset!(sk_buff_sk))?;
     let (cookie, info) = traced_sock(sk)?;
     let seg = parse_tcp(skb)?;
@@ -235,6 +253,10 @@ tp_entries!(
 
 /// skb:consume_skb(skb, ...): a NIC driver freed a TX skb it was handed: TX completion.
 fn try_tx_complete<C: TpArgs>(ctx: &C) -> Option<()> {
+    // Runs for every freed skb on the machine: skip the hash lookup while nothing is traced.
+    if nothing_traced() {
+        return None;
+    }
     let skb = ctx.arg_u64(0);
     // SAFETY: value copied out at once.
     let sent = *unsafe { INFLIGHT_TX.get(&skb) }?;

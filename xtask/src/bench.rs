@@ -42,8 +42,27 @@ pub enum BenchTask {
     },
 }
 
-const PORT_TRACED: u16 = 47_300;
-const PORT_OTHER: u16 = 47_301;
+pub const PORT_TRACED: u16 = 47_300;
+pub const PORT_OTHER: u16 = 47_301;
+
+/// The cost ladder (crate::ladder): release build into docs/, or `quick` with the debug build
+/// `cargo test` already made into target/bench-quick/.
+pub fn ladder(quick: bool) -> Result<()> {
+    let profile = if quick { "debug" } else { "release" };
+    let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    build.args(["build", "--bin", "meshlab"]);
+    if !quick {
+        build.arg("--release");
+    }
+    run_cmd(&mut build)?;
+    let root = workspace_root();
+    let exe = root.join("target").join(profile).join("meshlab");
+    if quick {
+        crate::ladder::run(&exe, crate::ladder::QUICK, &root.join("target/bench-quick"))
+    } else {
+        crate::ladder::run(&exe, crate::ladder::FULL, &root.join("docs"))
+    }
+}
 
 pub fn run(task: BenchTask) -> Result<()> {
     if let BenchTask::Decode = task {
@@ -83,7 +102,7 @@ pub fn run(task: BenchTask) -> Result<()> {
 }
 
 /// A child process killed (SIGINT, then reaped) on drop.
-struct Proc(Child);
+pub struct Proc(pub Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -93,7 +112,7 @@ impl Drop for Proc {
     }
 }
 
-fn spawn_server(exe: &Path, dir: &Path) -> Result<Proc> {
+pub fn spawn_server(exe: &Path, dir: &Path) -> Result<Proc> {
     let ready = dir.join("server.ready");
     let child = Command::new(exe)
         .args([
@@ -133,7 +152,7 @@ fn spawn_recorder(exe: &Path, dir: &Path, name: &str, port: u16) -> Result<Proc>
     Ok(rec)
 }
 
-fn wait_for(path: &Path) -> Result<()> {
+pub fn wait_for(path: &Path) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !path.exists() {
         if Instant::now() > deadline {
@@ -328,7 +347,7 @@ fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
 }
 
 /// A scratch directory removed on drop.
-struct TempDir(PathBuf);
+pub struct TempDir(PathBuf);
 
 impl std::ops::Deref for TempDir {
     type Target = Path;
@@ -343,7 +362,7 @@ impl Drop for TempDir {
     }
 }
 
-fn tempdir() -> Result<TempDir> {
+pub fn tempdir() -> Result<TempDir> {
     let dir = std::env::temp_dir().join(format!("meshlab-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(TempDir(dir))

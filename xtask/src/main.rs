@@ -2,6 +2,11 @@
 //! both install what is missing first (`setup`), so a fresh machine needs nothing else.
 
 mod bench;
+mod bpffloor;
+mod bpfstats;
+mod ladder;
+mod ladder_doc;
+mod redis_lab;
 mod setup;
 mod vm;
 mod vm_scenarios;
@@ -40,10 +45,15 @@ enum Task {
         #[arg(long)]
         nic_only: bool,
     },
-    /// Benchmarks on the real kernel (recorder overhead, memory soak).
+    /// Benchmarks on the real kernel. Without a sub-task: the cost ladder, written to
+    /// docs/benchmarks.md and docs/benchmarks.json.
     Bench {
         #[command(subcommand)]
-        task: bench::BenchTask,
+        task: Option<bench::BenchTask>,
+        /// Smoke test of the cost ladder (CI, no thresholds): one short round, results under
+        /// target/bench-quick/ instead of docs/.
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -68,9 +78,12 @@ fn main() -> Result<()> {
         Task::Demo { args } => demo(&args),
         Task::Vm(args) => vm::run(args),
         Task::VmScenarios { ci, nic_only } => vm_scenarios::run(ci, nic_only),
-        Task::Bench { task } => {
+        Task::Bench { task, quick } => {
             setup::run()?;
-            bench::run(task)
+            match task {
+                Some(task) => bench::run(task),
+                None => bench::ladder(quick),
+            }
         }
     }
 }
@@ -133,6 +146,10 @@ fn test(args: TestArgs) -> Result<()> {
     }
     test.args(&args.cargo_args);
     run_cmd(&mut test)?;
+    // The cost ladder's smoke test: every bench code path once, no thresholds (~1 min).
+    run_cmd(
+        setup::as_root(&std::env::current_exe()?.to_string_lossy()).args(["bench", "--quick"]),
+    )?;
     if !args.no_vm {
         vm_tests(args.ci)?;
     }

@@ -26,6 +26,18 @@ const PACKAGES: &[(&str, &str)] = &[
     ),
     ("chromium", "renders the HTML report in a test"),
     ("iproute2", "`ip netns` listing in lab clean-up checks"),
+    (
+        "redis-server",
+        "the bench's real-world server (cargo xtask bench)",
+    ),
+    (
+        "redis-tools",
+        "redis-benchmark and redis-cli (cargo xtask bench)",
+    ),
+    (
+        "bpftool",
+        "per-program BPF run-time statistics (cargo xtask bench)",
+    ),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -36,7 +48,7 @@ pub fn is_root() -> bool {
 }
 
 /// `cmd` as root: directly, or through sudo.
-fn as_root(program: &str) -> Command {
+pub fn as_root(program: &str) -> Command {
     if is_root() {
         Command::new(program)
     } else {

@@ -8,6 +8,7 @@
 
 mod event;
 mod hook;
+pub mod names;
 mod sample;
 
 pub use event::*;

@@ -42,9 +42,6 @@ pub struct MergeArgs {
     /// clock=monotonic, kernel points named `kernel.HOOK`) before its `request` line.
     #[arg(long)]
     pub timeline: bool,
-    /// Benchmark helper: write synthetic two-node traffic of about N events to OUTDIR.
-    #[arg(long, hide = true, num_args = 2, value_names = ["N", "OUTDIR"])]
-    pub bench_generate: Option<Vec<String>>,
 }
 
 fn parse_pairs(items: &[String], flag: &str) -> Result<Vec<(String, String)>, MergeError> {
@@ -60,17 +57,6 @@ fn parse_pairs(items: &[String], flag: &str) -> Result<Vec<(String, String)>, Me
 }
 
 pub fn run(args: MergeArgs) -> anyhow::Result<()> {
-    if let Some(bench) = &args.bench_generate {
-        let n: u64 = bench[0]
-            .parse()
-            .context("--bench-generate N: expected a number of events")?;
-        let dir = PathBuf::from(&bench[1]);
-        let files = super::synth::bench_generate(n, &dir)?;
-        for f in files {
-            println!("{}", f.display());
-        }
-        return Ok(());
-    }
     let window_ns = u64::try_from(args.window.as_nanos())
         .map_err(|_| MergeError::Usage("--window: out of range".into()))?;
     let mut skews = BTreeMap::new();

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result};
 
-use super::guest::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, RunSpec};
+use super::spec::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, RunSpec};
 
 const QEMU: &str = "qemu-system-x86_64";
 

@@ -25,7 +25,7 @@ pub fn qemu_args(
         "-nodefaults".into(),
         "-no-user-config".into(),
         "-no-reboot".into(),
-        // TCG: KVM hangs on stock kernels on this host (kernel-lab.md).
+        // TCG: KVM hangs on stock kernels on this host (docs/vm.md).
         "-accel".into(),
         "tcg".into(),
         "-machine".into(),

@@ -16,14 +16,8 @@ const LONG_FN_EXCEPTIONS: &[(&str, &str)] = &[
     ("meshlab-user/src/lab/demo.rs", "run_topology"),
     // The recorder's run loop is being reworked with the atomic-write module (issue 12).
     ("meshlab-user/src/kernel/record.rs", "run"),
-    // Not split yet (issue 13 follow-up): report's page builders and layout, the workload
-    // client's loops, and two xtask VM drivers.
-    ("meshlab-user/src/report/html/page.rs", "provenance"),
-    ("meshlab-user/src/report/html/page.rs", "nodes"),
-    ("meshlab-user/src/report/html/waterfall.rs", "svg"),
-    ("meshlab-user/src/report/html/charts.rs", "cdf"),
-    ("meshlab-user/src/report/layout.rs", "place"),
-    ("meshlab-user/src/report/cli.rs", "write_files"),
+    // Not split yet (issue 13 follow-up): the workload client's loops and two xtask VM
+    // drivers.
     ("meshlab-user/src/lab/workload/client.rs", "run"),
     ("xtask/src/vm/guest.rs", "run_guests"),
     ("xtask/src/vm_scenarios.rs", "check_nic_irq_recording"),

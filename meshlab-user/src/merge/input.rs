@@ -329,7 +329,7 @@ fn scan_clocks_and_drops(
     skew: i64,
 ) -> Result<(Vec<ClockSample>, u64), MergeError> {
     let mut clocks = Vec::new();
-    let f = File::open(&path).map_err(|source| NdjsonError::Open {
+    let f = File::open(path).map_err(|source| NdjsonError::Open {
         file: path.to_owned(),
         source,
     })?;

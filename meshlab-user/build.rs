@@ -3,7 +3,7 @@
 //!
 //! Why not aya-build: with the toolchains available here (rustup stable without rust-src, Debian
 //! rustc-web with a prebuilt BPF core) it only works after a manual `rustup toolchain link`.
-//! Instead we drive Debian's cargo directly, as ../shared/toolchain.md records.
+//! Instead we drive Debian's cargo directly, as docs/toolchain.md records.
 
 use std::env;
 use std::path::{Path, PathBuf};

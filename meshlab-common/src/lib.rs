@@ -8,6 +8,7 @@
 
 mod event;
 mod hook;
+pub mod names;
 mod sample;
 
 pub use event::*;
@@ -142,13 +143,19 @@ pub struct NicIrq {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all of these are #[repr(C)], Copy, made only of integers and integer arrays, and
-    // have no padding (asserted in event.rs and below), so any byte pattern is a valid value.
+    // Each type below is #[repr(C)], Copy, made only of integers and integer arrays, and has
+    // no padding (sizes asserted in event.rs and below), so any byte pattern is a valid value.
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::Config {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::KernelOffsets {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::TupleKey {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::ConnInfo {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::NicIrq {}
+    // SAFETY: see above.
     unsafe impl aya::Pod for super::Event {}
 }
 

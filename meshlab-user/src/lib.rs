@@ -7,3 +7,4 @@ pub mod merge;
 pub mod ndjson;
 pub mod report;
 pub mod schema;
+pub mod units;

@@ -4,12 +4,12 @@
 
 use std::process::{Command, Stdio};
 
-use meshlab_user::lab::can_run_privileged;
+use meshlab_testkit::privileged::privileged_or_skip;
 use meshlab_user::lab::netns::NETNS_DIR;
 
 #[test]
 fn demo_without_recorders_writes_probes_and_prints_the_table() {
-    if !can_run_privileged("demo_without_recorders_writes_probes_and_prints_the_table") {
+    if !privileged_or_skip("demo_without_recorders_writes_probes_and_prints_the_table") {
         return;
     }
     let out = tempfile::tempdir().unwrap();

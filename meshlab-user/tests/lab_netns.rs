@@ -5,8 +5,9 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 
+use meshlab_testkit::privileged::privileged_or_skip;
+use meshlab_user::lab::leftovers;
 use meshlab_user::lab::netns::{Lab, NETNS_DIR, NamedNetns};
-use meshlab_user::lab::{can_run_privileged, leftovers};
 
 fn lab_paths(lab: &Lab) -> [PathBuf; 2] {
     [lab.a.path().to_owned(), lab.b.path().to_owned()]
@@ -14,7 +15,7 @@ fn lab_paths(lab: &Lab) -> [PathBuf; 2] {
 
 #[test]
 fn lab_passes_tcp_between_namespaces_and_is_removed_on_drop() {
-    if !can_run_privileged("lab_passes_tcp_between_namespaces_and_is_removed_on_drop") {
+    if !privileged_or_skip("lab_passes_tcp_between_namespaces_and_is_removed_on_drop") {
         return;
     }
     let lab = Lab::create().expect("create lab");
@@ -64,7 +65,7 @@ fn lab_passes_tcp_between_namespaces_and_is_removed_on_drop() {
 
 #[test]
 fn lab_is_removed_after_a_panic() {
-    if !can_run_privileged("lab_is_removed_after_a_panic") {
+    if !privileged_or_skip("lab_is_removed_after_a_panic") {
         return;
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -80,7 +81,7 @@ fn lab_is_removed_after_a_panic() {
 
 #[test]
 fn several_labs_coexist() {
-    if !can_run_privileged("several_labs_coexist") {
+    if !privileged_or_skip("several_labs_coexist") {
         return;
     }
     let first = Lab::create().unwrap();
@@ -106,7 +107,7 @@ fn dead_pid() -> u32 {
 
 #[test]
 fn lab_down_removes_namespaces_of_dead_owners_only() {
-    if !can_run_privileged("lab_down_removes_namespaces_of_dead_owners_only") {
+    if !privileged_or_skip("lab_down_removes_namespaces_of_dead_owners_only") {
         return;
     }
     let live = Lab::create().unwrap();

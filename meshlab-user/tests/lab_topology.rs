@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
+use meshlab_testkit::privileged::{can_run_with, privileged_or_skip};
 use meshlab_user::lab::codec::Proto;
 use meshlab_user::lab::netns::Lab;
 use meshlab_user::lab::topology::{Topology, TopologyRun};
 use meshlab_user::lab::workload::latency::LatencySummary;
-use meshlab_user::lab::{can_run_privileged, can_run_with};
 use meshlab_user::ndjson::RecordReader;
 use meshlab_user::schema::{ConnRef, ProbeEvent, Record};
 
@@ -46,7 +46,7 @@ fn stream_bytes(events: &[ProbeEvent], point: &str) -> u64 {
 
 fn run_topology(topology: Topology) {
     let test = format!("topology_{}", topology.name());
-    if !can_run_privileged(&test)
+    if !privileged_or_skip(&test)
         || (topology != Topology::Direct && !can_run_with(&test, "haproxy"))
     {
         return;

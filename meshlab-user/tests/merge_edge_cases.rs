@@ -275,7 +275,7 @@ fn a_lost_event_does_not_open_the_wakeup_search_to_earlier_messages() {
     // Found on a real recording with ring buffer drops: request 1 lost its sk_data_ready on B;
     // its wake-up must still be its own (after its tcp_probe), not request 0's.
     let dir = tempfile::tempdir().unwrap();
-    let cfg = meshlab_user::merge::synth::GenConfig {
+    let cfg = meshlab_testkit::synth::GenConfig {
         requests: 2,
         drop: Some(("B", Hook::SkDataReady, 1)),
         ..Default::default()

@@ -141,6 +141,11 @@ fn bad_input_names_file_line_and_field() {
         &["--inject-skew names node \"Q\""],
     );
     fails_with(&[&k3, "--window", "2 parsecs"], &["--window"]);
+    // A bare number is refused, not read as nanoseconds (record and the lab use the same rule).
+    fails_with(
+        &[&k3, "--window", "5"],
+        &["--window", "ns, us, ms, s, m or h"],
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ mod merge_common;
 use std::collections::BTreeMap;
 
 use merge_common::{generate_into, merge};
-use meshlab_user::merge::synth::GenConfig;
+use meshlab_testkit::synth::GenConfig;
 use meshlab_user::schema::MergedRequest;
 use proptest::prelude::*;
 

@@ -205,6 +205,6 @@ fn write_fixtures() {
     for (name, cfg) in scenarios() {
         let dir = fixture_dir(name);
         let _ = std::fs::remove_dir_all(&dir);
-        meshlab_user::merge::synth::generate(&cfg, &dir).unwrap();
+        meshlab_testkit::synth::generate(&cfg, &dir).unwrap();
     }
 }

@@ -66,13 +66,9 @@ fn screenshot(chromium: &Path, html: &Path, png: &Path, profile: &Path) {
 #[test]
 fn html_report_renders_in_headless_chromium() {
     let Some(chromium) = find_chromium() else {
-        if std::env::var("MESHLAB_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-            panic!(
-                "chromium is not installed (apt-get install -y chromium) and MESHLAB_REQUIRE_PRIVILEGED=1"
-            );
-        }
-        eprintln!(
-            "SKIPPED html_report_renders_in_headless_chromium: chromium not installed (apt-get install -y chromium)"
+        meshlab_testkit::privileged::skip(
+            "html_report_renders_in_headless_chromium",
+            "chromium is not installed (apt-get install -y chromium)",
         );
         return;
     };

@@ -1,5 +1,5 @@
 //! Idempotent set-up: Debian packages and bpf-linker, installed only when missing, through
-//! sudo when not root. The exact toolchain route is ../shared/toolchain.md's.
+//! sudo when not root. The exact toolchain route is docs/toolchain.md's.
 
 use std::path::PathBuf;
 use std::process::Command;

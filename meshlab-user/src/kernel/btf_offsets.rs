@@ -183,7 +183,7 @@ mod tests {
         if !Path::new(VMLINUX_BTF).exists() {
             eprintln!("SKIP: {VMLINUX_BTF} missing");
             assert!(
-                std::env::var_os("MESHLAB_REQUIRE_PRIVILEGED").is_none(),
+                !meshlab_testkit::privileged::skipping_forbidden(),
                 "BTF required in CI"
             );
             return;

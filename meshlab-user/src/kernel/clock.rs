@@ -1,5 +1,5 @@
 //! Sampling the node's clocks back to back, so userland timestamps in any clock can be
-//! converted to the kernel events' CLOCK_MONOTONIC (design.md §5).
+//! converted to the kernel events' CLOCK_MONOTONIC (docs/clock-discipline.md).
 
 use crate::schema::ClockSample;
 

@@ -393,6 +393,47 @@ mod tests {
         }
     }
 
+    /// Every hook through the decoder with every field of the raw event set: each line parses
+    /// back (unknown fields denied) as its hook, stream hooks carry direction and offset in
+    /// their hook's direction, pointer hooks no length, and hooks without a stream position none.
+    #[test]
+    fn every_hook_decodes_with_all_fields_set() {
+        let mut d = Decoder::new("A".into(), HashMap::from([(3, "eth0".to_owned())]));
+        let mut est = event(Hook::SockEstablished, 1_000_001, 0);
+        est.aux = 5_000_001;
+        decode(&mut d, &est);
+        for hook in Hook::ALL {
+            let ev = Event {
+                ifindex: 3,
+                queue: 2,
+                value: 64,
+                aux: 9,
+                irq: 30,
+                irq_entry_ns: 900,
+                softirq_raise_ns: 910,
+                softirq_entry_ns: 920,
+                flags: EVENT_FLAG_TUPLE | EVENT_FLAG_ACTIVE_OPEN,
+                ..event(hook, 1_000_101, 100)
+            };
+            let k = decode(&mut d, &ev);
+            assert_eq!(k.hook, hook);
+            assert_eq!(
+                (k.dev.as_deref(), k.queue),
+                (Some("eth0"), Some(2)),
+                "{hook:?}"
+            );
+            assert_eq!(k.irq_entry_ns, Some(900), "{hook:?}");
+            assert_eq!(k.dir, hook.direction(), "{hook:?}");
+            let stream = hook.direction().is_some();
+            assert_eq!(k.offset.is_some(), stream, "{hook:?}: {k:?}");
+            if stream {
+                assert_eq!(k.len.is_none(), hook.is_pointer(), "{hook:?}: {k:?}");
+            }
+        }
+        assert_eq!(d.unknown_hooks(), 0);
+        assert!(d.received().iter().all(|&n| n >= 1), "{:?}", d.received());
+    }
+
     fn decode(d: &mut Decoder, ev: &Event) -> KernelEvent {
         let mut out = Vec::new();
         d.write_event(ev, &mut out).unwrap();

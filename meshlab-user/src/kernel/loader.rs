@@ -8,7 +8,7 @@ use aya::programs::{
     TracePoint,
 };
 use aya::{Btf, Ebpf, EbpfLoader};
-use meshlab_common::{Config, KernelOffsets};
+use meshlab_common::{Config, KernelOffsets, names};
 
 use super::plan::{HookSpec, Tier, TierSpec};
 use crate::schema::{AttachEntry, AttachStatus};
@@ -33,9 +33,9 @@ pub fn load_object(
     ring_bytes: u32,
 ) -> Result<Ebpf, LoadError> {
     let ebpf = EbpfLoader::new()
-        .override_global("CONFIG", config, true)
-        .override_global("OFFSETS", offsets, true)
-        .map_max_entries("EVENTS", ring_bytes)
+        .override_global(names::GLOBAL_CONFIG, config, true)
+        .override_global(names::GLOBAL_OFFSETS, offsets, true)
+        .map_max_entries(names::MAP_EVENTS, ring_bytes)
         .load(EBPF_OBJECT)?;
     Ok(ebpf)
 }
@@ -195,4 +195,25 @@ fn describe_program_error(err: ProgramError) -> String {
 /// Opens the cgroup2 directory sock_ops attaches to.
 pub fn open_cgroup(path: &Path) -> std::io::Result<File> {
     File::open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use object::{Object, ObjectSymbol};
+
+    use super::*;
+
+    #[test]
+    fn every_map_and_global_name_userspace_uses_is_in_the_object() {
+        let file = object::File::parse(EBPF_OBJECT).expect("the embedded object parses");
+        let symbols: HashSet<&str> = file.symbols().filter_map(|s| s.name().ok()).collect();
+        for name in names::USER_SIDE_NAMES {
+            assert!(
+                symbols.contains(name),
+                "{name} is not a symbol of the eBPF object"
+            );
+        }
+    }
 }

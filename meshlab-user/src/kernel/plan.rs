@@ -44,7 +44,7 @@ impl fmt::Display for Tier {
     }
 }
 
-/// Hook families of design.md §3.
+/// Hook families: one module of meshlab-ebpf each (docs/probe-points.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
     SockOps,

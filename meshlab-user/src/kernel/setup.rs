@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
-use meshlab_common::{Config, KernelOffsets, NicIrq};
+use meshlab_common::{Config, KernelOffsets, NicIrq, names};
 
 use super::{btf_offsets, sysinfo};
 use crate::schema::NicIrqInfo;
@@ -154,7 +154,7 @@ pub fn load(
     let offsets = btf_offsets::resolve_offsets(Path::new(btf_offsets::VMLINUX_BTF))?;
     let mut ebpf = super::loader::load_object(config, &offsets, ring_bytes)?;
     let mut irq_map: BpfHashMap<_, u32, NicIrq> =
-        BpfHashMap::try_from(ebpf.map_mut("NIC_IRQS").context("NIC_IRQS map missing")?)?;
+        BpfHashMap::try_from(map_mut(&mut ebpf, names::MAP_NIC_IRQS)?)?;
     for irq in nic_irqs {
         let value = NicIrq {
             ifindex: irq.ifindex,
@@ -166,14 +166,18 @@ pub fn load(
     }
     // Devices with NIC IRQs: only their TX skb frees are TX completions (a veth or loopback
     // "transmit" hands the skb to the receiver, which frees it much later).
-    let mut nic_devs: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(
-        ebpf.map_mut("NIC_IFINDEXES")
-            .context("NIC_IFINDEXES map missing")?,
-    )?;
+    let mut nic_devs: BpfHashMap<_, u32, u8> =
+        BpfHashMap::try_from(map_mut(&mut ebpf, names::MAP_NIC_IFINDEXES)?)?;
     for irq in nic_irqs {
         nic_devs
             .insert(irq.ifindex, 1, 0)
             .with_context(|| format!("registering NIC {}", irq.dev))?;
     }
     Ok((ebpf, offsets))
+}
+
+/// A map of the loaded object by its name (meshlab_common::names).
+pub fn map_mut<'e>(ebpf: &'e mut Ebpf, name: &str) -> anyhow::Result<&'e mut aya::maps::Map> {
+    ebpf.map_mut(name)
+        .with_context(|| format!("the eBPF object has no map {name}"))
 }

@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 
 use crate::ndjson::RecordWriter;
 use crate::schema::{InputKind, MergeInfo, MergeInput, MergeSummary, Record, SCHEMA_VERSION};
+use crate::units::{parse_duration, parse_offset_ns};
 
 use super::MergeError;
 use super::input;
@@ -23,14 +25,16 @@ pub struct MergeArgs {
     /// A probe file whose lines have no `node` field: NAME=FILE.
     #[arg(long = "node", value_name = "NAME=FILE")]
     pub node: Vec<String>,
-    /// Shift a node's clocks: NODE=OFFSET[,NODE=OFFSET] (e.g. B=16.34s, A=-250ms, C=12ns).
-    /// Absolute times move; every duration stays bit-identical.
+    /// Shift a node's clocks: NODE=OFFSET[,NODE=OFFSET] (e.g. B=16.34s, A=-250ms, C=12ns;
+    /// OFFSET is a signed duration with a unit). Absolute times move; every duration stays
+    /// bit-identical.
     #[arg(long, value_name = "NODE=OFFSET", value_delimiter = ',')]
     pub inject_skew: Vec<String>,
     /// Reorder and join window: how far out of order lines may be and how long after a message
-    /// its kernel events may appear. Memory grows with event rate x window.
-    #[arg(long, default_value = "2s", value_name = "DURATION")]
-    pub window: String,
+    /// its kernel events may appear; a number with a unit: ns, us, ms, s, m or h. Memory grows
+    /// with event rate x window.
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
+    pub window: Duration,
     /// Output file (default: stdout). Written to a temporary file and renamed on success.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: Option<PathBuf>,
@@ -38,46 +42,6 @@ pub struct MergeArgs {
     /// clock=monotonic, kernel points named `kernel.HOOK`) before its `request` line.
     #[arg(long)]
     pub timeline: bool,
-    /// Benchmark helper: write synthetic two-node traffic of about N events to OUTDIR.
-    #[arg(long, hide = true, num_args = 2, value_names = ["N", "OUTDIR"])]
-    pub bench_generate: Option<Vec<String>>,
-}
-
-/// Parses `2s`, `500ms`, `1.5us`, `-16.34s`, `120ns` or a bare number of nanoseconds.
-pub fn parse_duration_ns(text: &str) -> Result<i64, String> {
-    let t = text.trim();
-    let (negative, body) = match t.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
-    };
-    let split = body
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(body.len());
-    let (number, unit) = body.split_at(split);
-    let scale: i128 = match unit {
-        "" | "ns" => 1,
-        "us" | "µs" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        _ => {
-            return Err(format!(
-                "\"{text}\": unknown unit \"{unit}\", expected ns, us, ms or s"
-            ));
-        }
-    };
-    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-    if int.is_empty() && frac.is_empty() || !frac.chars().all(|c| c.is_ascii_digit()) {
-        return Err(format!(
-            "\"{text}\": expected a number with a unit, e.g. 2s or 500ms"
-        ));
-    }
-    let digits = format!("{int}{frac}");
-    let mantissa: i128 = digits
-        .parse()
-        .map_err(|_| format!("\"{text}\": expected a number with a unit, e.g. 2s or 500ms"))?;
-    let ns = mantissa * scale / 10i128.pow(frac.len() as u32);
-    let ns = if negative { -ns } else { ns };
-    i64::try_from(ns).map_err(|_| format!("\"{text}\": out of range"))
 }
 
 fn parse_pairs(items: &[String], flag: &str) -> Result<Vec<(String, String)>, MergeError> {
@@ -93,24 +57,11 @@ fn parse_pairs(items: &[String], flag: &str) -> Result<Vec<(String, String)>, Me
 }
 
 pub fn run(args: MergeArgs) -> anyhow::Result<()> {
-    if let Some(bench) = &args.bench_generate {
-        let n: u64 = bench[0]
-            .parse()
-            .context("--bench-generate N: expected a number of events")?;
-        let dir = PathBuf::from(&bench[1]);
-        let files = super::synth::bench_generate(n, &dir)?;
-        for f in files {
-            println!("{}", f.display());
-        }
-        return Ok(());
-    }
-    let window_ns =
-        parse_duration_ns(&args.window).map_err(|e| MergeError::Usage(format!("--window {e}")))?;
-    let window_ns = u64::try_from(window_ns)
-        .map_err(|_| MergeError::Usage("--window must not be negative".into()))?;
+    let window_ns = u64::try_from(args.window.as_nanos())
+        .map_err(|_| MergeError::Usage("--window: out of range".into()))?;
     let mut skews = BTreeMap::new();
     for (node, off) in parse_pairs(&args.inject_skew, "--inject-skew")? {
-        let ns = parse_duration_ns(&off)
+        let ns = parse_offset_ns(&off)
             .map_err(|e| MergeError::Usage(format!("--inject-skew {node}={e}")))?;
         skews.insert(node, ns);
     }

@@ -313,15 +313,31 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
         )
     })?;
     plan.clocks[usize::from(node.0)].push(first);
-    let f = File::open(&path).map_err(|source| NdjsonError::Open {
-        file: path.clone(),
+    let (clocks, dropped) = scan_clocks_and_drops(&path, &display, skew)?;
+    clocks
+        .into_iter()
+        .for_each(|c| plan.clocks[usize::from(node.0)].push(c));
+    plan.dropped.insert(node_name, dropped);
+    Ok(())
+}
+
+/// The clock samples (shifted by `skew`) of a kernel recording, and its drop total: the
+/// summary's, else the last drops record's.
+fn scan_clocks_and_drops(
+    path: &Path,
+    display: &str,
+    skew: i64,
+) -> Result<(Vec<ClockSample>, u64), MergeError> {
+    let mut clocks = Vec::new();
+    let f = File::open(path).map_err(|source| NdjsonError::Open {
+        file: path.to_owned(),
         source,
     })?;
     let (mut summary_drops, mut drops_total) = (None, 0u64);
     for (i, line) in BufReader::with_capacity(1 << 16, f).lines().enumerate() {
         let line_no = i as u64 + 1;
         let line = line.map_err(|source| NdjsonError::Read {
-            file: path.clone(),
+            file: path.to_owned(),
             line: line_no,
             source,
         })?;
@@ -332,22 +348,20 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
             continue;
         }
         let record: Record = serde_json::from_str(line.trim())
-            .map_err(|e| parse_err(&display, line_no, format!("{e}")))?;
+            .map_err(|e| parse_err(display, line_no, format!("{e}")))?;
         match record {
             Record::Clock(mut s) => {
                 shift_sample(&mut s, skew).map_err(|m| {
-                    parse_err(&display, line_no, format!("in a `clock` record: {m}"))
+                    parse_err(display, line_no, format!("in a `clock` record: {m}"))
                 })?;
-                plan.clocks[usize::from(node.0)].push(s);
+                clocks.push(s);
             }
             Record::Summary(s) => summary_drops = Some(s.dropped),
             Record::Drops(d) => drops_total = drops_total.max(d.total),
             _ => {}
         }
     }
-    plan.dropped
-        .insert(node_name, summary_drops.unwrap_or(drops_total));
-    Ok(())
+    Ok((clocks, summary_drops.unwrap_or(drops_total)))
 }
 
 pub(super) fn shift(ns: u64, skew: i64) -> Option<u64> {

@@ -6,8 +6,8 @@
 //! [`index`], [`conns`], probe groups, kernel-only [`turns`], each building a node's [`half`]
 //! along the point order of [`chain`]) -> [`pipeline`] (pairs client and server halves across
 //! nodes) -> [`attribution`] (the [`segments`] catalog under the clock rules of [`time`] and
-//! [`clock`]) -> merged NDJSON ([`cli`]). [`synth`] generates two-node
-//! traffic for tests and benchmarks.
+//! [`clock`]) -> merged NDJSON ([`cli`]). Synthetic traffic for
+//! its tests and benchmarks is in the meshlab-testkit crate.
 
 // `cli`, `pipeline::Options` and `segments` (the segment table docs/segments.md mirrors) are
 // the merge's interface; everything else is internal.
@@ -26,7 +26,6 @@ pub mod pipeline;
 pub(crate) mod reduce;
 pub mod segments;
 pub(crate) mod stream;
-pub mod synth;
 pub(crate) mod time;
 pub(crate) mod turns;
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::ndjson::{NdjsonError, RecordReader};
 use crate::schema::{Kind, Layer, MergeInfo, MergeSummary, MergedRequest, Record};
 
+use super::key::SegmentKey;
 use super::order::PathOrder;
 use super::quantile::Samples;
 
@@ -30,18 +31,6 @@ pub enum ReportError {
     SecondMergeInfo { file: PathBuf, line: u64 },
     #[error("{file}: no `request` records: nothing to report")]
     NoRequests { file: PathBuf },
-}
-
-/// Identity of a segment across requests: the same name measured on the same node in the same
-/// place. Derived segments have no node.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SegmentKey {
-    pub name: String,
-    pub node: Option<String>,
-    pub layer: Layer,
-    pub unit: String,
-    pub kind: Kind,
-    pub derived: bool,
 }
 
 /// Label of a group a segment's time is added to.

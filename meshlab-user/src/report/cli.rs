@@ -73,6 +73,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A Perfetto trace being written to a temporary file beside its destination.
+type OpenTrace<'a> = (TraceWriter<BufWriter<File>>, TempOutput, &'a PathBuf);
+
 fn write_files(
     args: &ReportArgs,
     path: &Path,
@@ -82,20 +85,7 @@ fn write_files(
     let (median_at, p99_at) = (report.median_request, report.p99_request);
     let mut median: Option<MergedRequest> = None;
     let mut p99: Option<MergedRequest> = None;
-    let mut trace = match &args.perfetto {
-        Some(file) => {
-            let nodes: Vec<String> = agg
-                .info
-                .iter()
-                .flat_map(|i| i.nodes.iter().map(|n| n.node.clone()))
-                .collect();
-            let tmp = TempOutput::beside(file);
-            let f = File::create(&tmp.0)
-                .with_context(|| format!("{}: cannot create", tmp.0.display()))?;
-            Some((TraceWriter::new(BufWriter::new(f), &nodes)?, tmp, file))
-        }
-        None => None,
-    };
+    let mut trace = open_trace(args, agg)?;
     let perfetto_max = if trace.is_some() {
         args.perfetto_max
     } else {
@@ -131,36 +121,70 @@ fn write_files(
             path.display()
         );
     };
-    if let Some((w, tmp, file)) = trace {
-        let other = serde_json::json!({
-            "source": path.display().to_string(),
-            "generator": format!("meshlab {}", env!("CARGO_PKG_VERSION")),
-            "clocks": "each node's events are on that node's CLOCK_MONOTONIC; events with args.display_only are placed for display",
-            "median_trace_id": median.trace_id, "p99_trace_id": p99.trace_id,
-        });
-        let events = w.events;
-        w.finish(other)?
-            .into_inner()
-            .map_err(|e| e.into_error())?
-            .sync_all()?;
-        tmp.publish(file)?;
-        log::info!("wrote {} ({events} trace events)", file.display());
+    let representatives = Representatives {
+        median: &median,
+        p99: &p99,
+    };
+    if let Some(trace) = trace {
+        finish_trace(trace, path, &representatives)?;
     }
     if let Some(file) = &args.html {
-        let page = html::render(
-            report,
-            agg,
-            &Representatives {
-                median: &median,
-                p99: &p99,
-            },
-        );
-        let tmp = TempOutput::beside(file);
-        std::fs::write(&tmp.0, page)
-            .with_context(|| format!("{}: cannot write", tmp.0.display()))?;
-        tmp.publish(file)?;
-        log::info!("wrote {}", file.display());
+        write_html(file, report, agg, &representatives)?;
     }
+    Ok(())
+}
+
+fn open_trace<'a>(args: &'a ReportArgs, agg: &Aggregate) -> anyhow::Result<Option<OpenTrace<'a>>> {
+    let Some(file) = &args.perfetto else {
+        return Ok(None);
+    };
+    let nodes: Vec<String> = agg
+        .info
+        .iter()
+        .flat_map(|i| i.nodes.iter().map(|n| n.node.clone()))
+        .collect();
+    let tmp = TempOutput::beside(file);
+    let f = File::create(&tmp.0).with_context(|| format!("{}: cannot create", tmp.0.display()))?;
+    Ok(Some((
+        TraceWriter::new(BufWriter::new(f), &nodes)?,
+        tmp,
+        file,
+    )))
+}
+
+fn finish_trace(
+    (w, tmp, file): OpenTrace,
+    path: &Path,
+    representatives: &Representatives,
+) -> anyhow::Result<()> {
+    let other = serde_json::json!({
+        "source": path.display().to_string(),
+        "generator": format!("meshlab {}", env!("CARGO_PKG_VERSION")),
+        "clocks": "each node's events are on that node's CLOCK_MONOTONIC; events with args.display_only are placed for display",
+        "median_trace_id": representatives.median.trace_id,
+        "p99_trace_id": representatives.p99.trace_id,
+    });
+    let events = w.events;
+    w.finish(other)?
+        .into_inner()
+        .map_err(|e| e.into_error())?
+        .sync_all()?;
+    tmp.publish(file)?;
+    log::info!("wrote {} ({events} trace events)", file.display());
+    Ok(())
+}
+
+fn write_html(
+    file: &Path,
+    report: &RunReport,
+    agg: &Aggregate,
+    representatives: &Representatives,
+) -> anyhow::Result<()> {
+    let page = html::render(report, agg, representatives);
+    let tmp = TempOutput::beside(file);
+    std::fs::write(&tmp.0, page).with_context(|| format!("{}: cannot write", tmp.0.display()))?;
+    tmp.publish(file)?;
+    log::info!("wrote {}", file.display());
     Ok(())
 }
 

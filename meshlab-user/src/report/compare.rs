@@ -10,7 +10,8 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::aggregate::{Aggregate, SegmentKey, node_label};
+use super::aggregate::{Aggregate, node_label};
+use super::key::SegmentKey;
 use super::order::PathOrder;
 use super::table::{Align, Table, us, us_f, us_signed};
 

@@ -50,71 +50,84 @@ pub fn lanes(req: &MergedRequest) -> Vec<String> {
 }
 
 pub fn place(req: &MergedRequest) -> Vec<Placed> {
-    let origin = i128::from(req.start_ns);
-    let is_client = |i: usize| {
-        let s = &req.segments[i];
-        s.derived.is_none()
-            && s.node.as_deref() == Some(req.client_node.as_str())
-            && s.start_ns.is_some()
-    };
     let mut placed: Vec<Option<Placed>> = vec![None; req.segments.len()];
-    let mut client_spans: Vec<(i128, i128)> = Vec::new();
-    for (i, s) in req.segments.iter().enumerate() {
-        if is_client(i) {
-            let x0 = i128::from(s.start_ns.expect("checked")) - origin;
-            client_spans.push((x0, x0 + i128::from(s.dur_ns)));
-            placed[i] = Some(Placed {
-                segment: i,
-                lane: req.client_node.clone(),
-                x0,
-                x1: x0 + i128::from(s.dur_ns),
-                exact: true,
-                part: None,
-            });
-        }
-    }
-    let gap = longest_gap(&mut client_spans);
-    let mut peer_block: Option<(i128, i128)> = None;
+    let gap = place_client(req, &mut placed);
     for node in lanes(req).into_iter().skip(1).filter(|l| l != DERIVED_LANE) {
-        let own: Vec<usize> = (0..req.segments.len())
-            .filter(|&i| {
-                let s = &req.segments[i];
-                s.derived.is_none()
-                    && s.node.as_deref() == Some(node.as_str())
-                    && s.start_ns.is_some()
-            })
-            .collect();
-        let Some(first) = own
-            .iter()
-            .map(|&i| req.segments[i].start_ns.expect("filtered"))
-            .min()
-        else {
-            continue;
-        };
-        let last = own
-            .iter()
-            .map(|&i| {
-                i128::from(req.segments[i].start_ns.expect("filtered"))
-                    + i128::from(req.segments[i].dur_ns)
-            })
-            .max()
-            .expect("non-empty");
-        let len = last - i128::from(first);
-        let (g0, g1) = gap.unwrap_or((0, 0));
-        let at = g0 + ((g1 - g0) - len) / 2;
-        peer_block.get_or_insert((at, at + len));
-        for i in own {
-            let x0 = at + i128::from(req.segments[i].start_ns.expect("filtered") - first);
-            placed[i] = Some(Placed {
-                segment: i,
-                lane: node.clone(),
-                x0,
-                x1: x0 + i128::from(req.segments[i].dur_ns),
-                exact: false,
-                part: None,
-            });
-        }
+        place_peer(req, &node, gap, &mut placed);
     }
+    place_the_rest(req, placed, gap)
+}
+
+/// Segments of `node` with a start on its own clock (not derived).
+fn own_segments(req: &MergedRequest, node: &str) -> Vec<usize> {
+    (0..req.segments.len())
+        .filter(|&i| {
+            let s = &req.segments[i];
+            s.derived.is_none() && s.node.as_deref() == Some(node) && s.start_ns.is_some()
+        })
+        .collect()
+}
+
+/// The client's segments at their true times; returns the client's longest idle gap.
+fn place_client(req: &MergedRequest, placed: &mut [Option<Placed>]) -> Option<(i128, i128)> {
+    let origin = i128::from(req.start_ns);
+    let mut client_spans: Vec<(i128, i128)> = Vec::new();
+    for i in own_segments(req, &req.client_node) {
+        let s = &req.segments[i];
+        let x0 = i128::from(s.start_ns.expect("own segments have a start")) - origin;
+        client_spans.push((x0, x0 + i128::from(s.dur_ns)));
+        placed[i] = Some(Placed {
+            segment: i,
+            lane: req.client_node.clone(),
+            x0,
+            x1: x0 + i128::from(s.dur_ns),
+            exact: true,
+            part: None,
+        });
+    }
+    longest_gap(&mut client_spans)
+}
+
+/// A peer node's segments, spaced on its own clock, as a block centred in the client's gap.
+fn place_peer(
+    req: &MergedRequest,
+    node: &str,
+    gap: Option<(i128, i128)>,
+    placed: &mut [Option<Placed>],
+) {
+    let own = own_segments(req, node);
+    let start = |i: usize| req.segments[i].start_ns.expect("own segments have a start");
+    let Some(first) = own.iter().map(|&i| start(i)).min() else {
+        return;
+    };
+    let last = own
+        .iter()
+        .map(|&i| i128::from(start(i)) + i128::from(req.segments[i].dur_ns))
+        .max()
+        .expect("non-empty");
+    let len = last - i128::from(first);
+    let (g0, g1) = gap.unwrap_or((0, 0));
+    let at = g0 + ((g1 - g0) - len) / 2;
+    for i in own {
+        let x0 = at + i128::from(start(i) - first);
+        placed[i] = Some(Placed {
+            segment: i,
+            lane: node.to_owned(),
+            x0,
+            x1: x0 + i128::from(req.segments[i].dur_ns),
+            exact: false,
+            part: None,
+        });
+    }
+}
+
+/// Everything in segment order: the placed segments, derived ones split into the gap either
+/// side of the peer's block, and the rest after whatever came before them.
+fn place_the_rest(
+    req: &MergedRequest,
+    mut placed: Vec<Option<Placed>>,
+    gap: Option<(i128, i128)>,
+) -> Vec<Placed> {
     let mut out: Vec<Placed> = Vec::new();
     let (mut left, mut right) = gap.unwrap_or((0, 0));
     let mut cursor = 0i128;

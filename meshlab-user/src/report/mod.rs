@@ -9,6 +9,7 @@ pub mod aggregate;
 pub mod cli;
 pub mod compare;
 pub mod html;
+pub mod key;
 pub mod layout;
 pub mod order;
 pub mod perfetto;

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::aggregate::SegmentKey;
+use super::key::SegmentKey;
 
 #[derive(Debug, Default)]
 pub struct PathOrder {

@@ -6,7 +6,8 @@ use serde::Serialize;
 
 use crate::schema::{AttachEntry, Kind, Layer};
 
-use super::aggregate::{Aggregate, Completeness, GroupKey, SegmentKey, node_label};
+use super::aggregate::{Aggregate, Completeness, GroupKey, node_label};
+use super::key::SegmentKey;
 use super::quantile::Stats;
 
 /// How quantiles are computed; printed in both outputs so figures can be re-derived.

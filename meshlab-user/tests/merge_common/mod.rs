@@ -7,9 +7,9 @@ pub mod expect;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use meshlab_testkit::synth::{GenConfig, ProbeConn, generate};
 use meshlab_user::merge::cli::merge_to;
 use meshlab_user::merge::pipeline::Options;
-use meshlab_user::merge::synth::{GenConfig, ProbeConn, generate};
 use meshlab_user::ndjson::RecordReader;
 use meshlab_user::schema::{Hook, MergeInfo, MergeSummary, MergedRequest, Record};
 

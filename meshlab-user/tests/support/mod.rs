@@ -9,20 +9,7 @@ use std::time::{Duration, Instant};
 use meshlab_user::ndjson::RecordReader;
 use meshlab_user::schema::{Hook, KernelEvent, Record, Startup, Summary};
 
-/// True when the test may run; false (after a loud message) when it must skip. In CI
-/// (MESHLAB_REQUIRE_PRIVILEGED=1) a skip is a failure.
-pub fn privileged_or_skip(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    let msg = format!("SKIPPED {test}: needs root (eBPF, namespaces); run `cargo xtask test`");
-    if std::env::var_os("MESHLAB_REQUIRE_PRIVILEGED").is_some() {
-        panic!("{msg} -- MESHLAB_REQUIRE_PRIVILEGED is set, so this is a failure");
-    }
-    eprintln!("\n!!! {msg}\n");
-    false
-}
+pub use meshlab_testkit::privileged::privileged_or_skip;
 
 /// A `meshlab record` child that is interrupted (SIGINT) and reaped when dropped.
 pub struct Recorder {

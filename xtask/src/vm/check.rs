@@ -5,9 +5,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail, ensure};
 
-use super::guest::{self, LINK_ADDRS, RunOutcome, RunSpec};
+use super::guest::{self, RunOutcome};
 use super::image;
 use super::kernel::KernelLabel;
+use super::spec::{LINK_ADDRS, RunSpec};
 
 const CLOCK_SAMPLES: usize = 5;
 

@@ -13,6 +13,7 @@ mod kernel;
 mod qemu;
 mod relay;
 mod script;
+mod spec;
 #[cfg(test)]
 mod tests;
 mod vmlinux;

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result};
 
-use super::guest::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, RunSpec};
+use super::spec::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, RunSpec};
 
 const QEMU: &str = "qemu-system-x86_64";
 
@@ -25,7 +25,7 @@ pub fn qemu_args(
         "-nodefaults".into(),
         "-no-user-config".into(),
         "-no-reboot".into(),
-        // TCG: KVM hangs on stock kernels on this host (kernel-lab.md).
+        // TCG: KVM hangs on stock kernels on this host (docs/vm.md).
         "-accel".into(),
         "tcg".into(),
         "-machine".into(),

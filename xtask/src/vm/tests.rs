@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::guest::{self, RunSpec};
+use super::guest;
 use super::image;
 use super::kernel::KernelLabel;
+use super::spec::{LINK_ADDRS, RunSpec};
 
 /// Guests are TCG-emulated on 2 shared cores: one boot at a time keeps the timings sane.
 static ONE_BOOT_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -90,7 +91,7 @@ fn two_guests_report_their_own_status_and_reach_each_other_only_on_the_link() {
     let a = format!(
         "hostname; ip -4 -o addr show dev eth0 | awk '{{print $4}}'; ip route | grep -c default; \
          ping -c 1 -W 2 {} >/dev/null && echo reached",
-        guest::LINK_ADDRS[1]
+        LINK_ADDRS[1]
     );
     let b = "hostname; exit 3".to_owned();
     let Some(spec) = spec_or_skip(KernelLabel::V6_1, vec![a, b]) else {
@@ -105,7 +106,7 @@ fn two_guests_report_their_own_status_and_reach_each_other_only_on_the_link() {
     let a_out = String::from_utf8_lossy(&outcome.guests[0].stdout);
     assert_eq!(
         a_out,
-        format!("meshlab-a\n{}/24\n0\nreached\n", guest::LINK_ADDRS[0])
+        format!("meshlab-a\n{}/24\n0\nreached\n", LINK_ADDRS[0])
     );
     assert_eq!(
         String::from_utf8_lossy(&outcome.guests[1].stdout),

@@ -15,6 +15,8 @@ use crate::lab::codec::thrift::{MessageKind, ThriftMessage};
 use crate::lab::codec::{self, Envelope, Proto};
 use crate::lab::probes::{ProbeSink, RequestProbes, SampleRate};
 use crate::schema::Direction;
+// Re-exported for the demo's flags, which parse durations like the workload's.
+pub use crate::units::parse_duration;
 
 #[derive(Debug, clap::Args)]
 pub struct ClientArgs {
@@ -33,11 +35,12 @@ pub struct ClientArgs {
     /// Total request rate limit (0 = as fast as responses come back).
     #[arg(long, default_value_t = 0)]
     pub qps: u64,
-    /// Time before measuring starts (requests are sent, not recorded).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// Time before measuring starts (requests are sent, not recorded); a number with a unit:
+    /// ns, us, ms, s, m or h.
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub warmup: Duration,
-    /// Measured time after warm-up.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    /// Measured time after warm-up (DURATION, as --warmup).
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Duration,
     #[arg(long, value_enum, default_value_t = Proto::Ttheader)]
     pub proto: Proto,
@@ -74,28 +77,6 @@ impl TraceArgs {
         let sink = ProbeSink::create(path, self.trace_sample, self.node.clone(), role)?;
         Ok(Some(Arc::new(sink)))
     }
-}
-
-/// `1s`, `250ms`, `2.5s`, `1m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s
-        .find(|c: char| c.is_ascii_alphabetic())
-        .map(|i| s.split_at(i))
-        .ok_or_else(|| format!("`{s}`: expected a number with a unit, e.g. 5s or 250ms"))?;
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: `{num}` is not a number"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "us" => n / 1e6,
-        _ => return Err(format!("`{s}`: unit `{unit}` is not one of us, ms, s, m")),
-    };
-    if !(secs >= 0.0 && secs.is_finite()) {
-        return Err(format!("`{s}`: must be a non-negative duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 struct ConnResult {

@@ -223,29 +223,7 @@ pub fn cdf(series: &[Series], aria: &str) -> String {
         p99 - 3.0
     );
     for (i, ser) in series.iter().enumerate() {
-        let color = LINE_COLORS[i % LINE_COLORS.len()];
-        let mut d = String::new();
-        let mut prev_y = y.at(0.0);
-        for (k, (vx, vy)) in cdf_points(ser.sorted, 400).into_iter().enumerate() {
-            let px = x.at(vx.max(0.001).log10());
-            let py = y.at(vy);
-            if k == 0 {
-                let _ = write!(d, "M{px:.1},{prev_y:.1}");
-            }
-            let _ = write!(d, " L{px:.1},{prev_y:.1} L{px:.1},{py:.1}");
-            prev_y = py;
-        }
-        let _ = write!(
-            s,
-            "<path class=\"cdf-line\" data-series=\"{label}\" d=\"{d}\" stroke=\"{color}\"/>\
-             <rect x=\"{lx:.1}\" y=\"{ly:.1}\" width=\"14\" height=\"3\" fill=\"{color}\"/>\
-             <text class=\"legend\" x=\"{tx:.1}\" y=\"{ty:.1}\">{label}</text>",
-            label = escape(&ser.label),
-            lx = 80.0 + (i % 4) as f64 * 270.0,
-            ly = 10.0 + (i / 4) as f64 * 16.0,
-            tx = 98.0 + (i % 4) as f64 * 270.0,
-            ty = 15.0 + (i / 4) as f64 * 16.0,
-        );
+        cdf_line(&mut s, i, ser, &x, &y);
     }
     let _ = write!(
         s,
@@ -254,6 +232,33 @@ pub fn cdf(series: &[Series], aria: &str) -> String {
         mid = (top + bottom) / 2.0
     );
     s
+}
+
+/// Series `i` as a step line, with its legend entry.
+fn cdf_line(s: &mut String, i: usize, ser: &Series, x: &Scale, y: &Scale) {
+    let color = LINE_COLORS[i % LINE_COLORS.len()];
+    let mut d = String::new();
+    let mut prev_y = y.at(0.0);
+    for (k, (vx, vy)) in cdf_points(ser.sorted, 400).into_iter().enumerate() {
+        let px = x.at(vx.max(0.001).log10());
+        let py = y.at(vy);
+        if k == 0 {
+            let _ = write!(d, "M{px:.1},{prev_y:.1}");
+        }
+        let _ = write!(d, " L{px:.1},{prev_y:.1} L{px:.1},{py:.1}");
+        prev_y = py;
+    }
+    let _ = write!(
+        s,
+        "<path class=\"cdf-line\" data-series=\"{label}\" d=\"{d}\" stroke=\"{color}\"/>\
+         <rect x=\"{lx:.1}\" y=\"{ly:.1}\" width=\"14\" height=\"3\" fill=\"{color}\"/>\
+         <text class=\"legend\" x=\"{tx:.1}\" y=\"{ty:.1}\">{label}</text>",
+        label = escape(&ser.label),
+        lx = 80.0 + (i % 4) as f64 * 270.0,
+        ly = 10.0 + (i / 4) as f64 * 16.0,
+        tx = 98.0 + (i % 4) as f64 * 270.0,
+        ty = 15.0 + (i / 4) as f64 * 16.0,
+    );
 }
 
 #[cfg(test)]

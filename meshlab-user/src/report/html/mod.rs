@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 
 use crate::schema::{Kind, MergedRequest};
 
-use super::aggregate::{Aggregate, SegmentKey, node_label};
+use super::aggregate::{Aggregate, node_label};
+use super::key::SegmentKey;
 use super::summary::RunReport;
 use charts::{Series, StackRow};
 use svg::escape;

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::schema::AttachStatus;
+use crate::schema::{AttachEntry, AttachStatus};
 
 use super::super::aggregate::Aggregate;
 use super::super::summary::RunReport;
@@ -100,50 +100,11 @@ pub fn segment_table(out: &mut String, r: &RunReport) {
 
 pub fn provenance(out: &mut String, r: &RunReport, agg: &Aggregate) {
     out.push_str("<section id=\"provenance\"><h2>Provenance</h2><dl>");
+    merge_info_items(out, agg);
     let c = &r.completeness;
-    let mut item = |k: &str, v: String| {
-        let _ = write!(out, "<dt>{k}</dt><dd>{v}</dd>");
-    };
-    match &agg.info {
-        Some(info) => {
-            item(
-                "merge command",
-                format!("<code>{}</code>", escape(&info.command.join(" "))),
-            );
-            let inputs: Vec<String> = info
-                .inputs
-                .iter()
-                .map(|i| {
-                    format!(
-                        "{} ({}, {})",
-                        escape(&i.file),
-                        escape(&i.node),
-                        i.kind.as_str()
-                    )
-                })
-                .collect();
-            item("inputs", inputs.join("<br>"));
-            let skew: Vec<String> = info
-                .injected_skew_ns
-                .iter()
-                .map(|(n, s)| format!("{} {s} ns", escape(n)))
-                .collect();
-            item(
-                "injected skew",
-                if skew.is_empty() {
-                    "none".into()
-                } else {
-                    skew.join(", ")
-                },
-            );
-        }
-        None => item(
-            "merge command",
-            "unknown: the file has no merge_info record".into(),
-        ),
-    }
     let joins: Vec<String> = c.joins.iter().map(|(j, n)| format!("{j} {n}")).collect();
     item(
+        out,
         "requests",
         format!(
             "{} ({} complete, {} incomplete); joins: {}",
@@ -158,51 +119,89 @@ pub fn provenance(out: &mut String, r: &RunReport, agg: &Aggregate) {
         .iter()
         .map(|(s, n)| format!("{} {n}", escape(s)))
         .collect();
-    item(
-        "missing stages",
-        if missing.is_empty() {
-            "none".into()
-        } else {
-            missing.join(", ")
-        },
-    );
+    item(out, "missing stages", or_none(missing, "none"));
     let drops: Vec<String> = r
         .kernel_drops
         .iter()
         .map(|(n, d)| format!("{} {d}", escape(n)))
         .collect();
     item(
+        out,
         "kernel drops",
-        if drops.is_empty() {
-            "unknown (no merge_summary)".into()
-        } else {
-            drops.join(", ")
-        },
+        or_none(drops, "unknown (no merge_summary)"),
     );
-    item(
-        "merge errors",
-        if r.merge_errors.is_empty() {
-            "none".into()
-        } else {
-            // A broken run can have thousands; the first ones show the pattern.
-            let shown: Vec<String> = r
-                .merge_errors
-                .iter()
-                .take(10)
-                .map(|e| format!("<li>{}</li>", escape(e)))
-                .collect();
-            format!(
-                "{} (first {} below; all in the merged file's merge_summary)<ul class=\"errors\">{}</ul>",
-                r.merge_errors.len(),
-                shown.len(),
-                shown.concat()
-            )
-        },
-    );
-    item("sums ≠ end-to-end", c.sum_mismatch.to_string());
+    item(out, "merge errors", merge_errors(&r.merge_errors));
+    item(out, "sums ≠ end-to-end", c.sum_mismatch.to_string());
     out.push_str("</dl>");
     nodes(out, r);
     out.push_str("</section>");
+}
+
+fn item(out: &mut String, k: &str, v: String) {
+    let _ = write!(out, "<dt>{k}</dt><dd>{v}</dd>");
+}
+
+/// The list joined by `, `, or `none` when empty.
+fn or_none(list: Vec<String>, none: &str) -> String {
+    if list.is_empty() {
+        none.into()
+    } else {
+        list.join(", ")
+    }
+}
+
+/// The merge command, its inputs and injected skew, from the merge_info record.
+fn merge_info_items(out: &mut String, agg: &Aggregate) {
+    let Some(info) = &agg.info else {
+        item(
+            out,
+            "merge command",
+            "unknown: the file has no merge_info record".into(),
+        );
+        return;
+    };
+    item(
+        out,
+        "merge command",
+        format!("<code>{}</code>", escape(&info.command.join(" "))),
+    );
+    let inputs: Vec<String> = info
+        .inputs
+        .iter()
+        .map(|i| {
+            format!(
+                "{} ({}, {})",
+                escape(&i.file),
+                escape(&i.node),
+                i.kind.as_str()
+            )
+        })
+        .collect();
+    item(out, "inputs", inputs.join("<br>"));
+    let skew: Vec<String> = info
+        .injected_skew_ns
+        .iter()
+        .map(|(n, s)| format!("{} {s} ns", escape(n)))
+        .collect();
+    item(out, "injected skew", or_none(skew, "none"));
+}
+
+fn merge_errors(errors: &[String]) -> String {
+    if errors.is_empty() {
+        return "none".into();
+    }
+    // A broken run can have thousands; the first ones show the pattern.
+    let shown: Vec<String> = errors
+        .iter()
+        .take(10)
+        .map(|e| format!("<li>{}</li>", escape(e)))
+        .collect();
+    format!(
+        "{} (first {} below; all in the merged file's merge_summary)<ul class=\"errors\">{}</ul>",
+        errors.len(),
+        shown.len(),
+        shown.concat()
+    )
 }
 
 fn nodes(out: &mut String, r: &RunReport) {
@@ -221,7 +220,16 @@ fn nodes(out: &mut String, r: &RunReport) {
             escape(&n.command.join(" "))
         );
     }
-    out.push_str("</tbody></table><h3 id=\"attach-plan\">Attach plan (tier per hook)</h3><table><thead><tr><th>hook</th>");
+    out.push_str("</tbody></table>");
+    attach_plan(out, r);
+    attach_failures(out, r);
+}
+
+/// One row per hook, one column per node: the tiers tried, in order.
+fn attach_plan(out: &mut String, r: &RunReport) {
+    out.push_str(
+        "<h3 id=\"attach-plan\">Attach plan (tier per hook)</h3><table><thead><tr><th>hook</th>",
+    );
     for n in &r.nodes {
         let _ = write!(out, "<th>{}</th>", escape(&n.node));
     }
@@ -244,33 +252,36 @@ fn nodes(out: &mut String, r: &RunReport) {
                 .attach_plan
                 .iter()
                 .filter(|e| e.hook == hook)
-                .map(|e| match e.status {
-                    AttachStatus::Attached => {
-                        format!("<span class=\"ok\">{}</span>", escape(&e.tier))
-                    }
-                    AttachStatus::Failed => format!(
-                        "<span class=\"failed\" title=\"{}\">{} failed</span>",
-                        escape(e.error.as_deref().unwrap_or("")),
-                        escape(&e.tier)
-                    ),
-                    AttachStatus::Skipped => {
-                        format!("<span class=\"muted\">{} skipped</span>", escape(&e.tier))
-                    }
-                })
+                .map(attach_cell)
                 .collect();
-            let _ = write!(
-                out,
-                "<td>{}</td>",
-                if cells.is_empty() {
-                    "-".into()
-                } else {
-                    cells.join(" → ")
-                }
-            );
+            let cell = if cells.is_empty() {
+                "-".into()
+            } else {
+                cells.join(" → ")
+            };
+            let _ = write!(out, "<td>{cell}</td>");
         }
         out.push_str("</tr>");
     }
     out.push_str("</tbody></table>");
+}
+
+fn attach_cell(e: &AttachEntry) -> String {
+    match e.status {
+        AttachStatus::Attached => format!("<span class=\"ok\">{}</span>", escape(&e.tier)),
+        AttachStatus::Failed => format!(
+            "<span class=\"failed\" title=\"{}\">{} failed</span>",
+            escape(e.error.as_deref().unwrap_or("")),
+            escape(&e.tier)
+        ),
+        AttachStatus::Skipped => {
+            format!("<span class=\"muted\">{} skipped</span>", escape(&e.tier))
+        }
+    }
+}
+
+/// Every failed tier with the kernel's reason.
+fn attach_failures(out: &mut String, r: &RunReport) {
     let failures: Vec<String> = r
         .nodes
         .iter()

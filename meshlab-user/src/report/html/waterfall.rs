@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::schema::MergedRequest;
+use crate::schema::{MergedRequest, Segment};
 
 use super::super::layout::{DERIVED_LANE, Placed, lanes, place};
 use super::super::table::us;
@@ -121,6 +121,24 @@ pub fn svg(req: &MergedRequest, client_first_note: &str) -> String {
         plot_bottom,
         "µs after the request's start on the client's clock",
     );
+    bands(&mut s, &g, req, client_first_note);
+    // The end-to-end mark goes under the bars and their labels.
+    let end = g.scale.at(req.e2e_ns as f64 / 1000.0);
+    let _ = write!(
+        s,
+        "<line class=\"e2e-mark\" x1=\"{end:.1}\" y1=\"{TOP}\" x2=\"{end:.1}\" y2=\"{plot_bottom:.1}\"/>\
+         <text class=\"e2e-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">end-to-end {} µs</text>",
+        end - 4.0,
+        TOP + 15.0,
+        us(req.e2e_ns)
+    );
+    bars(&mut s, &g, req);
+    s.push_str("</svg>");
+    s
+}
+
+/// One band per lane: its background, title and row labels.
+fn bands(s: &mut String, g: &Geometry, req: &MergedRequest, client_first_note: &str) {
     for (i, (lane, top, rows)) in g.bands.iter().enumerate() {
         let h = BAND_HEAD + rows.len() as f64 * ROW_H;
         let title = if lane == DERIVED_LANE {
@@ -151,20 +169,14 @@ pub fn svg(req: &MergedRequest, client_first_note: &str) -> String {
             );
         }
     }
-    // The end-to-end mark goes under the bars and their labels.
-    let end = g.scale.at(req.e2e_ns as f64 / 1000.0);
-    let _ = write!(
-        s,
-        "<line class=\"e2e-mark\" x1=\"{end:.1}\" y1=\"{TOP}\" x2=\"{end:.1}\" y2=\"{plot_bottom:.1}\"/>\
-         <text class=\"e2e-label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">end-to-end {} µs</text>",
-        end - 4.0,
-        TOP + 15.0,
-        us(req.e2e_ns)
-    );
+}
+
+/// Every bar, and a duration label after the last bar of each row.
+fn bars(s: &mut String, g: &Geometry, req: &MergedRequest) {
     let mut labelled = Vec::new();
     for bar in &g.bars {
         let seg = &req.segments[bar.placed.segment];
-        let y = row_y(&g, bar.row);
+        let y = row_y(g, bar.row);
         let kind = seg.kind.as_str();
         let fill = if seg.derived.is_some() {
             format!("url(#hatch-{kind})")
@@ -189,30 +201,32 @@ pub fn svg(req: &MergedRequest, client_first_note: &str) -> String {
             us(seg.dur_ns),
             name = escape(&seg.name),
         );
-        // Duration label after the row's last bar.
-        let last = g
-            .bars
-            .iter()
-            .filter(|b| b.row == bar.row)
-            .map(|b| b.x + b.w)
-            .fold(0.0, f64::max);
         if !labelled.contains(&bar.row) {
             labelled.push(bar.row);
-            let text = if seg.derived.is_some() {
-                format!("{} µs derived", us(seg.dur_ns))
-            } else {
-                format!("{} µs", us(seg.dur_ns))
-            };
-            let _ = write!(
-                s,
-                "<text class=\"bar-label\" x=\"{:.1}\" y=\"{:.1}\">{text}</text>",
-                last + 4.0,
-                y + 12.0
-            );
+            row_label(s, g, bar.row, seg, y);
         }
     }
-    s.push_str("</svg>");
-    s
+}
+
+/// The duration label after row `row`'s last bar.
+fn row_label(s: &mut String, g: &Geometry, row: usize, seg: &Segment, y: f64) {
+    let last = g
+        .bars
+        .iter()
+        .filter(|b| b.row == row)
+        .map(|b| b.x + b.w)
+        .fold(0.0, f64::max);
+    let text = if seg.derived.is_some() {
+        format!("{} µs derived", us(seg.dur_ns))
+    } else {
+        format!("{} µs", us(seg.dur_ns))
+    };
+    let _ = write!(
+        s,
+        "<text class=\"bar-label\" x=\"{:.1}\" y=\"{:.1}\">{text}</text>",
+        last + 4.0,
+        y + 12.0
+    );
 }
 
 #[cfg(test)]

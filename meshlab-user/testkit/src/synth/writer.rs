@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use rand::rngs::StdRng;
 
-use crate::schema::{ConnRef, Direction, Hook, KernelEvent, ProbeEvent, Record};
+use meshlab_user::schema::{ConnRef, Direction, Hook, KernelEvent, ProbeEvent, Record};
 
 use super::{
     CLIENT_ADDR, CLIENT_TID, CLOCK_PERIOD_NS, GenConfig, MONO_BASE, ProbeConn, SERVER_ADDR,

@@ -1,7 +1,7 @@
 //! Synthetic two-node traffic shaped like real recordings (a client node `A`, a server node
 //! `B`): kernel recordings with startup/clock/kernel/summary records and, optionally, userland
 //! probe files in realtime. Used by the merge tests (hand-computed scenarios, property tests)
-//! and by the throughput benchmark (`meshlab merge --bench-generate N OUTDIR`).
+//! and by benchmarks (`meshlab-bench-generate N OUTDIR`, a binary of this crate).
 //!
 //! Every stage of every request takes a known time ([`Stages`]), so a test can write down the
 //! segments the merge must find.
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use crate::schema::{
+use meshlab_user::schema::{
     ClockId, ClockSample, ConnRef, Filters, Hook, KernelEvent, NicIrqInfo, ProbeEvent, Record,
     Startup, Summary,
 };
@@ -261,7 +261,7 @@ fn sample(node: usize, mono: u64) -> ClockSample {
 fn startup(node: usize, nic_irq: bool) -> Startup {
     let dev = if nic_irq { "eth0" } else { "veth0" };
     Startup {
-        schema_version: crate::schema::SCHEMA_VERSION,
+        schema_version: meshlab_user::schema::SCHEMA_VERSION,
         tool: "meshlab".into(),
         version: "gen".into(),
         node: NODES[node].into(),

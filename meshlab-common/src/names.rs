@@ -1,0 +1,36 @@
+//! Names of the kernel programs' maps and read-only globals, as userspace looks them up in the
+//! loaded object. aya names a map or global after its `static` in meshlab-ebpf, which keeps
+//! these identifiers; a test in meshlab-user (kernel/loader.rs) checks every name here is a
+//! symbol of the compiled object, so a rename on either side fails the build's tests.
+
+/// Ring buffer of [`crate::Event`] records.
+pub const MAP_EVENTS: &str = "EVENTS";
+/// Per-CPU, per-hook count of events the programs tried to emit.
+pub const MAP_HITS: &str = "HITS";
+/// Per-CPU, per-hook count of failed ring buffer reservations.
+pub const MAP_DROPS: &str = "DROPS";
+/// Port filter set (`--port`).
+pub const MAP_FILTER_PORT_SET: &str = "FILTER_PORT_SET";
+/// Address filter set (`--addr`).
+pub const MAP_FILTER_ADDR_SET: &str = "FILTER_ADDR_SET";
+/// NIC IRQ number -> device and queue.
+pub const MAP_NIC_IRQS: &str = "NIC_IRQS";
+/// Interfaces with NIC IRQs (TX completion applies to them only).
+pub const MAP_NIC_IFINDEXES: &str = "NIC_IFINDEXES";
+/// The [`crate::Config`] read-only global.
+pub const GLOBAL_CONFIG: &str = "CONFIG";
+/// The [`crate::KernelOffsets`] read-only global.
+pub const GLOBAL_OFFSETS: &str = "OFFSETS";
+
+/// Every name userspace uses, for the object check.
+pub const USER_SIDE_NAMES: [&str; 9] = [
+    MAP_EVENTS,
+    MAP_HITS,
+    MAP_DROPS,
+    MAP_FILTER_PORT_SET,
+    MAP_FILTER_ADDR_SET,
+    MAP_NIC_IRQS,
+    MAP_NIC_IFINDEXES,
+    GLOBAL_CONFIG,
+    GLOBAL_OFFSETS,
+];

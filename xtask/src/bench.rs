@@ -4,12 +4,13 @@
 //! Machines are noisy: modes are interleaved round by round, repeated, and compared by their
 //! medians, side by side in one run.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::procs::{Proc, tempdir, wait_for};
 use crate::{run_cmd, workspace_root};
 
 #[derive(clap::Subcommand)]
@@ -58,9 +59,13 @@ pub fn ladder(quick: bool) -> Result<()> {
     let root = workspace_root();
     let exe = root.join("target").join(profile).join("meshlab");
     if quick {
-        crate::ladder::run(&exe, crate::ladder::QUICK, &root.join("target/bench-quick"))
+        crate::ladder::run(
+            &exe,
+            crate::ladder_plan::QUICK,
+            &root.join("target/bench-quick"),
+        )
     } else {
-        crate::ladder::run(&exe, crate::ladder::FULL, &root.join("docs"))
+        crate::ladder::run(&exe, crate::ladder_plan::FULL, &root.join("docs"))
     }
 }
 
@@ -98,17 +103,6 @@ pub fn run(task: BenchTask) -> Result<()> {
             concurrency,
             qps,
         } => soak(&exe, minutes, concurrency, qps),
-    }
-}
-
-/// A child process killed (SIGINT, then reaped) on drop.
-pub struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
     }
 }
 
@@ -150,17 +144,6 @@ fn spawn_recorder(exe: &Path, dir: &Path, name: &str, port: u16) -> Result<Proc>
     let rec = Proc(child);
     wait_for(&ready)?;
     Ok(rec)
-}
-
-pub fn wait_for(path: &Path) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !path.exists() {
-        if Instant::now() > deadline {
-            bail!("{} did not appear within 30 s", path.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }
 
 /// One client run at a fixed rate.
@@ -344,26 +327,4 @@ fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
         bail!("recorder memory grew from {warm} KiB to {peak} KiB under steady load");
     }
     Ok(())
-}
-
-/// A scratch directory removed on drop.
-pub struct TempDir(PathBuf);
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub fn tempdir() -> Result<TempDir> {
-    let dir = std::env::temp_dir().join(format!("meshlab-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(TempDir(dir))
 }

@@ -13,113 +13,38 @@ use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 
-use crate::bench::{Proc, tempdir, wait_for};
 use crate::bpffloor;
 use crate::bpfstats::{self, ProgramCost, StatsEnabled};
 use crate::ladder_doc::{self, LadderReport, RateStep, RungResult};
+use crate::ladder_plan::{Rung, Sizes, Workload};
+use crate::procs::{Proc, tempdir, wait_for};
 use crate::redis_lab::{REDIS_PORT, RedisLab};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rung {
-    Off,
-    FilteredOut,
-    Sampled,
-    TracingAll,
+/// `meshlab record` arguments for this rung; `None` = no recorder.
+fn record_args(rung: Rung, port: u16) -> Option<Vec<String>> {
+    // A port no workload uses: the recorder attaches everything and traces nothing.
+    let other = FILTERED_OUT_PORT;
+    let args = match rung {
+        Rung::Off => return None,
+        Rung::FilteredOut => vec!["--port".into(), other.to_string()],
+        Rung::Sampled => vec![
+            "--port".into(),
+            port.to_string(),
+            "--sample-messages".into(),
+            "1/100".into(),
+        ],
+        Rung::TracingAll => vec!["--port".into(), port.to_string()],
+    };
+    Some(args)
 }
 
-impl Rung {
-    pub const ALL: [Rung; 4] = [
-        Rung::Off,
-        Rung::FilteredOut,
-        Rung::Sampled,
-        Rung::TracingAll,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Rung::Off => "no recorder",
-            Rung::FilteredOut => "attached, filtering out",
-            Rung::Sampled => "sampling 1/100 messages",
-            Rung::TracingAll => "tracing all",
-        }
-    }
-
-    /// `meshlab record` arguments for this rung; `None` = no recorder.
-    fn record_args(self, port: u16) -> Option<Vec<String>> {
-        // A port no workload uses: the recorder attaches everything and traces nothing.
-        let other = FILTERED_OUT_PORT;
-        let args = match self {
-            Rung::Off => return None,
-            Rung::FilteredOut => vec!["--port".into(), other.to_string()],
-            Rung::Sampled => vec![
-                "--port".into(),
-                port.to_string(),
-                "--sample-messages".into(),
-                "1/100".into(),
-            ],
-            Rung::TracingAll => vec!["--port".into(), port.to_string()],
-        };
-        Some(args)
+/// The port the workload serves on, which a traced recorder filters on.
+fn workload_port(workload: Workload) -> u16 {
+    match workload {
+        Workload::Echo { .. } => echo_port(),
+        Workload::Redis { .. } => REDIS_PORT,
     }
 }
-
-#[derive(Clone, Copy, Debug)]
-pub enum Workload {
-    Echo { concurrency: usize },
-    Redis { clients: usize },
-}
-
-impl Workload {
-    pub fn name(self) -> String {
-        match self {
-            Workload::Echo { concurrency } => format!("echo RPC loopback c={concurrency}"),
-            Workload::Redis { clients } => format!("redis PING two netns c={clients}"),
-        }
-    }
-
-    fn port(self) -> u16 {
-        match self {
-            Workload::Echo { .. } => echo_port(),
-            Workload::Redis { .. } => REDIS_PORT,
-        }
-    }
-}
-
-/// Sizes of one bench run.
-#[derive(Clone, Copy, Debug)]
-pub struct Sizes {
-    pub rounds: usize,
-    pub echo_seconds: u64,
-    pub redis_requests: u64,
-    pub rate_steps: &'static [u64],
-    pub workloads: &'static [Workload],
-}
-
-pub const FULL: Sizes = Sizes {
-    rounds: 5,
-    echo_seconds: 3,
-    redis_requests: 60_000,
-    rate_steps: &[5_000, 10_000, 20_000, 40_000, 0],
-    workloads: &[
-        Workload::Echo { concurrency: 1 },
-        Workload::Echo { concurrency: 32 },
-        Workload::Redis { clients: 1 },
-    ],
-};
-
-/// `--quick`: a smoke test of every code path (CI), no thresholds, a few minutes.
-pub const QUICK: Sizes = Sizes {
-    rounds: 1,
-    echo_seconds: 1,
-    redis_requests: 5_000,
-    rate_steps: &[5_000],
-    // Each recorder start loads and verifies every program (~2 s here): the smoke test keeps
-    // one echo workload and redis, which still exercise every code path.
-    workloads: &[
-        Workload::Echo { concurrency: 1 },
-        Workload::Redis { clients: 1 },
-    ],
-};
 
 pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path) -> Result<()> {
     let dir = tempdir()?;
@@ -167,7 +92,7 @@ fn ladder(
     for round in 0..sizes.rounds {
         for k in 0..rungs.len() {
             let i = (round + k) % rungs.len();
-            let recorder = match rungs[i].record_args(workload.port()) {
+            let recorder = match record_args(rungs[i], workload_port(workload)) {
                 Some(args) => Some(spawn_recorder(exe, dir, &args)?),
                 None => None,
             };
@@ -202,7 +127,7 @@ fn program_costs(
     let me = std::process::id();
     let mut out = Vec::new();
     for &rung in rungs {
-        let Some(args) = rung.record_args(workload.port()) else {
+        let Some(args) = record_args(rung, workload_port(workload)) else {
             continue;
         };
         let mut rounds = Vec::new();

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::bpffloor::FLOOR_PROGRAM;
 use crate::bpfstats::ProgramCost;
-use crate::ladder::{Rung, Sizes};
+use crate::ladder_plan::{Rung, Sizes};
 
 /// One (workload, rung) cell: a value per round.
 pub struct RungResult {

@@ -6,6 +6,8 @@ mod bpffloor;
 mod bpfstats;
 mod ladder;
 mod ladder_doc;
+mod ladder_plan;
+mod procs;
 mod redis_lab;
 mod setup;
 mod vm;

@@ -49,7 +49,8 @@ pub struct DemoArgs {
     pub duration: Duration,
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub warmup: Duration,
-    #[arg(long, value_enum, default_value_t = Proto::Ttheader)]
+    /// Framing; off means upstream behaviour (the seed's rule): Framed unless `--proto ttheader`.
+    #[arg(long, value_enum, default_value_t = Proto::Framed)]
     pub proto: Proto,
     /// Userland probes on one request in N.
     #[arg(long, default_value = "1/10")]

@@ -193,6 +193,8 @@ fn finish(
         link: conns.link(turn.cookie, request_start),
         join: JoinMethod::KernelOnly,
         process: if turn.client { "client" } else { "server" }.into(),
+        relays: Vec::new(),
+        unresolved: Vec::new(),
         points,
         post,
         notes,

@@ -532,6 +532,9 @@ impl NodeJoiner {
         }
         self.drop_extras_before(u64::MAX);
         if let Some(turns) = &mut self.turns {
+            if let Some(line) = turns.skipped.describe(&self.name) {
+                self.errors.push(line);
+            }
             turns.close_idle(u64::MAX, 0);
             turns.run_deadlines(u64::MAX, &self.index, &self.conns, &self.name, self.node);
             self.done.append(&mut turns.done);

@@ -207,3 +207,105 @@ fn check_pair(other: &Io, want: Direction, this: &Io, len: u64) -> Result<(), St
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::segments::{PointId::*, find};
+    use super::*;
+
+    #[test]
+    fn every_consecutive_pair_of_the_hop_chains_has_a_definition() {
+        let chains: [&[PointId]; 4] = [
+            // Client node, request out: client -> unix leg -> sidecar-out -> TCP.
+            &[ClientWriteBegin, UdsDataReady, UdsRecvReturn, TcpSendmsg],
+            // Client node, response in: TCP -> sidecar-out -> unix leg -> client.
+            &[
+                RecvReturn,
+                UdsDataReady,
+                ClientReadReady,
+                UdsRecvReturn,
+                ClientReadEnd,
+            ],
+            // Server node (two-hop), request in and response out.
+            &[
+                RecvReturn,
+                UdsDataReady,
+                ServerReadReady,
+                UdsRecvReturn,
+                ServerReadEnd,
+            ],
+            // Two proxies on one node: unix -> proxy -> unix.
+            &[
+                ServerWriteBegin,
+                UdsDataReady,
+                UdsRecvReturn,
+                UdsDataReady,
+                UdsRecvReturn,
+            ],
+        ];
+        for chain in chains {
+            for pair in chain.windows(2) {
+                assert!(find(pair[0], pair[1]).is_some(), "{pair:?}");
+            }
+        }
+        assert_eq!(
+            find(UdsRecvReturn, TcpSendmsg).unwrap().name,
+            "proxy_uds_to_tcp"
+        );
+        assert_eq!(
+            find(RecvReturn, UdsDataReady).unwrap().name,
+            "proxy_tcp_to_uds"
+        );
+    }
+
+    fn io(sock: Sock, dir: Direction, (start, end): (u64, u64), ns: u64) -> Io {
+        use super::super::event::{Origin, Stamp};
+        use super::super::time::{NodeId, NodeTime};
+        let stamp = Stamp {
+            time: NodeTime::new(NodeId(0), ns),
+            error_ns: 0,
+            sample: u32::MAX,
+            origin: Origin { file: 0, line: 0 },
+        };
+        Io {
+            sock,
+            dir,
+            start,
+            end,
+            stamp,
+            tid: 7,
+        }
+    }
+
+    #[test]
+    fn the_relay_rule_links_a_one_to_one_relay_and_refuses_to_guess_otherwise() {
+        use super::super::event::UnixEnds;
+        let unix = Sock::Unix(UnixEnds { sock: 1, peer: 2 });
+        let tcp = Sock::Tcp(9);
+        let read = io(unix, Direction::Rx, (0, 100), 10);
+        let mut legs = Legs::default();
+        legs.thread_io(read);
+        legs.thread_io(io(tcp, Direction::Tx, (500, 600), 20));
+        let next = relay_next(&legs, &read, (0, 100)).unwrap();
+        assert_eq!((next.sock, next.start), (tcp, 500));
+        // One read returning two requests: which bytes went where cannot be told.
+        let err = relay_next(&legs, &read, (0, 60)).unwrap_err();
+        assert!(err.contains("the read returned bytes [0, 100)"), "{err}");
+        // A second read before the write (several messages in flight).
+        let mut busy = Legs::default();
+        busy.thread_io(read);
+        busy.thread_io(io(unix, Direction::Rx, (100, 200), 15));
+        busy.thread_io(io(tcp, Direction::Tx, (500, 700), 20));
+        let err = relay_next(&busy, &read, (0, 100)).unwrap_err();
+        assert!(err.contains("several messages in flight"), "{err}");
+        // A write of another size (buffering joins or splits messages).
+        let mut joined = Legs::default();
+        joined.thread_io(read);
+        joined.thread_io(io(tcp, Direction::Tx, (500, 650), 20));
+        let err = relay_next(&joined, &read, (0, 100)).unwrap_err();
+        assert!(
+            err.contains("wrote 150 bytes for a message of 100"),
+            "{err}"
+        );
+    }
+}

@@ -10,8 +10,18 @@ use meshlab_user::lab::{can_run_privileged, can_run_with};
 use meshlab_user::schema::{Layer, MergeSummary, MergedRequest, Record};
 
 fn run_demo(topology: &str, dir: &Path) -> (Vec<MergedRequest>, MergeSummary) {
+    // TTHeader: the trace id travels through the sidecars, so this test checks the hop
+    // structure independently of how Framed halves are paired (by the TCP leg).
     let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
-        .args(["demo", "--topology", topology, "--trace-sample", "1/4"])
+        .args([
+            "demo",
+            "--topology",
+            topology,
+            "--trace-sample",
+            "1/4",
+            "--proto",
+            "ttheader",
+        ])
         .args(["--duration", "1s", "--warmup", "200ms", "--out"])
         .arg(dir)
         .output()

@@ -526,6 +526,16 @@ pub struct MergeSummary {
     pub errors: Vec<String>,
     /// Kernel drops per node, copied from the recordings' summaries.
     pub dropped_per_node: BTreeMap<String, u64>,
+    /// Probe points outside the standard chains (any catalog, other processes) placed into
+    /// requests, and those that could not be placed (docs/probes.md).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub custom_points: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unplaced_points: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

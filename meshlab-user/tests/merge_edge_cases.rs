@@ -294,3 +294,35 @@ fn a_lost_event_does_not_open_the_wakeup_search_to_earlier_messages() {
     assert_eq!(rs[1].missing, ["B:sk_data_ready"]);
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
 }
+
+#[test]
+fn kernel_only_calls_on_a_connection_opened_before_the_recording_are_counted() {
+    // B's connection has no sock_established (it was open before the recording started):
+    // its calls cannot be turned into requests, and the merge says how many it skipped.
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = fixture_files("kernel_only");
+    let b = files
+        .iter()
+        .position(|f| f.ends_with("B.kernel.ndjson"))
+        .unwrap();
+    let text = std::fs::read_to_string(&files[b]).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"sock_established\""))
+        .collect();
+    let path = dir.path().join("B.kernel.ndjson");
+    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+    files[b] = path;
+    let out = merge(&files, &[]);
+    let line = out
+        .summary
+        .errors
+        .iter()
+        .find(|e| e.starts_with("node B: kernel-only:"))
+        .unwrap_or_else(|| panic!("{:?}", out.summary.errors));
+    assert!(
+        line.contains("on connections opened before the recording"),
+        "{line}"
+    );
+    assert!(!line.contains(": 0 calls"), "{line}");
+}

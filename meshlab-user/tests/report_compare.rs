@@ -171,3 +171,29 @@ fn labels_must_match_runs() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--labels has 1 names for 2 runs"));
 }
+
+#[test]
+fn the_steps_are_stated_in_words() {
+    // Same runs as `hand_computed_ladder`: x grows by 9 us from a to b beyond the noise, y's
+    // +1 us is within it (not named), z appears in c.
+    let runs = ["small_a.ndjson", "small_b.ndjson", "small_c.ndjson"].map(fixture);
+    let mut args = vec!["report", "--compare"];
+    args.extend(runs.iter().map(|p| p.to_str().unwrap()));
+    args.extend(["--labels", "a,b,c"]);
+    let text = run_ok(&args);
+    let words = text
+        .split("steps in words")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no steps in words in\n{text}"));
+    assert!(words.contains("b over a: end-to-end +10.00 us"), "{words}");
+    assert!(
+        words.contains("grew (+9.00 us in all): x (A, client) +9.00"),
+        "{words}"
+    );
+    assert!(!words.contains("y ("), "y moved within the noise: {words}");
+    assert!(
+        words.contains("appeared (+0.70 us in all): z (A) +0.70"),
+        "{words}"
+    );
+    assert!(words.contains("process time in b (sum of its segments' p50s, us): client on A 20.00"));
+}

@@ -49,7 +49,8 @@ pub struct DemoArgs {
     pub duration: Duration,
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub warmup: Duration,
-    #[arg(long, value_enum, default_value_t = Proto::Ttheader)]
+    /// Framing; off means upstream behaviour (the seed's rule): Framed unless `--proto ttheader`.
+    #[arg(long, value_enum, default_value_t = Proto::Framed)]
     pub proto: Proto,
     /// Userland probes on one request in N.
     #[arg(long, default_value = "1/10")]
@@ -184,47 +185,90 @@ fn run_topology(
         files: Vec::new(),
         failures: Vec::new(),
     };
-    let sample = format!("1/{}", args.trace_sample.0);
     let kernel_files = [dir.join("kernel-A.ndjson"), dir.join("kernel-B.ndjson")];
-    let mut recorders = Vec::new();
-    if args.no_record {
-        log::info!("demo[{name}]: --no-record: no kernel recorders");
-    } else {
-        for (node, ns, file) in [
-            ("A", &lab.a, &kernel_files[0]),
-            ("B", &lab.b, &kernel_files[1]),
-        ] {
-            recorders.push(start_recorder(exe, node, ns, file, dir)?);
-        }
-        log::info!("demo[{name}]: recorders for A and B attached");
-    }
-    let (client_probes, server_probes) = (
+    let recorders = start_recorders(args, exe, lab, &kernel_files, dir, name)?;
+    let probe_files = [
         dir.join("probes-client.ndjson"),
         dir.join("probes-server.ndjson"),
-    );
-    let trace_flags = |file: &Path, node: &str, role: &str| {
-        vec![
-            os("--trace"),
-            file.as_os_str().to_owned(),
-            os("--trace-sample"),
-            os(&sample),
-            os("--node"),
-            os(node),
-            os("--process"),
-            os(role),
-        ]
-    };
+    ];
+    let client_stdout = run_workload(args, exe, lab, topology, &probe_files, &mut outcome)?;
+    let summary: LatencySummary =
+        serde_json::from_slice(&client_stdout).context("parse the client's --json summary")?;
+    let summary_file = dir.join("client-summary.json");
+    std::fs::write(&summary_file, &client_stdout)?;
+    outcome.summary = Some(summary);
+    for (node, mut recorder) in ["A", "B"].into_iter().zip(recorders) {
+        let status = recorder.stop()?;
+        if !status.success() {
+            outcome
+                .failures
+                .push(format!("meshlab record (node {node}) exited with {status}"));
+        }
+    }
+    outcome
+        .files
+        .extend(kernel_files.iter().filter(|f| f.exists()).cloned());
+    outcome.files.extend(probe_files.iter().cloned());
+    outcome.files.push(summary_file);
+    merge_and_report(exe, dir, &kernel_files, &probe_files, &mut outcome);
+    Ok(outcome)
+}
+
+/// One `meshlab record` per lab node, unless `--no-record`.
+fn start_recorders(
+    args: &DemoArgs,
+    exe: &Path,
+    lab: &Lab,
+    kernel_files: &[PathBuf; 2],
+    dir: &Path,
+    name: &str,
+) -> anyhow::Result<Vec<ChildGuard>> {
+    if args.no_record {
+        log::info!("demo[{name}]: --no-record: no kernel recorders");
+        return Ok(Vec::new());
+    }
+    let mut recorders = Vec::new();
+    for (node, ns, file) in [
+        ("A", &lab.a, &kernel_files[0]),
+        ("B", &lab.b, &kernel_files[1]),
+    ] {
+        recorders.push(start_recorder(exe, node, ns, file, dir)?);
+    }
+    log::info!("demo[{name}]: recorders for A and B attached");
+    Ok(recorders)
+}
+
+/// `--trace FILE --trace-sample 1/N --node NODE --process ROLE` for the workload's probes.
+fn trace_flags(args: &DemoArgs, file: &Path, node: &str, role: &str) -> Vec<OsString> {
+    vec![
+        os("--trace"),
+        file.as_os_str().to_owned(),
+        os("--trace-sample"),
+        os(format!("1/{}", args.trace_sample.0)),
+        os("--node"),
+        os(node),
+        os("--process"),
+        os(role),
+    ]
+}
+
+/// Starts the topology (server and sidecars), runs the client to the end and stops the
+/// server; returns the client's `--json` summary.
+fn run_workload(
+    args: &DemoArgs,
+    exe: &Path,
+    lab: &Lab,
+    topology: Topology,
+    [client_probes, server_probes]: &[PathBuf; 2],
+    outcome: &mut TopologyOutcome,
+) -> anyhow::Result<Vec<u8>> {
+    let name = topology.name();
     log::info!(
         "demo[{name}]: starting server in B{}",
         sidecar_note(topology)
     );
-    let mut run = TopologyRun::start(
-        lab,
-        topology,
-        exe,
-        args.proto,
-        &trace_flags(&server_probes, "B", "server"),
-    )?;
+    let server_flags = trace_flags(args, server_probes, "B", "server");
+    let mut run = TopologyRun::start(lab, topology, exe, args.proto, &server_flags)?;
     log::info!(
         "demo[{name}]: client in A -> {} for {:?} (+{:?} warm-up), c={}, {} B",
         run.client_target,
@@ -235,18 +279,13 @@ fn run_topology(
     );
     let output = run
         .client_command(lab, exe, args.proto)
-        .arg("--concurrency")
-        .arg(args.concurrency.to_string())
-        .arg("--payload")
-        .arg(args.payload.to_string())
-        .arg("--qps")
-        .arg(args.qps.to_string())
-        .arg("--warmup")
-        .arg(format!("{}ms", args.warmup.as_millis()))
-        .arg("--duration")
-        .arg(format!("{}ms", args.duration.as_millis()))
+        .args(["--concurrency", &args.concurrency.to_string()])
+        .args(["--payload", &args.payload.to_string()])
+        .args(["--qps", &args.qps.to_string()])
+        .args(["--warmup", &format!("{}ms", args.warmup.as_millis())])
+        .args(["--duration", &format!("{}ms", args.duration.as_millis())])
         .arg("--json")
-        .args(trace_flags(&client_probes, "A", "client"))
+        .args(trace_flags(args, client_probes, "A", "client"))
         .stderr(Stdio::inherit())
         .output()
         .context("run the client")?;
@@ -260,33 +299,7 @@ fn run_topology(
             .failures
             .push(format!("echo server exited with {server_status}"));
     }
-    let summary: LatencySummary =
-        serde_json::from_slice(&output.stdout).context("parse the client's --json summary")?;
-    let summary_file = dir.join("client-summary.json");
-    std::fs::write(&summary_file, &output.stdout)?;
-    outcome.summary = Some(summary);
-    for (node, mut recorder) in ["A", "B"].into_iter().zip(recorders) {
-        let status = recorder.stop()?;
-        if !status.success() {
-            outcome
-                .failures
-                .push(format!("meshlab record (node {node}) exited with {status}"));
-        }
-    }
-    outcome
-        .files
-        .extend(kernel_files.iter().filter(|f| f.exists()).cloned());
-    outcome
-        .files
-        .extend([client_probes.clone(), server_probes.clone(), summary_file]);
-    merge_and_report(
-        exe,
-        dir,
-        &kernel_files,
-        &[client_probes, server_probes],
-        &mut outcome,
-    );
-    Ok(outcome)
+    Ok(output.stdout)
 }
 
 fn sidecar_note(topology: Topology) -> &'static str {

@@ -58,8 +58,10 @@ struct Kept {
 
 struct Chain {
     node: String,
-    process: String,
+    /// The half's probed process, then the proxies its points may belong to ([`Point::owner`]).
+    processes: Vec<String>,
     full: Vec<PointId>,
+    owners: Vec<u8>,
     kept: Vec<Kept>,
 }
 
@@ -114,10 +116,13 @@ impl Chain {
                 }),
             }
         }
+        let mut processes = vec![half.process.clone()];
+        processes.extend(half.relays.iter().cloned());
         Chain {
             node,
-            process: half.process.clone(),
+            processes,
             full: points.iter().map(|p| p.id).collect(),
+            owners: points.iter().map(|p| p.owner).collect(),
             kept,
         }
     }
@@ -146,21 +151,43 @@ impl Chain {
     /// Name, layer, unit and kind of the span from full-chain position `a` to `b`: the direct
     /// definition, else the stages in between joined by `+` (described by the first of them).
     fn describe(&self, a: usize, b: usize) -> (String, Layer, String, Kind) {
+        let owner = usize::from(self.owners[a]);
+        let process = self.processes.get(owner).unwrap_or(&self.processes[0]);
         let unit = |d: &segments::SegmentDef| match d.unit {
-            Unit::Process => self.process.clone(),
+            Unit::Process => process.clone(),
             Unit::Fixed(u) => u.to_owned(),
         };
         if let Some(d) = segments::find(self.full[a], self.full[b]) {
             return (d.name.to_owned(), d.layer, unit(d), d.kind);
         }
-        let defs: Vec<_> = (a..b)
-            .filter_map(|i| segments::find(self.full[i], self.full[i + 1]))
-            .collect();
+        let custom = |id: PointId| matches!(id, PointId::Custom(_));
+        let defs: Vec<_> = if custom(self.full[a]) || custom(self.full[b]) {
+            Vec::new()
+        } else {
+            (a..b)
+                .filter_map(|i| segments::find(self.full[i], self.full[i + 1]))
+                .collect()
+        };
         let name = defs.iter().map(|d| d.name).collect::<Vec<_>>().join("+");
+        let (from, to) = (self.full[a], self.full[b]);
         match defs.first() {
             Some(d) => (name, d.layer, unit(d), d.kind),
+            // Any catalog: a pair without a definition is named after its two points; next to
+            // a probe point it is that process's time (the first point's process, else the
+            // second's), otherwise kernel time of an unknown stage.
+            None if from.is_probe() || to.is_probe() => {
+                let at = if from.is_probe() { a } else { b };
+                let owner = usize::from(self.owners[at]);
+                let process = self.processes.get(owner).unwrap_or(&self.processes[0]);
+                (
+                    format!("{}..{}", from.name(), to.name()),
+                    Layer::Process,
+                    process.clone(),
+                    Kind::Compute,
+                )
+            }
             None => (
-                format!("{}..{}", self.full[a].name(), self.full[b].name()),
+                format!("{}..{}", from.name(), to.name()),
                 Layer::Kernel,
                 "unknown".into(),
                 Kind::Wait,
@@ -294,6 +321,10 @@ pub fn attribute(
     if server.is_none() {
         found.missing.push("server".into());
     }
+    found.missing.extend(client.unresolved.iter().cloned());
+    found
+        .missing
+        .extend(server.iter().flat_map(|s| s.unresolved.iter().cloned()));
     let mut notes = client.notes.clone();
     notes.extend(server.iter().flat_map(|s| s.notes.iter().cloned()));
     let (segments, e2e_ns) = with_clock(client.node, |cc| {

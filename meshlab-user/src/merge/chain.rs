@@ -50,6 +50,10 @@ pub(crate) struct Point {
     /// Not observed and expected => listed as missing. Optional stages (no IRQ on veth, no
     /// wake-up because the reader was running) are not expected.
     pub expected: bool,
+    /// Which process of the half the point belongs to: 0 = the half's probed process, `i` =
+    /// its `relays[i - 1]` (a proxy on the path, or another probed process). Process-layer
+    /// segments take the process of the point they start at.
+    pub owner: u8,
 }
 
 impl Point {
@@ -58,7 +62,12 @@ impl Point {
             id,
             stamp,
             expected: true,
+            owner: 0,
         }
+    }
+
+    pub fn owned_by(self, owner: u8) -> Point {
+        Point { owner, ..self }
     }
 }
 
@@ -85,6 +94,7 @@ impl Stages {
                     id,
                     IrqEntry | SoftirqRaise | SoftirqEntry | SchedWakeup | SchedSwitch
                 ),
+                owner: 0,
             })
             .collect();
         Stages {
@@ -123,13 +133,14 @@ fn probe_points(probes: Probes, ids: &[PointId]) -> Vec<Point> {
     probes.map_or_else(Vec::new, |probe| ids.iter().map(|&id| probe(id)).collect())
 }
 
-/// RX kernel stages with the probe's `read_ready` placed where the reader returns from poll:
-/// after its wake-up, before its recv copies.
+/// RX stages with the probe's `read_ready` placed where the reader returns from poll: after
+/// its wake-up, before its own recv copies (TCP) or returns (a unix leg, whose chain may start
+/// with a proxy's TCP stages: hence the last copy or unix recv).
 fn with_read_ready(probes: Probes, mut rx: Vec<Point>, read_ready: PointId) -> Vec<Point> {
     if let Some(probe) = probes {
         let at = rx
             .iter()
-            .position(|p| p.id == SkbCopyDatagram)
+            .rposition(|p| matches!(p.id, SkbCopyDatagram | UdsRecvReturn))
             .unwrap_or(rx.len());
         rx.insert(at, probe(read_ready));
     }

@@ -83,6 +83,16 @@ pub struct KEvent {
     /// netif_receive_skb only (boxed: most events have none).
     pub rx: Option<Box<RxContext>>,
     pub established: Option<Box<Established>>,
+    /// Unix stream socket events (`record --unix`): the socket and its peer.
+    pub unix: Option<UnixEnds>,
+}
+
+/// Kernel identity of a unix stream socket and its connected peer (kernel addresses). The
+/// peer's receive offsets equal this socket's send offsets (docs/probe-points.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UnixEnds {
+    pub sock: u64,
+    pub peer: u64,
 }
 
 /// Probe points on a request's critical path, by role. Other points are timeline-only.
@@ -94,14 +104,18 @@ pub enum Role {
 
 #[derive(Clone, Debug)]
 pub struct PEvent {
-    pub role: Role,
-    /// Point name without the role prefix, e.g. `write_begin`.
+    /// `client` or `server`; `None` for any other process on the path (a probed proxy).
+    pub role: Option<Role>,
+    /// Point name without the role prefix for `client`/`server` (e.g. `write_begin`), the
+    /// whole `ROLE.NAME` for other roles.
     pub point: String,
     pub process: String,
     pub trace_id: String,
     pub stamp: Stamp,
     pub tid: u32,
     pub conn: Option<ConnRef>,
+    /// Direction of the message the point names (with `conn`).
+    pub dir: Option<Direction>,
     pub offset: Option<u64>,
     pub len: Option<u64>,
 }

@@ -39,6 +39,12 @@ pub struct Half {
     pub join: JoinMethod,
     /// Process role name for process-layer segments (the probes' `process`).
     pub process: String,
+    /// Other processes on this node's part of the path: proxies linked by the kernel-only
+    /// relay rule ([`super::hops`]) and probed processes of other roles; a point with
+    /// `owner = i` belongs to `relays[i - 1]`.
+    pub relays: Vec<String>,
+    /// Hops that could not be followed (`NODE:relay 1 ambiguous: ...`): listed as missing.
+    pub unresolved: Vec<String>,
     /// Client: points up to the request leaving. Server: all its points.
     pub points: Vec<Point>,
     /// Client only: points from the response's arrival to the end.
@@ -49,6 +55,18 @@ pub struct Half {
     pub kernel_recorded: bool,
     /// Node time the half was completed (used to order the output of unmatched halves).
     pub ready_ns: u64,
+}
+
+/// Names of the proxies a half's hop chains crossed, nearest first: `sidecar-out` on the
+/// client's node, `sidecar-in` on the server's, numbered from the second (`sidecar-out-2`).
+pub fn relay_names(client: bool, count: u8) -> Vec<String> {
+    let side = if client { "sidecar-out" } else { "sidecar-in" };
+    (1..=count)
+        .map(|k| match k {
+            1 => side.to_owned(),
+            k => format!("{side}-{k}"),
+        })
+        .collect()
 }
 
 /// Notes on how a message's stages were chosen (retransmission, unusable RX context).

@@ -196,6 +196,7 @@ fn point(id: PointId, stamp: Option<Stamp>, expected: bool) -> Point {
         id,
         stamp,
         expected,
+        owner: 0,
     }
 }
 

@@ -10,15 +10,18 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::schema::{Hook, JoinMethod};
+use crate::schema::{Direction, Hook, JoinMethod};
 
+use super::catalog::{self, Extra};
 use super::chain::{self, Point, RX_KERNEL, Stages, TX_KERNEL};
 use super::conns::Conns;
 use super::event::{Item, KEvent, PEvent, Role, Stamp};
-use super::half::{Half, stage_notes};
+use super::half::{Half, relay_names, stage_notes};
+use super::hops::{self, HopChain};
 use super::index::NodeIndex;
+use super::legs::{Io, Legs};
 use super::message::{MsgRef, SendCall};
-use super::segments::PointId;
+use super::segments::{OFF_PATH_PROBES, PointId};
 use super::time::NodeId;
 use super::turns::Turns;
 
@@ -36,6 +39,14 @@ struct Group {
     rx: Option<Stages>,
     rx_msg: Option<MsgRef>,
     write_tid: u32,
+    /// The request/response this process wrote on a unix socket: (start, end, write_begin).
+    tx_unix: Option<(u64, u64, Stamp)>,
+    /// The message this process read on a unix socket: (reading thread, start, end).
+    rx_unix: Option<(u32, u64, u64)>,
+    /// Proxies crossed and unresolved hops, per direction (unix legs only).
+    hops: Vec<HopChain>,
+    /// Points of this process outside the standard chain (any catalog).
+    custom: Vec<Extra>,
     fallback: bool,
     finished: bool,
     last_ns: u64,
@@ -48,10 +59,21 @@ pub struct NodeJoiner {
     kernel_recorded: bool,
     pub index: NodeIndex,
     pub conns: Conns,
+    /// Unix legs and per-thread socket I/O, for hop chains through proxies.
+    legs: Legs,
     /// Kernel-only mode (this node has no probe files).
     turns: Option<Turns>,
     groups: HashMap<GroupKey, Group>,
     deadlines: VecDeque<(u64, GroupKey)>,
+    /// Unix reads to follow back once the proxy's write has surely been seen: its send may
+    /// return after the reader's recv did (read_end + a quarter window; in time order).
+    rx_deadlines: VecDeque<(u64, GroupKey)>,
+    /// Points of other processes on the path (probed proxies), per trace id, until the
+    /// node's half of that trace finishes.
+    extras: HashMap<String, Vec<Extra>>,
+    /// Custom and other-process points placed into chains, and those that could not be.
+    pub custom_points: u64,
+    pub unplaced_points: u64,
     last_call_end: HashMap<u64, u64>,
     calls_by_tid: HashMap<u32, VecDeque<SendCall>>,
     recvs_by_tid: HashMap<u32, VecDeque<(Stamp, MsgRef)>>,
@@ -76,9 +98,14 @@ impl NodeJoiner {
             kernel_recorded,
             index: NodeIndex::default(),
             conns: Conns::default(),
+            legs: Legs::default(),
             turns: kernel_only.then(Turns::default),
             groups: HashMap::new(),
             deadlines: VecDeque::new(),
+            rx_deadlines: VecDeque::new(),
+            extras: HashMap::new(),
+            custom_points: 0,
+            unplaced_points: 0,
             last_call_end: HashMap::new(),
             calls_by_tid: HashMap::new(),
             recvs_by_tid: HashMap::new(),
@@ -112,6 +139,10 @@ impl NodeJoiner {
             self.conns.insert(cookie, (**est).clone());
             return;
         }
+        if let Some(ends) = ev.unix {
+            self.legs.insert_unix(&ev, ends);
+            return;
+        }
         self.index.insert(&ev);
         let Some(cookie) = ev.cookie else { return };
         match (ev.hook, ev.offset) {
@@ -138,6 +169,8 @@ impl NodeJoiner {
             },
         };
         self.calls_by_tid.entry(ev.tid).or_default().push_back(call);
+        self.legs
+            .thread_io(Io::tcp_call(call.msg, Direction::Tx, ev.stamp, ev.tid));
         if let Some(turns) = &mut self.turns {
             turns.send_call(&self.conns, call, self.window_ns);
         }
@@ -158,6 +191,8 @@ impl NodeJoiner {
             .entry(ev.tid)
             .or_default()
             .push_back((ev.stamp, msg));
+        self.legs
+            .thread_io(Io::tcp_call(msg, Direction::Rx, ev.stamp, ev.tid));
         if let Some(turns) = &mut self.turns {
             let stages = self.index.rx_stages(cookie, ptr);
             turns.recv(&self.conns, ev.stamp, msg, stages, self.window_ns);
@@ -165,15 +200,30 @@ impl NodeJoiner {
     }
 
     fn probe(&mut self, p: PEvent) {
-        let client = p.role == Role::Client;
+        let Some(role) = p.role else {
+            // Another process on the path: placed into this node's half of the trace.
+            if let Some(extra) = self.extra(&p, p.point.clone()) {
+                self.extras.entry(p.trace_id).or_default().push(extra);
+            }
+            return;
+        };
+        let client = role == Role::Client;
         let key = (p.trace_id.clone(), client);
         let group = self.groups.entry(key.clone()).or_default();
-        group.role = Some(p.role);
+        group.role = Some(role);
         group.last_ns = group.last_ns.max(p.stamp.ns());
         if group.process.is_empty() {
             group.process = p.process.clone();
         }
+        if OFF_PATH_PROBES.contains(&p.point.as_str()) {
+            return;
+        }
         let Some(id) = PointId::probe(client, &p.point) else {
+            let side = if client { "client" } else { "server" };
+            if let Some(extra) = self.extra(&p, format!("{side}.{}", p.point)) {
+                let group = self.groups.get_mut(&key).expect("just registered");
+                group.custom.push(extra);
+            }
             return;
         };
         if group.probes.contains_key(&id) {
@@ -195,21 +245,42 @@ impl NodeJoiner {
         }
     }
 
+    /// A custom point (any catalog) to place into the node's chain; counted when the
+    /// interner is full.
+    fn extra(&mut self, p: &PEvent, name: String) -> Option<Extra> {
+        let Some(id) = catalog::intern(&name) else {
+            self.unplaced_points += 1;
+            return None;
+        };
+        let process = p.process.clone();
+        Some(Extra::new(id, p.stamp, process, p.conn.as_ref(), p.dir))
+    }
+
     /// The request (client) or response (server) was written: its TX stages are looked up a
     /// window later, when the stack has sent it.
     fn write_begin(&mut self, key: GroupKey, p: &PEvent) {
         let msg = self.locate(p);
         let deadline = p.stamp.ns() + self.window_ns;
+        let unix = unix_range(p).filter(|_| self.kernel_recorded);
         let group = self.groups.get_mut(&key).expect("registered by probe()");
         group.tx_msg = msg;
-        group.fallback |= msg.is_none();
+        group.tx_unix = unix.map(|(start, end)| (start, end, p.stamp));
+        group.fallback |= msg.is_none() && unix.is_none();
         group.write_tid = p.tid;
         group.tx_deadline = Some(deadline);
         self.deadlines.push_back((deadline, key));
     }
 
-    /// The response (client) or request (server) was read: its RX events are in the past.
+    /// The response (client) or request (server) was read: its RX events are in the past
+    /// (on a unix leg, the proxy's write may still return: followed back a little later).
     fn read_end(&mut self, key: &GroupKey, p: &PEvent) {
+        if let Some((start, end)) = unix_range(p).filter(|_| self.kernel_recorded) {
+            let group = self.groups.get_mut(key).expect("registered by probe()");
+            group.rx_unix = Some((p.tid, start, end));
+            let due = p.stamp.ns() + self.window_ns / 4;
+            self.rx_deadlines.push_back((due, key.clone()));
+            return;
+        }
         let located = self.locate(p);
         let fallback = located.is_none();
         let msg = located.or_else(|| self.last_recv_of_thread(p));
@@ -239,6 +310,13 @@ impl NodeJoiner {
     /// when all were seen rather than holding the group for a window.
     fn decode_end(&mut self, key: &GroupKey) {
         let group = self.groups.get_mut(key).expect("registered by probe()");
+        let unix_tx = group.tx_unix.filter(|_| group.tx.is_none());
+        let tid = group.write_tid;
+        if let Some(out) = unix_tx {
+            let chain = self.unix_out(tid, out);
+            self.set_unix_tx(key, chain);
+        }
+        let group = self.groups.get_mut(key).expect("registered by probe()");
         if group.tx.is_none()
             && let Some(m) = group.tx_msg
         {
@@ -262,6 +340,10 @@ impl NodeJoiner {
     }
 
     fn run_deadlines(&mut self, now: u64) {
+        while self.rx_deadlines.front().is_some_and(|(d, _)| *d <= now) {
+            let (_, key) = self.rx_deadlines.pop_front().expect("front exists");
+            self.unix_rx_due(&key);
+        }
         while self.deadlines.front().is_some_and(|(d, _)| *d <= now) {
             let (_, key) = self.deadlines.pop_front().expect("front exists");
             self.tx_due(&key);
@@ -277,6 +359,15 @@ impl NodeJoiner {
         let Some(group) = self.groups.get(key) else {
             return;
         };
+        if group.tx.is_some() {
+            return;
+        }
+        if let Some(out) = group.tx_unix {
+            let chain = self.unix_out(group.write_tid, out);
+            self.set_unix_tx(key, chain);
+            self.finish_if_ready(key);
+            return;
+        }
         let msg = group
             .tx_msg
             .or_else(|| self.first_send_call_after_write(group, key.1));
@@ -335,7 +426,7 @@ impl NodeJoiner {
         let mut notes = stage_notes(&self.name, "request", request);
         notes.extend(stage_notes(&self.name, "response", response));
         let probe = |id: PointId| Point::seen(id, g.probes.get(&id).copied());
-        let (points, post) = if client {
+        let (mut points, mut post) = if client {
             (
                 chain::client_request(Some(&probe), tx.points),
                 chain::client_response(Some(&probe), rx.points),
@@ -346,6 +437,17 @@ impl NodeJoiner {
                 Vec::new(),
             )
         };
+        let mut owners = vec![g.process.clone()];
+        let relays = g.hops.iter().map(|h| h.relays).max().unwrap_or(0);
+        owners.extend(relay_names(client, relays));
+        let mut extras = std::mem::take(&mut g.custom);
+        extras.extend(self.extras.remove(&key.0).unwrap_or_default());
+        let count = extras.len() as u64;
+        let unplaced = catalog::place(&mut points, &mut post, client, extras, &mut owners);
+        self.custom_points += count - unplaced;
+        self.unplaced_points += unplaced;
+        let unresolved = g.hops.iter().flat_map(|h| &h.unresolved);
+        let unresolved = unresolved.map(|u| format!("{}:{u}", self.name)).collect();
         let request = if client { g.tx_msg } else { g.rx_msg };
         self.done.push(Half {
             role: if client { Role::Client } else { Role::Server },
@@ -358,6 +460,8 @@ impl NodeJoiner {
                 JoinMethod::Offset
             },
             process: g.process,
+            relays: owners.split_off(1),
+            unresolved,
             points,
             post,
             notes,
@@ -366,11 +470,25 @@ impl NodeJoiner {
         });
     }
 
+    /// Other processes' points whose trace has no half on this node (counted, not placed).
+    fn drop_extras_before(&mut self, before_ns: u64) {
+        let mut dropped = 0;
+        self.extras.retain(|_, v| {
+            let stale = v.iter().all(|e| e.stamp.ns() < before_ns);
+            if stale {
+                dropped += v.len() as u64;
+            }
+            !stale
+        });
+        self.unplaced_points += dropped;
+    }
+
     /// Evicts old kernel events and finishes groups and turns that went quiet.
     fn sweep(&mut self) {
         self.since_sweep = 0;
         let cutoff = self.frontier_ns.saturating_sub(self.window_ns);
         self.index.evict_before(cutoff);
+        self.legs.evict_before(cutoff);
         for q in self.calls_by_tid.values_mut() {
             while q.front().is_some_and(|c| c.stamp.ns() < cutoff) {
                 q.pop_front();
@@ -394,6 +512,7 @@ impl NodeJoiner {
         for (_, key) in stale {
             self.finish(&key);
         }
+        self.drop_extras_before(stale_before);
         if let Some(turns) = &mut self.turns {
             turns.close_idle(self.frontier_ns, self.window_ns);
         }
@@ -411,10 +530,76 @@ impl NodeJoiner {
         for (_, key) in keys {
             self.finish(&key);
         }
+        self.drop_extras_before(u64::MAX);
         if let Some(turns) = &mut self.turns {
+            if let Some(line) = turns.skipped.describe(&self.name) {
+                self.errors.push(line);
+            }
             turns.close_idle(u64::MAX, 0);
             turns.run_deadlines(u64::MAX, &self.index, &self.conns, &self.name, self.node);
             self.done.append(&mut turns.done);
         }
+    }
+
+    /// The request this process wrote on a unix socket, followed through the node's proxies to
+    /// the TCP leg ([`hops::forward`]).
+    fn unix_out(&self, tid: u32, (start, end, begin): (u64, u64, Stamp)) -> HopChain {
+        match self.legs.call_of(tid, Direction::Tx, start, end) {
+            Some(sent) => hops::forward(&self.legs, &self.index, sent, (start, end), begin.ns()),
+            None => unix_not_found("write"),
+        }
+    }
+
+    /// The message this process read on a unix socket, followed back through the node's
+    /// proxies to the TCP leg ([`hops::backward`]), ending with the reader's own recv.
+    fn unix_in(&self, tid: u32, (start, end): (u64, u64)) -> HopChain {
+        match self.legs.call_of(tid, Direction::Rx, start, end) {
+            Some(read) => {
+                let mut chain = hops::backward(&self.legs, &self.index, read, (start, end));
+                let recv = Point::seen(PointId::UdsRecvReturn, Some(read.stamp));
+                chain.points.push(recv);
+                chain
+            }
+            None => unix_not_found("read"),
+        }
+    }
+
+    fn set_unix_tx(&mut self, key: &GroupKey, chain: HopChain) {
+        let Some(group) = self.groups.get_mut(key) else {
+            return;
+        };
+        group.tx_msg = chain.tcp;
+        group.tx = Some(chain.stages());
+        group.hops.push(chain);
+    }
+
+    /// A quarter window after a unix read_end: the read followed back ([`Self::unix_in`]).
+    fn unix_rx_due(&mut self, key: &GroupKey) {
+        let Some((tid, start, end)) = self.groups.get(key).and_then(|g| g.rx_unix) else {
+            return;
+        };
+        let chain = self.unix_in(tid, (start, end));
+        let group = self.groups.get_mut(key).expect("checked");
+        group.rx_msg = chain.tcp;
+        group.rx = Some(chain.stages());
+        group.hops.push(chain);
+        self.finish_if_ready(key);
+    }
+}
+
+/// `[start, end)` of a message a probe names on a unix socket (`conn.unix_path` + offset).
+fn unix_range(p: &PEvent) -> Option<(u64, u64)> {
+    p.conn.as_ref()?.unix_path.as_ref()?;
+    let start = p.offset?;
+    Some((start, start + p.len?))
+}
+
+/// A probed unix message whose call the kernel recording does not show: its leg's points are
+/// missing (the relay beyond it cannot be followed).
+fn unix_not_found(what: &str) -> HopChain {
+    HopChain {
+        points: Stages::absent(&[PointId::UdsDataReady, PointId::UdsRecvReturn]).points,
+        unresolved: vec![format!("unix {what} not recorded")],
+        ..HopChain::default()
     }
 }

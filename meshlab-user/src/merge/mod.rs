@@ -12,15 +12,18 @@
 // `cli`, `pipeline::Options` and `segments` (the segment table docs/segments.md mirrors) are
 // the merge's interface; everything else is internal.
 pub(crate) mod attribution;
+pub(crate) mod catalog;
 pub(crate) mod chain;
 pub mod cli;
 pub(crate) mod clock;
 pub(crate) mod conns;
 pub(crate) mod event;
 pub(crate) mod half;
+pub(crate) mod hops;
 pub(crate) mod index;
 pub(crate) mod input;
 pub(crate) mod join;
+pub(crate) mod legs;
 pub(crate) mod message;
 pub mod pipeline;
 pub(crate) mod reduce;

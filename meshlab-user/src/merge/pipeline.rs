@@ -187,6 +187,8 @@ impl State {
                 incomplete: 0,
                 errors: Vec::new(),
                 dropped_per_node: plan.dropped.clone(),
+                custom_points: 0,
+                unplaced_points: 0,
             },
             extra_errors: 0,
             timeline,
@@ -196,6 +198,8 @@ impl State {
     /// End of input: the joiners' errors and late events, then the count of errors not listed.
     fn collect_node_errors(&mut self, joiners: &mut [NodeJoiner], streams: &[NodeStream]) {
         for (j, s) in joiners.iter_mut().zip(streams) {
+            self.summary.custom_points += j.custom_points;
+            self.summary.unplaced_points += j.unplaced_points;
             for e in j.errors.drain(..) {
                 self.error(e);
             }

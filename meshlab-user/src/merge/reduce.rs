@@ -4,7 +4,9 @@
 use crate::schema::{Hook, InputKind, KernelEvent, ProbeEvent, Record};
 
 use super::MergeError;
-use super::event::{Endpoint, Established, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp};
+use super::event::{
+    Endpoint, Established, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp, UnixEnds,
+};
 use super::input::{Plan, parse_err, shift};
 use super::time::{NodeId, NodeTime};
 
@@ -121,6 +123,10 @@ fn kernel_item(
         retrans: k.retrans,
         rx,
         established,
+        unix: k.unix_sock.map(|sock| UnixEnds {
+            sock,
+            peer: k.unix_peer.unwrap_or(0),
+        }),
     }))
 }
 
@@ -154,10 +160,12 @@ fn probe_item(
             ),
         ));
     };
-    let role = match role {
-        "client" => Role::Client,
-        "server" => Role::Server,
-        _ => return Ok(None), // other roles (sidecars) are not on a two-node request's chain
+    // Other roles (a probed proxy, any process on the path) keep their whole point name and
+    // are placed into the node's chain by time (merge/catalog.rs).
+    let (role, point) = match role {
+        "client" => (Some(Role::Client), point),
+        "server" => (Some(Role::Server), point),
+        _ => (None, p.point.as_str()),
     };
     let ts = shift(p.ts_ns, skew).ok_or_else(|| {
         (
@@ -191,6 +199,7 @@ fn probe_item(
         },
         tid: p.tid,
         conn: p.conn,
+        dir: p.dir,
         offset: p.offset,
         len: p.len,
     }))

@@ -42,6 +42,13 @@ pub enum PointId {
     SchedSwitch,
     SkbCopyDatagram,
     RecvReturn,
+    // Unix stream legs (sidecars): data queued on the receiving socket, and the receiver's
+    // recv returning the message's last byte (docs/segments.md, "Hops and legs").
+    UdsDataReady,
+    UdsRecvReturn,
+    /// A probe point outside the standard chains (any catalog: `ROLE.NAME`), interned by
+    /// [`super::catalog::intern`].
+    Custom(u16),
 }
 
 impl PointId {
@@ -75,6 +82,9 @@ impl PointId {
             SchedSwitch => "sched_switch",
             SkbCopyDatagram => "skb_copy_datagram",
             RecvReturn => "recv_return",
+            UdsDataReady => "uds_data_ready",
+            UdsRecvReturn => "uds_recv_return",
+            Custom(i) => super::catalog::name(i),
         }
     }
 
@@ -103,6 +113,10 @@ impl PointId {
         })
     }
 }
+
+/// Known probe points that are not on a request's path (docs/probe-catalog.md): the writer's
+/// syscall return happens while its message travels, so it splits nothing.
+pub const OFF_PATH_PROBES: &[&str] = &["write_end"];
 
 /// Where a segment's `unit` comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -409,6 +423,106 @@ pub const SEGMENTS: &[SegmentDef] = &[
         TcpSendmsg,
         Process,
         Fixed("server"),
+        Compute,
+    ),
+    // Unix stream legs: the sender's syscall until the data is queued on the peer socket, then
+    // the reader's side (a probed reader splits it at its read_ready).
+    def(
+        "uds_send",
+        ClientWriteBegin,
+        UdsDataReady,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    def(
+        "uds_send",
+        ServerWriteBegin,
+        UdsDataReady,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    def(
+        "uds_receive",
+        UdsDataReady,
+        UdsRecvReturn,
+        Kernel,
+        Fixed("socket"),
+        Queue,
+    ),
+    def(
+        "uds_wakeup",
+        UdsDataReady,
+        ClientReadReady,
+        Kernel,
+        Fixed("scheduler"),
+        Queue,
+    ),
+    def(
+        "uds_wakeup",
+        UdsDataReady,
+        ServerReadReady,
+        Kernel,
+        Fixed("scheduler"),
+        Queue,
+    ),
+    def(
+        "uds_recv",
+        ClientReadReady,
+        UdsRecvReturn,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    def(
+        "uds_recv",
+        ServerReadReady,
+        UdsRecvReturn,
+        Kernel,
+        Fixed("syscall"),
+        Compute,
+    ),
+    def(
+        "client_read_return",
+        UdsRecvReturn,
+        ClientReadEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "server_read_return",
+        UdsRecvReturn,
+        ServerReadEnd,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    // A proxy without probes (kernel-only relay rule, docs/segments.md): from its read of the
+    // message on one socket to its write of it on the next (the unit is the proxy).
+    def(
+        "proxy_uds_to_tcp",
+        UdsRecvReturn,
+        TcpSendmsg,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "proxy_tcp_to_uds",
+        RecvReturn,
+        UdsDataReady,
+        Process,
+        Unit::Process,
+        Compute,
+    ),
+    def(
+        "proxy_uds_to_uds",
+        UdsRecvReturn,
+        UdsDataReady,
+        Process,
+        Unit::Process,
         Compute,
     ),
 ];

@@ -55,12 +55,39 @@ pub struct Turns {
     /// Closed turns waiting for their TX events: (due, turn).
     closing: VecDeque<(u64, Turn)>,
     pub done: Vec<Half>,
+    /// Calls that could not be attributed, counted (reported at the end of the merge).
+    pub skipped: Skipped,
+}
+
+/// Kernel-only traffic the turn model cannot attribute (docs/segments.md, kernel-only mode).
+#[derive(Default)]
+pub(crate) struct Skipped {
+    /// Calls on connections without `sock_established` (opened before the recording).
+    pub unknown_connection: u64,
+    /// Data the accepting side sent before any request (a server speaking first).
+    pub server_first: u64,
+    /// Data the connecting side received before sending anything.
+    pub before_request: u64,
+}
+
+impl Skipped {
+    /// One summary line for the merge's errors, if anything was skipped.
+    pub fn describe(&self, node: &str) -> Option<String> {
+        let total = self.unknown_connection + self.server_first + self.before_request;
+        (total > 0).then(|| {
+            format!(
+                "node {node}: kernel-only: {total} calls not attributed: {} on connections opened before the recording, {} server-first sends, {} receives before any request",
+                self.unknown_connection, self.server_first, self.before_request
+            )
+        })
+    }
 }
 
 impl Turns {
     pub fn send_call(&mut self, conns: &Conns, call: SendCall, window_ns: u64) {
         let msg = call.msg;
         let Some(est) = conns.by_cookie.get(&msg.cookie) else {
+            self.skipped.unknown_connection += 1;
             return;
         };
         let now = call.stamp.ns();
@@ -68,6 +95,7 @@ impl Turns {
             self.close(msg.cookie, window_ns);
         }
         if !est.active && !self.open.contains_key(&msg.cookie) {
+            self.skipped.server_first += 1;
             return; // a server speaking first: no request to attribute it to
         }
         let turn = self.open.entry(msg.cookie).or_insert_with(|| Turn {
@@ -93,6 +121,7 @@ impl Turns {
         window_ns: u64,
     ) {
         let Some(est) = conns.by_cookie.get(&msg.cookie) else {
+            self.skipped.unknown_connection += 1;
             return;
         };
         let now = stamp.ns();
@@ -100,6 +129,7 @@ impl Turns {
             self.close(msg.cookie, window_ns);
         }
         if est.active && !self.open.contains_key(&msg.cookie) {
+            self.skipped.before_request += 1;
             return; // data before any request on this connection
         }
         let turn = self.open.entry(msg.cookie).or_insert_with(|| Turn {
@@ -193,6 +223,8 @@ fn finish(
         link: conns.link(turn.cookie, request_start),
         join: JoinMethod::KernelOnly,
         process: if turn.client { "client" } else { "server" }.into(),
+        relays: Vec::new(),
+        unresolved: Vec::new(),
         points,
         post,
         notes,

@@ -221,6 +221,7 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     } else {
         write_ladder(&ladder, &mut out)?;
+        super::steps::write_steps(&runs, &labels, &mut out)?;
     }
     out.flush()?;
     Ok(())

@@ -15,6 +15,7 @@ pub mod order;
 pub mod perfetto;
 pub mod quantile;
 pub mod select;
+pub mod steps;
 pub mod summary;
 pub mod table;
 pub mod text;

@@ -42,7 +42,8 @@ pub struct ClientArgs {
     /// Measured time after warm-up (DURATION, as --warmup).
     #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Duration,
-    #[arg(long, value_enum, default_value_t = Proto::Ttheader)]
+    /// Framing; off means upstream behaviour (the seed's rule): Framed unless `--proto ttheader`.
+    #[arg(long, value_enum, default_value_t = Proto::Framed)]
     pub proto: Proto,
     /// Print the summary as JSON on stdout.
     #[arg(long)]

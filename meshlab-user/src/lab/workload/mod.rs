@@ -242,8 +242,14 @@ pub fn shutting_down() -> bool {
 
 /// The trace id both sides derive for Framed (which carries no metadata): client address and
 /// port, server address and port, request sequence id. Only agrees when client and server
-/// share one TCP connection (topology `direct`); with proxies use TTHeader.
+/// share one TCP connection (topology `direct`). On a unix socket (behind a sidecar) the two
+/// ends cannot agree on anything, so each side's id is unique on its own (the socket's
+/// SO_COOKIE) and merge pairs the halves by the TCP leg the relay rule finds instead.
 pub fn framed_trace_id(client: &ConnRef, server_side: bool, seq_id: i32) -> String {
+    if client.unix_path.is_some() {
+        let side = if server_side { "s" } else { "c" };
+        return format!("f-{side}-{}-{seq_id}", client.cookie.unwrap_or(0));
+    }
     let (c, s) = if server_side {
         ((&client.raddr, client.rport), (&client.laddr, client.lport))
     } else {

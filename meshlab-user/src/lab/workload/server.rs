@@ -31,7 +31,8 @@ pub struct ServerArgs {
     /// Unix socket path to listen on (removed on exit).
     #[arg(long)]
     pub unix: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = Proto::Ttheader)]
+    /// Framing; off means upstream behaviour (the seed's rule): Framed unless `--proto ttheader`.
+    #[arg(long, value_enum, default_value_t = Proto::Framed)]
     pub proto: Proto,
     /// Written once listening: the bound address (`tcp:IP:PORT` or `unix:PATH`).
     #[arg(long)]

@@ -1,0 +1,127 @@
+//! Privileged: the seed's sidecar topologies recorded, merged and attributed per hop. One-hop
+//! and two-hop lab runs (`meshlab demo` with its kernel recorders) must merge almost every
+//! sampled request as complete, with each unix leg's kernel stages and each proxy's time as
+//! their own segments on the right node, and segments summing exactly to end-to-end.
+
+use std::path::Path;
+use std::process::Command;
+
+use meshlab_user::lab::{can_run_privileged, can_run_with};
+use meshlab_user::schema::{Layer, MergeSummary, MergedRequest, Record};
+
+fn run_demo(topology: &str, dir: &Path) -> (Vec<MergedRequest>, MergeSummary) {
+    // TTHeader: the trace id travels through the sidecars, so this test checks the hop
+    // structure independently of how Framed halves are paired (by the TCP leg).
+    let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .args([
+            "demo",
+            "--topology",
+            topology,
+            "--trace-sample",
+            "1/4",
+            "--proto",
+            "ttheader",
+        ])
+        .args(["--duration", "1s", "--warmup", "200ms", "--out"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "demo --topology {topology} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let merged = std::fs::read_to_string(dir.join("merged.ndjson")).unwrap();
+    let (mut requests, mut summary) = (Vec::new(), None);
+    for line in merged.lines() {
+        match serde_json::from_str::<Record>(line).unwrap() {
+            Record::Request(r) => requests.push(r),
+            Record::MergeSummary(s) => summary = Some(s),
+            _ => {}
+        }
+    }
+    (requests, summary.expect("merge_summary"))
+}
+
+/// Whether `r` has a segment `name` on `node` with unit `unit` (any unit when `None`).
+fn has(r: &MergedRequest, name: &str, node: &str, unit: Option<&str>) -> bool {
+    r.segments.iter().any(|s| {
+        s.name == name && s.node.as_deref() == Some(node) && unit.is_none_or(|u| s.unit == u)
+    })
+}
+
+fn assert_complete_and_exact(topology: &str, requests: &[MergedRequest], summary: &MergeSummary) {
+    assert!(
+        requests.len() >= 20,
+        "{topology}: {} requests",
+        requests.len()
+    );
+    let complete = requests.iter().filter(|r| r.complete).count();
+    assert!(
+        complete * 100 >= requests.len() * 99,
+        "{topology}: {complete} of {} complete; first incomplete: {:?}; errors: {:?}",
+        requests.len(),
+        requests.iter().find(|r| !r.complete).map(|r| &r.missing),
+        summary.errors.iter().take(3).collect::<Vec<_>>()
+    );
+    for r in requests {
+        let sum: u64 = r.segments.iter().map(|s| s.dur_ns).sum();
+        assert_eq!(sum, r.e2e_ns, "{topology}: segments sum to end-to-end");
+    }
+}
+
+/// Client side of both sidecar topologies: client --UDS--> sidecar-out --TCP--> ...
+fn assert_client_node_hops(r: &MergedRequest) {
+    assert!(has(r, "uds_send", "A", Some("syscall")), "{r:?}");
+    assert!(has(r, "uds_receive", "A", Some("socket")), "{r:?}");
+    assert!(
+        has(r, "proxy_uds_to_tcp", "A", Some("sidecar-out")),
+        "{r:?}"
+    );
+    assert!(
+        has(r, "proxy_tcp_to_uds", "A", Some("sidecar-out")),
+        "{r:?}"
+    );
+    assert!(
+        has(r, "tx_tcp_ip", "A", None),
+        "the proxy's TCP send: {r:?}"
+    );
+    assert!(has(r, "client_read_return", "A", Some("client")), "{r:?}");
+    let rtt = r
+        .segments
+        .iter()
+        .filter(|s| s.layer == Layer::Network && s.name == "network_round_trip")
+        .count();
+    assert_eq!(rtt, 1, "one cross-node wait, split once: {r:?}");
+}
+
+#[test]
+fn one_hop_and_two_hop_requests_are_attributed_per_hop() {
+    let test = "one_hop_and_two_hop_requests_are_attributed_per_hop";
+    if !can_run_privileged(test) || !can_run_with(test, "haproxy") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+
+    let (requests, summary) = run_demo("one-hop", &out.path().join("one-hop"));
+    assert_complete_and_exact("one-hop", &requests, &summary);
+    for r in requests.iter().filter(|r| r.complete) {
+        assert_client_node_hops(r);
+        // The server reads TCP itself: no proxy on B.
+        assert!(has(r, "server_handler", "B", Some("server")), "{r:?}");
+        assert!(!r.segments.iter().any(|s| s.unit.starts_with("sidecar-in")));
+    }
+
+    let (requests, summary) = run_demo("two-hop", &out.path().join("two-hop"));
+    assert_complete_and_exact("two-hop", &requests, &summary);
+    for r in requests.iter().filter(|r| r.complete) {
+        assert_client_node_hops(r);
+        assert!(has(r, "proxy_tcp_to_uds", "B", Some("sidecar-in")), "{r:?}");
+        assert!(has(r, "proxy_uds_to_tcp", "B", Some("sidecar-in")), "{r:?}");
+        assert!(
+            has(r, "uds_send", "B", None),
+            "the server's unix write: {r:?}"
+        );
+        assert!(has(r, "server_read_return", "B", Some("server")), "{r:?}");
+    }
+}

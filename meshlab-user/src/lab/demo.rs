@@ -185,7 +185,8 @@ fn run_topology(
         failures: Vec::new(),
     };
     let sample = format!("1/{}", args.trace_sample.0);
-    let kernel_files = [dir.join("kernel-A.ndjson"), dir.join("kernel-B.ndjson")];
+    // Binary captures (`meshlab export` turns one into NDJSON); merge reads them directly.
+    let kernel_files = [dir.join("kernel-A.capture"), dir.join("kernel-B.capture")];
     let mut recorders = Vec::new();
     if args.no_record {
         log::info!("demo[{name}]: --no-record: no kernel recorders");

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use meshlab_user::ndjson::RecordReader;
+use meshlab_user::capture::source::RecordSource;
 use meshlab_user::schema::{KernelEvent, Record, Startup, Summary};
 
 /// True when the test may run; false (after a loud message) when it must skip. In CI
@@ -31,10 +31,10 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts `meshlab record -o <dir>/<name>.ndjson --ready-file ... <extra>` and waits until
-    /// every program is attached.
+    /// Starts `meshlab record -o <dir>/<name>.capture --ready-file ... <extra>` (the default
+    /// binary capture) and waits until every program is attached.
     pub fn start(dir: &Path, name: &str, extra: &[&str]) -> Recorder {
-        let output = dir.join(format!("{name}.ndjson"));
+        let output = dir.join(format!("{name}.capture"));
         let ready = dir.join(format!("{name}.ready"));
         let child = Command::new(env!("CARGO_BIN_EXE_meshlab"))
             .arg("record")
@@ -99,9 +99,9 @@ pub struct Recording {
 
 impl Recording {
     pub fn read(path: &Path) -> Recording {
-        let mut records = RecordReader::open(path)
+        let mut records = RecordSource::open(path)
             .expect("open recording")
-            .map(|r| r.expect("valid line"));
+            .map(|r| r.expect("valid record"));
         let startup = match records.next() {
             Some(Record::Startup(s)) => s,
             other => panic!("first record is not startup: {other:?}"),

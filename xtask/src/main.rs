@@ -2,6 +2,8 @@
 //! both install what is missing first (`setup`), so a fresh machine needs nothing else.
 
 mod bench;
+mod bench_merge;
+mod bench_recorder;
 mod setup;
 mod vm;
 mod vm_scenarios;

@@ -2,7 +2,9 @@
 //! record` process) per event it receives, writing a binary capture vs NDJSON, under loopback
 //! RPC load as fast as the lab client goes. Formats are interleaved round by round and
 //! compared by medians. The CPU the recorder spent before it was ready (loading and attaching
-//! the programs) is read from /proc and left out: the figure is the per-event cost.
+//! the programs) is read from /proc and left out: the figure is the per-event cost. Each
+//! format writes once to a file (what a recording costs, page cache included) and once to
+//! /dev/null (the recorder's own processing without the page cache).
 
 use std::io::Read;
 use std::path::Path;
@@ -25,7 +27,13 @@ pub struct RecorderCpuArgs {
 }
 
 const PORT: u16 = 47_310;
-const FORMATS: [&str; 2] = ["ndjson", "capture"];
+/// (format, output to a file rather than /dev/null)
+const MODES: [(&str, bool); 4] = [
+    ("ndjson", true),
+    ("capture", true),
+    ("ndjson", false),
+    ("capture", false),
+];
 
 /// One recorder run.
 struct Run {
@@ -45,18 +53,19 @@ pub fn run(args: RecorderCpuArgs) -> Result<()> {
         Command::new(&exe).args(["lab", "server", "--listen", &format!("127.0.0.1:{PORT}")]),
         &dir.join("server.ready"),
     )?);
-    let mut runs: [Vec<Run>; 2] = Default::default();
+    let mut runs: [Vec<Run>; 4] = Default::default();
     for round in 0..args.rounds.max(1) {
-        for k in 0..FORMATS.len() {
-            let f = (round + k) % FORMATS.len();
-            runs[f].push(record_once(&exe, &dir, FORMATS[f], &args)?);
+        // Rotate the order each round so drift over time does not favour one mode.
+        for k in 0..MODES.len() {
+            let m = (round + k) % MODES.len();
+            runs[m].push(record_once(&exe, &dir, MODES[m], &args)?);
         }
     }
     println!(
         "recorder CPU per event (`cargo xtask bench recorder-cpu --rounds {} --seconds {} --concurrency {}`), medians of interleaved rounds:",
         args.rounds, args.seconds, args.concurrency
     );
-    let mut medians = [0.0; 2];
+    let mut medians = [0.0; 4];
     for (f, runs) in runs.iter().enumerate() {
         let ns: Vec<f64> = runs
             .iter()
@@ -65,9 +74,10 @@ pub fn run(args: RecorderCpuArgs) -> Result<()> {
         let rate: Vec<f64> = runs.iter().map(|r| r.events as f64 / r.seconds).collect();
         let dropped: u64 = runs.iter().map(|r| r.dropped).sum();
         medians[f] = median(ns.clone());
+        let (format, to_file) = MODES[f];
         println!(
-            "  {:7} {:6.0} ns/event (runs: {}), {:.0} events/s, {} dropped in all runs",
-            FORMATS[f],
+            "  {format:7} to {:9} {:6.0} ns/event (runs: {}), {:.0} events/s, {} dropped in all runs",
+            if to_file { "a file" } else { "/dev/null" },
             medians[f],
             ns.iter()
                 .map(|n| format!("{n:.0}"))
@@ -77,7 +87,11 @@ pub fn run(args: RecorderCpuArgs) -> Result<()> {
             dropped
         );
     }
-    println!("  capture / ndjson = {:.3}", medians[1] / medians[0]);
+    println!(
+        "  capture / ndjson = {:.3} (to a file), {:.3} (to /dev/null)",
+        medians[1] / medians[0],
+        medians[3] / medians[2]
+    );
     let _ = std::fs::remove_dir_all(dir.join("out"));
     Ok(())
 }
@@ -116,14 +130,24 @@ fn spawn_ready(cmd: &mut Command, ready: &Path) -> Result<Child> {
     Ok(child)
 }
 
-fn record_once(exe: &Path, dir: &Path, format: &str, args: &RecorderCpuArgs) -> Result<Run> {
+fn record_once(
+    exe: &Path,
+    dir: &Path,
+    (format, to_file): (&str, bool),
+    args: &RecorderCpuArgs,
+) -> Result<Run> {
     let out_dir = dir.join("out");
     std::fs::create_dir_all(&out_dir)?;
+    let output = if to_file {
+        out_dir.join(format!("rec.{format}"))
+    } else {
+        "/dev/null".into()
+    };
     let mut recorder = spawn_ready(
         Command::new(exe)
             .args(["record", "--format", format, "--port", &PORT.to_string()])
             .arg("-o")
-            .arg(out_dir.join(format!("rec.{format}")))
+            .arg(&output)
             .stderr(Stdio::piped()),
         &dir.join("record.ready"),
     )?;
@@ -163,6 +187,9 @@ fn record_once(exe: &Path, dir: &Path, format: &str, args: &RecorderCpuArgs) -> 
     );
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let cpu_s = secs(usage.ru_utime) + secs(usage.ru_stime) - cpu_at_ready;
+    if to_file {
+        let _ = std::fs::remove_file(&output);
+    }
     let (events, dropped) = summary_counts(&stderr)?;
     Ok(Run {
         events,

@@ -167,7 +167,7 @@ fn summarize(size: u64, events: u64, format: &'static str, runs: &[Run]) -> Row 
     }
 }
 
-fn machine() -> String {
+pub fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {

@@ -61,37 +61,11 @@ pub fn run(args: RecorderCpuArgs) -> Result<()> {
             runs[m].push(record_once(&exe, &dir, MODES[m], &args)?);
         }
     }
-    println!(
-        "recorder CPU per event (`cargo xtask bench recorder-cpu --rounds {} --seconds {} --concurrency {}`), medians of interleaved rounds:",
-        args.rounds, args.seconds, args.concurrency
-    );
-    let mut medians = [0.0; 4];
-    for (f, runs) in runs.iter().enumerate() {
-        let ns: Vec<f64> = runs
-            .iter()
-            .map(|r| r.cpu_s * 1e9 / r.events.max(1) as f64)
-            .collect();
-        let rate: Vec<f64> = runs.iter().map(|r| r.events as f64 / r.seconds).collect();
-        let dropped: u64 = runs.iter().map(|r| r.dropped).sum();
-        medians[f] = median(ns.clone());
-        let (format, to_file) = MODES[f];
-        println!(
-            "  {format:7} to {:9} {:6.0} ns/event (runs: {}), {:.0} events/s, {} dropped in all runs",
-            if to_file { "a file" } else { "/dev/null" },
-            medians[f],
-            ns.iter()
-                .map(|n| format!("{n:.0}"))
-                .collect::<Vec<_>>()
-                .join(" "),
-            median(rate),
-            dropped
-        );
-    }
-    println!(
-        "  capture / ndjson = {:.3} (to a file), {:.3} (to /dev/null)",
-        medians[1] / medians[0],
-        medians[3] / medians[2]
-    );
+    let text = markdown(&runs, &args);
+    print!("{text}");
+    let doc = workspace_root().join("docs/benchmarks-recorder.md");
+    std::fs::write(&doc, &text).with_context(|| format!("writing {}", doc.display()))?;
+    eprintln!("wrote {}", doc.display());
     let _ = std::fs::remove_dir_all(dir.join("out"));
     Ok(())
 }
@@ -223,6 +197,48 @@ fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
     let events = words.next().context("event count")?.parse()?;
     let dropped = words.nth(1).context("drop count")?.parse()?;
     Ok((events, dropped))
+}
+
+fn markdown(runs: &[Vec<Run>; 4], args: &RecorderCpuArgs) -> String {
+    let mut s = format!(
+        "## Recorder CPU per event (target: ≤ 100 ns)\n\n\
+         `cargo xtask bench recorder-cpu --rounds {} --seconds {} --concurrency {}` on {}: \
+         `meshlab record --port P` tracing loopback echo RPCs of `meshlab lab client --qps 0`; \
+         user+sys of the recorder process after it was ready (wait4(2) minus /proc/PID/stat at \
+         ready), divided by the events it received. Modes interleaved round by round; median \
+         and each run.\n\n\
+         | output | ns/event (median) | runs | events/s received (median) | dropped (all runs) |\n\
+         |---|---:|---|---:|---:|\n",
+        args.rounds,
+        args.seconds,
+        args.concurrency,
+        crate::bench_merge::machine()
+    );
+    let mut medians = [0.0; 4];
+    for (m, runs) in runs.iter().enumerate() {
+        let ns: Vec<f64> = runs
+            .iter()
+            .map(|r| r.cpu_s * 1e9 / r.events.max(1) as f64)
+            .collect();
+        let rate: Vec<f64> = runs.iter().map(|r| r.events as f64 / r.seconds).collect();
+        let dropped: u64 = runs.iter().map(|r| r.dropped).sum();
+        medians[m] = median(ns.clone());
+        let (format, to_file) = MODES[m];
+        let each: Vec<String> = ns.iter().map(|n| format!("{n:.0}")).collect();
+        s.push_str(&format!(
+            "| {format} to {} | **{:.0}** | {} | {:.0} | {dropped} |\n",
+            if to_file { "a file" } else { "/dev/null" },
+            medians[m],
+            each.join(", "),
+            median(rate),
+        ));
+    }
+    s.push_str(&format!(
+        "\ncapture / NDJSON CPU per event: {:.3} to a file, {:.3} to /dev/null.\n",
+        medians[1] / medians[0],
+        medians[3] / medians[2]
+    ));
+    s
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

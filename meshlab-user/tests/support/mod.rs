@@ -80,6 +80,16 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// Kills the recorder with SIGKILL (no flush, no summary), as a crash would.
+    pub fn kill_hard(mut self) {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+}
+
 impl Drop for Recorder {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {

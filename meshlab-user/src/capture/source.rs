@@ -1,9 +1,9 @@
 //! A recording in either format as a stream of [`Record`]s: NDJSON lines, or a binary capture
-//! whose events are decoded without JSON (on a second thread, so reading and decoding overlap
-//! with whatever consumes the records). The format is detected from the file's first bytes.
+//! whose events are decoded without JSON. The format is detected from the file's first bytes;
+//! either is read on a second thread, so reading overlaps with whatever consumes the records.
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
@@ -90,34 +90,41 @@ pub fn parse_json_record(raw: &RawRecord<'_>) -> Result<Record, String> {
     Ok(record)
 }
 
-type Decoded = Result<(u64, Record), CaptureError>;
+type Numbered = Result<(u64, Record), NdjsonError>;
 
 /// Either format, detected from the first bytes; yields records with their line (NDJSON) or
-/// record number (capture).
-pub enum RecordSource {
-    Ndjson(RecordReader<BufReader<File>>),
-    Capture {
-        batches: Receiver<Vec<Decoded>>,
-        current: std::vec::IntoIter<Decoded>,
-        position: u64,
-    },
+/// record number (capture). Parsing or decoding runs on its own thread, a bounded number of
+/// batches ahead of the consumer: the merge joins on one core while the input is read on the
+/// other.
+pub struct RecordSource {
+    batches: Receiver<Vec<Numbered>>,
+    current: std::vec::IntoIter<Numbered>,
+    position: u64,
 }
 
 impl RecordSource {
     pub fn open(path: &Path) -> Result<Self, NdjsonError> {
-        if !file_is_capture(path)? {
-            return Ok(RecordSource::Ndjson(RecordReader::open(path)?));
-        }
-        let records = CaptureRecords::new(CaptureReader::open(path)?);
         let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
-        std::thread::Builder::new()
-            .name("capture-decode".into())
-            .spawn(move || decode_in_batches(records, tx))
-            .map_err(|source| NdjsonError::Open {
-                file: path.into(),
-                source,
-            })?;
-        Ok(RecordSource::Capture {
+        let spawned = if file_is_capture(path)? {
+            let mut records = CaptureRecords::new(CaptureReader::open(path)?);
+            let next = move || match records.next_record() {
+                Ok(r) => r.map(|r| Ok((records.number(), r))),
+                Err(e) => Some(Err(e.into())),
+            };
+            spawn_reader(path, next, tx)
+        } else {
+            let mut reader = RecordReader::open(path)?;
+            let next = move || {
+                let r = reader.next()?;
+                Some(r.map(|r| (reader.line(), r)))
+            };
+            spawn_reader(path, next, tx)
+        };
+        spawned.map_err(|source| NdjsonError::Open {
+            file: path.into(),
+            source,
+        })?;
+        Ok(RecordSource {
             batches: rx,
             current: Vec::new().into_iter(),
             position: 0,
@@ -126,61 +133,61 @@ impl RecordSource {
 
     /// Line (NDJSON) or record number (capture) of the record returned last.
     pub fn position(&self) -> u64 {
-        match self {
-            RecordSource::Ndjson(r) => r.line(),
-            RecordSource::Capture { position, .. } => *position,
-        }
+        self.position
     }
 }
 
-/// The decoding thread: stops at the end, at the first error, or when the consumer is gone.
-fn decode_in_batches<R: Read>(mut records: CaptureRecords<R>, tx: SyncSender<Vec<Decoded>>) {
-    loop {
-        let mut batch = Vec::with_capacity(BATCH);
-        let mut finished = false;
-        while batch.len() < BATCH {
-            match records.next_record() {
-                Ok(Some(r)) => batch.push(Ok((records.number(), r))),
-                Ok(None) => {
-                    finished = true;
-                    break;
-                }
-                Err(e) => {
-                    batch.push(Err(e));
-                    finished = true;
-                    break;
+/// The reading thread: sends batches until the end, the first error, or the consumer is gone.
+fn spawn_reader(
+    path: &Path,
+    mut next: impl FnMut() -> Option<Numbered> + Send + 'static,
+    tx: SyncSender<Vec<Numbered>>,
+) -> std::io::Result<()> {
+    let name = format!("read {}", path.display());
+    let body = move || {
+        loop {
+            let mut batch = Vec::with_capacity(BATCH);
+            let mut finished = false;
+            while batch.len() < BATCH {
+                match next() {
+                    Some(item) => {
+                        finished = item.is_err();
+                        batch.push(item);
+                        if finished {
+                            break;
+                        }
+                    }
+                    None => {
+                        finished = true;
+                        break;
+                    }
                 }
             }
+            if tx.send(batch).is_err() || finished {
+                return;
+            }
         }
-        if tx.send(batch).is_err() || finished {
-            return;
-        }
-    }
+    };
+    // Thread names are limited to 15 bytes by the kernel; std truncates, keep it readable.
+    std::thread::Builder::new()
+        .name(name.chars().take(15).collect())
+        .spawn(body)
+        .map(drop)
 }
 
 impl Iterator for RecordSource {
     type Item = Result<Record, NdjsonError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        match self {
-            RecordSource::Ndjson(r) => r.next(),
-            RecordSource::Capture {
-                batches,
-                current,
-                position,
-            } => loop {
-                if let Some(item) = current.next() {
-                    return Some(match item {
-                        Ok((n, record)) => {
-                            *position = n;
-                            Ok(record)
-                        }
-                        Err(e) => Err(e.into()),
-                    });
-                }
-                // A closed channel after the last batch is the end.
-                *current = batches.recv().ok()?.into_iter();
-            },
+        loop {
+            if let Some(item) = self.current.next() {
+                return Some(item.map(|(n, record)| {
+                    self.position = n;
+                    record
+                }));
+            }
+            // A closed channel after the last batch is the end.
+            self.current = self.batches.recv().ok()?.into_iter();
         }
     }
 }

@@ -18,7 +18,7 @@ pub struct MergeBenchArgs {
     pub sizes: Vec<u64>,
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// CI smoke test: 20 000 events, one round, nothing written to docs/.
+    /// CI smoke test: 20 000 events, one round, debug build, nothing written to docs/.
     #[arg(long)]
     pub quick: bool,
 }
@@ -48,17 +48,18 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     } else {
         (args.sizes.clone(), args.rounds.max(1))
     };
+    // --quick (CI) uses the debug build `cargo test` has just made: seconds, not a release
+    // build; its figures only show that the benchmark runs.
+    let (profile, flag) = if args.quick {
+        ("debug", None)
+    } else {
+        ("release", Some("--release"))
+    };
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    run_cmd(Command::new(&cargo).args(["build", "--release", "--bin", "meshlab"]))?;
-    run_cmd(Command::new(&cargo).args([
-        "build",
-        "--release",
-        "-p",
-        "meshlab-user",
-        "--example",
-        "merge_bench_input",
-    ]))?;
-    let target = workspace_root().join("target/release");
+    let build = |what: &[&str]| run_cmd(Command::new(&cargo).arg("build").args(flag).args(what));
+    build(&["--bin", "meshlab"])?;
+    build(&["-p", "meshlab-user", "--example", "merge_bench_input"])?;
+    let target = workspace_root().join("target").join(profile);
     let exe = target.join("meshlab");
     let mut rows = Vec::new();
     for size in sizes {

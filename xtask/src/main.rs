@@ -135,6 +135,8 @@ fn test(args: TestArgs) -> Result<()> {
     }
     test.args(&args.cargo_args);
     run_cmd(&mut test)?;
+    // Seconds: the merge benchmark's smoke run (capture and NDJSON inputs) on the debug build.
+    run_cmd(Command::new(std::env::current_exe()?).args(["bench", "merge", "--quick"]))?;
     if !args.no_vm {
         vm_tests(args.ci)?;
     }

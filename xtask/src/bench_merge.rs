@@ -184,10 +184,15 @@ pub fn machine() -> String {
 }
 
 fn markdown(rows: &[Row], rounds: usize, args: &MergeBenchArgs) -> String {
-    let mut command = String::from("cargo xtask bench merge");
-    if args.quick {
-        command.push_str(" --quick");
-    }
+    let command = if args.quick {
+        "cargo xtask bench merge --quick".to_owned()
+    } else {
+        let sizes: Vec<String> = args.sizes.iter().map(u64::to_string).collect();
+        format!(
+            "cargo xtask bench merge --sizes {} --rounds {rounds}",
+            sizes.join(",")
+        )
+    };
     let mut s = format!(
         "## Merge throughput and memory (5d)\n\n\
          `{command}` on {}: synthetic two-node traffic (8 connections, probes on both nodes), \

@@ -62,3 +62,9 @@ pub const EVENT_FLAG_UNIX: u16 = 16;
 
 const _: () = assert!(core::mem::size_of::<Event>() == 136);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
+
+/// Version of the [`Event`] byte layout, written into every binary capture
+/// (docs/capture-format.md) next to `size_of::<Event>()`. Bump it whenever a field of `Event`
+/// changes meaning, order or width, even if the size stays the same: a capture is raw `Event`
+/// bytes, and a reader refuses a layout it was not built for.
+pub const EVENT_LAYOUT_VERSION: u32 = 1;

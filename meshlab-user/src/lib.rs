@@ -1,6 +1,7 @@
 //! meshlab: an eBPF kernel-and-socket tracer for the part of an RPC's latency that userland
 //! probes cannot see. The binary `meshlab` is a thin CLI over this library.
 
+pub mod capture;
 pub mod kernel;
 pub mod lab;
 pub mod merge;

@@ -2,7 +2,7 @@
 //! downstream pipe ends output successfully.
 
 use clap::{Parser, Subcommand};
-use meshlab_user::{kernel, lab, merge, ndjson, report};
+use meshlab_user::{capture, kernel, lab, merge, ndjson, report};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,8 +19,10 @@ struct Cli {
 enum Command {
     /// Check what this kernel allows and print the attach plan `record` would use.
     Doctor(kernel::doctor::DoctorArgs),
-    /// Load the kernel programs and write kernel events as NDJSON (needs root).
+    /// Load the kernel programs and record kernel events into a binary capture (needs root).
     Record(kernel::record::RecordArgs),
+    /// Turn a binary capture into NDJSON (the documented interchange format).
+    Export(capture::export::ExportArgs),
     /// Join kernel and userland NDJSON of all nodes and attribute every microsecond.
     Merge(merge::cli::MergeArgs),
     /// Show where the time went: tables, HTML, Perfetto; compare runs.
@@ -39,6 +41,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Doctor(args) => kernel::doctor::run(args),
         Command::Record(args) => kernel::record::run(args),
+        Command::Export(args) => capture::export::run(args),
         Command::Merge(args) => merge::cli::run(args),
         Command::Report(args) => report::cli::run(args),
         Command::Lab(args) => lab::cli::run_lab(args),

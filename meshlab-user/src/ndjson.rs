@@ -25,6 +25,9 @@ pub enum NdjsonError {
         line: u64,
         message: String,
     },
+    /// A binary capture read as a recording (crate::capture::source).
+    #[error(transparent)]
+    Capture(#[from] crate::capture::CaptureError),
 }
 
 /// Iterates over the records of one NDJSON file, skipping blank lines.

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use meshlab_user::lab::{can_run_privileged, can_run_with};
+use meshlab_testkit::privileged::{can_run_with, privileged_or_skip};
 use meshlab_user::schema::{Layer, MergeSummary, MergedRequest, Record};
 
 fn run_demo(topology: &str, dir: &Path) -> (Vec<MergedRequest>, MergeSummary) {
@@ -98,7 +98,7 @@ fn assert_client_node_hops(r: &MergedRequest) {
 #[test]
 fn one_hop_and_two_hop_requests_are_attributed_per_hop() {
     let test = "one_hop_and_two_hop_requests_are_attributed_per_hop";
-    if !can_run_privileged(test) || !can_run_with(test, "haproxy") {
+    if !privileged_or_skip(test) || !can_run_with(test, "haproxy") {
         return;
     }
     let out = tempfile::tempdir().unwrap();

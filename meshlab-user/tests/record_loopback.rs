@@ -227,3 +227,50 @@ fn raw_irq_stream_and_sigterm_flush_and_detach() {
     }
     rec.assert_exact_accounting();
 }
+
+#[test]
+fn a_killed_recorder_leaves_a_capture_valid_up_to_its_last_write() {
+    if !privileged_or_skip("a_killed_recorder_leaves_a_capture_valid_up_to_its_last_write") {
+        return;
+    }
+    let LoopbackRecording {
+        dir: _dir,
+        listener,
+        port,
+        recorder,
+    } = loopback_recording("killed", &[]);
+    let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    let cookie = socket_cookie(&client);
+    client.write_all(&[1u8; 100]).unwrap();
+    let mut buf = [0u8; 100];
+    server.read_exact(&mut buf).unwrap();
+    // The recorder writes its buffer out every second; then it dies without a summary.
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    let output = recorder.output.clone();
+    recorder.kill_hard();
+
+    let mut records = meshlab_user::capture::source::RecordSource::open(&output).unwrap();
+    let first = records.next().unwrap().unwrap();
+    assert!(matches!(first, meshlab_user::schema::Record::Startup(_)));
+    let mut sends = 0;
+    for record in records {
+        match record.expect("every complete record of a killed recording reads") {
+            meshlab_user::schema::Record::Kernel(k) => {
+                sends += usize::from(k.hook == Hook::TcpSendmsg && k.cookie == Some(cookie));
+            }
+            meshlab_user::schema::Record::Summary(_) => panic!("a killed recorder wrote a summary"),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        sends, 1,
+        "the send made before the last write is in the capture"
+    );
+    let export = std::process::Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .arg("export")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{export:?}");
+}

@@ -7,7 +7,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use meshlab_user::ndjson::RecordReader;
+use meshlab_user::capture::source::RecordSource;
 use meshlab_user::schema::Record;
 use support::{LoopbackRecording, loopback_recording, privileged_or_skip};
 
@@ -59,7 +59,7 @@ fn forced_overload_counts_every_lost_event() {
     assert!(rec.summary.per_hook["tcp_sendmsg"].hits >= SENDS as u64);
 
     // The last drops record in the stream carries the same total, per hook and per CPU.
-    let last_drops = RecordReader::open(&output)
+    let last_drops = RecordSource::open(&output)
         .unwrap()
         .filter_map(|r| match r.unwrap() {
             Record::Drops(d) => Some(d),

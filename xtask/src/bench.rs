@@ -31,6 +31,10 @@ pub enum BenchTask {
     },
     /// The recorder's decode path alone (ring record -> NDJSON line), events per second.
     Decode,
+    /// Merge throughput and peak RSS, binary capture vs NDJSON input (bench_merge.rs).
+    Merge(crate::bench_merge::MergeBenchArgs),
+    /// The recorder's own CPU per event, binary capture vs NDJSON output (bench_recorder.rs).
+    RecorderCpu(crate::bench_recorder::RecorderCpuArgs),
     /// Records loopback RPC load for N minutes and samples the recorder's RSS.
     Soak {
         #[arg(long, default_value_t = 10)]
@@ -70,6 +74,11 @@ pub fn ladder(quick: bool) -> Result<()> {
 }
 
 pub fn run(task: BenchTask) -> Result<()> {
+    let task = match task {
+        BenchTask::Merge(args) => return crate::bench_merge::run(args),
+        BenchTask::RecorderCpu(args) => return crate::bench_recorder::run(args),
+        other => other,
+    };
     if let BenchTask::Decode = task {
         return run_cmd(
             Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())).args([
@@ -91,7 +100,7 @@ pub fn run(task: BenchTask) -> Result<()> {
     )?;
     let exe = workspace_root().join("target/release/meshlab");
     match task {
-        BenchTask::Decode => Ok(()),
+        BenchTask::Decode | BenchTask::Merge(_) | BenchTask::RecorderCpu(_) => Ok(()),
         BenchTask::Overhead {
             rounds,
             seconds,

@@ -2,6 +2,8 @@
 //! both install what is missing first (`setup`), so a fresh machine needs nothing else.
 
 mod bench;
+mod bench_merge;
+mod bench_recorder;
 mod bpffloor;
 mod bpfstats;
 mod ladder;
@@ -152,6 +154,8 @@ fn test(args: TestArgs) -> Result<()> {
     run_cmd(
         setup::as_root(&std::env::current_exe()?.to_string_lossy()).args(["bench", "--quick"]),
     )?;
+    // Seconds: the merge benchmark's smoke run (capture and NDJSON inputs) on the debug build.
+    run_cmd(Command::new(std::env::current_exe()?).args(["bench", "merge", "--quick"]))?;
     if !args.no_vm {
         vm_tests(args.ci)?;
     }

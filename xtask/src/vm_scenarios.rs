@@ -58,12 +58,13 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     let meshlab = workspace_root().join("target/debug/meshlab");
     let (m, d) = (meshlab.display(), dir.display());
     // B: recorder first; the server only once every program is attached, so A's first
-    // connection is already traced. Both stop by themselves.
+    // connection is already traced. Both stop by themselves. The binary capture is then
+    // exported to NDJSON, the form the checks below read.
     let b = format!(
-        "{m} record -o {d}/b.ndjson --node B --port 9000 --duration 90s --ready-file /run/rec.ready & REC=$!; \
+        "{m} record -o {d}/b.capture --node B --port 9000 --duration 90s --ready-file /run/rec.ready & REC=$!; \
          while [ ! -f /run/rec.ready ]; do sleep 0.1; done; \
          timeout -s INT 45 {m} lab server --listen 10.213.0.2:9000; \
-         kill -INT $REC; wait $REC"
+         kill -INT $REC; wait $REC && {m} export {d}/b.capture -o {d}/b.ndjson"
     );
     // A: retries until B's server answers, then one short run of requests.
     let a = format!(

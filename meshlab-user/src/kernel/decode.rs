@@ -11,7 +11,7 @@ use meshlab_common::{
 };
 use serde::Serialize;
 
-use crate::schema::Direction;
+use crate::schema::{Direction, KernelEvent};
 
 /// Per-connection decoding state, keyed by cookie.
 #[derive(Debug, Default)]
@@ -33,14 +33,45 @@ struct UnixState {
     received: u64,
 }
 
+/// Events received per hook id, and records whose hook id this build does not know.
+#[derive(Clone, Debug)]
+pub struct HookTally {
+    pub received: [u64; HOOK_COUNT as usize],
+    pub unknown: u64,
+}
+
+impl Default for HookTally {
+    fn default() -> Self {
+        Self {
+            received: [0; HOOK_COUNT as usize],
+            unknown: 0,
+        }
+    }
+}
+
+impl HookTally {
+    /// Counts one event; its hook, or `None` (counted as unknown) for an unknown id.
+    pub fn count(&mut self, hook_id: u16) -> Option<Hook> {
+        match Hook::from_u16(hook_id) {
+            Some(hook) => {
+                self.received[usize::from(hook_id)] += 1;
+                Some(hook)
+            }
+            None => {
+                self.unknown += 1;
+                None
+            }
+        }
+    }
+}
+
 /// Decodes events of one node; counts what it received per hook.
 pub struct Decoder {
     node: String,
     conns: HashMap<u64, ConnState>,
     unix: HashMap<u64, UnixState>,
     dev_names: HashMap<u32, String>,
-    received: [u64; HOOK_COUNT as usize],
-    unknown_hooks: u64,
+    tally: HookTally,
 }
 
 impl Decoder {
@@ -50,31 +81,35 @@ impl Decoder {
             conns: HashMap::new(),
             unix: HashMap::new(),
             dev_names,
-            received: [0; HOOK_COUNT as usize],
-            unknown_hooks: 0,
+            tally: HookTally::default(),
         }
     }
 
     /// Events received per hook (index = hook id).
     pub fn received(&self) -> &[u64; HOOK_COUNT as usize] {
-        &self.received
+        &self.tally.received
     }
 
     /// Records with a hook id this build does not know (a mismatched object; should be 0).
     pub fn unknown_hooks(&self) -> u64 {
-        self.unknown_hooks
+        self.tally.unknown
     }
 
     /// Decodes one ring buffer record and writes its NDJSON line.
     pub fn write_event(&mut self, ev: &Event, out: &mut impl Write) -> std::io::Result<()> {
-        let Some(hook) = Hook::from_u16(ev.hook) else {
-            self.unknown_hooks += 1;
+        let Some(hook) = self.tally.count(ev.hook) else {
             return Ok(());
         };
-        self.received[usize::from(ev.hook)] += 1;
         let line = self.view(hook, ev);
         serde_json::to_writer(&mut *out, &line)?;
         out.write_all(b"\n")
+    }
+
+    /// Decodes one raw event into the record its NDJSON line parses to, without JSON (the
+    /// merge reading a binary capture); `None` for an unknown hook id.
+    pub fn decode(&mut self, ev: &Event) -> Option<KernelEvent> {
+        let hook = self.tally.count(ev.hook)?;
+        Some(self.view(hook, ev).to_owned_event())
     }
 
     fn view<'a>(&'a mut self, hook: Hook, ev: &Event) -> KernelLine<'a> {
@@ -249,14 +284,18 @@ pub fn unwrap_offset(seq: u32, base: u32, hi: &mut u64) -> u64 {
 #[derive(Clone, Copy)]
 struct Addr([u8; 16]);
 
+impl Addr {
+    fn to_ip(self) -> IpAddr {
+        let v6 = Ipv6Addr::from(self.0);
+        v6.to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6))
+    }
+}
+
 impl Serialize for Addr {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let v6 = Ipv6Addr::from(self.0);
-        let ip = v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6));
-        s.collect_str(&ip)
+        s.collect_str(&self.to_ip())
     }
 }
 
@@ -359,12 +398,47 @@ impl<'a> KernelLine<'a> {
             unix_peer: None,
         }
     }
+
+    fn to_owned_event(&self) -> KernelEvent {
+        let addr = |a: Option<Addr>| a.map(|a| a.to_ip().to_string());
+        KernelEvent {
+            node: self.node.to_owned(),
+            hook: self.hook,
+            ts_ns: self.ts_ns,
+            cpu: self.cpu,
+            pid: self.pid,
+            tid: self.tid,
+            cookie: self.cookie,
+            skb: self.skb,
+            seq: self.seq,
+            len: self.len,
+            offset: self.offset,
+            dir: self.dir,
+            ifindex: self.ifindex,
+            dev: self.dev.map(str::to_owned),
+            queue: self.queue,
+            value: self.value,
+            aux: self.aux,
+            saddr: addr(self.saddr),
+            sport: self.sport,
+            daddr: addr(self.daddr),
+            dport: self.dport,
+            irq: self.irq,
+            irq_entry_ns: self.irq_entry_ns,
+            softirq_raise_ns: self.softirq_raise_ns,
+            softirq_entry_ns: self.softirq_entry_ns,
+            retrans: self.retrans,
+            active: self.active,
+            unix_sock: self.unix_sock,
+            unix_peer: self.unix_peer,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{KernelEvent, Record};
+    use crate::schema::Record;
 
     fn v4(a: [u8; 4]) -> [u8; 16] {
         [

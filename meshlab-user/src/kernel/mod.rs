@@ -5,6 +5,7 @@ pub mod clock;
 pub mod decode;
 pub mod doctor;
 pub mod loader;
+pub mod output;
 pub mod plan;
 pub mod record;
 pub mod session;

@@ -1,8 +1,8 @@
-//! `meshlab record`: load the kernel programs, attach them tier by tier, and stream events as
-//! NDJSON until --duration, Ctrl-C or SIGTERM.
+//! `meshlab record`: load the kernel programs, attach them tier by tier, and stream events
+//! into a binary capture (or NDJSON) until --duration, Ctrl-C or SIGTERM.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,15 +11,21 @@ use anyhow::{Context, bail};
 use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
+use super::output::{OutputFormat, RecordingOutput};
 use super::plan::{HOOKS, HookSpec};
 use super::{clock, loader, session, setup, sysinfo};
 use crate::schema::{AttachEntry, AttachStatus, Filters, Record, SCHEMA_VERSION, Startup};
 
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
-    /// Output NDJSON file ("-" for stdout).
+    /// Output file ("-" for stdout): a binary capture (`meshlab export` makes NDJSON of it),
+    /// or NDJSON with --format ndjson.
     #[arg(short, long, default_value = "-")]
     pub output: PathBuf,
+    /// capture: raw events, cheapest to record (docs/capture-format.md); ndjson: decoded
+    /// lines (docs/schema.md), about ten times the recorder's CPU per event.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Capture)]
+    pub format: OutputFormat,
     /// Stop after this long (e.g. 500ms, 5s, 10m); default: until Ctrl-C or SIGTERM.
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -107,6 +113,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         bail!(
             "--ring-bytes {}: must be a power of two and at least 4096",
             args.ring_bytes
+        );
+    }
+    if args.format == OutputFormat::Capture
+        && args.output.as_os_str() == "-"
+        && std::io::stdout().is_terminal()
+    {
+        bail!(
+            "refusing to write a binary capture to a terminal: use -o FILE, a pipe, or --format ndjson"
         );
     }
     setup::raise_memlock();
@@ -205,8 +219,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         ring_buffer_bytes: args.ring_bytes,
         nic_irqs,
     };
-    let out = open_output(&args.output)?;
-    let mut session = session::Session::new(ebpf, attached, node, netns.dev_names, out)?;
+    let sink = open_capture_output(&args.output)?;
+    let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    let mut session = session::Session::new(ebpf, attached, node, out)?;
     session.write_record(&Record::Startup(startup))?;
     session.flush()?;
     let summary = session.run(
@@ -250,8 +266,9 @@ fn install_filters(ebpf: &mut aya::Ebpf, args: &RecordArgs) -> anyhow::Result<()
 }
 
 /// The output file (created, truncated) or stdout. Under sudo the file is handed to the
-/// invoking user, so a recording can be merged and deleted without root.
-fn open_output(path: &std::path::Path) -> anyhow::Result<Box<dyn Write + Send>> {
+/// invoking user, so a recording can be merged and deleted without root. Every file
+/// `record` and `export` write is opened here (one place to harden).
+pub fn open_capture_output(path: &std::path::Path) -> anyhow::Result<Box<dyn Write + Send>> {
     if path.as_os_str() == "-" {
         return Ok(Box::new(std::io::stdout()));
     }

@@ -1,20 +1,21 @@
-//! A running recording: drains the ring buffer into NDJSON, writes clock and drop records,
+//! A running recording: drains the ring buffer into the output (binary capture or NDJSON,
+//! see [`super::output`]), writes clock and drop records,
 //! shows progress, and on stop detaches everything before the final exact accounting.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::{BufWriter, IsTerminal, Write};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use aya::Ebpf;
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use meshlab_common::{Event, HOOK_COUNT, Hook};
+use meshlab_common::{HOOK_COUNT, Hook};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::clock::sample_clocks;
-use super::decode::Decoder;
 use super::loader;
+use super::output::RecordingOutput;
 use super::plan::TierSpec;
 use crate::schema::{Drops, HookCounts, Record, Summary};
 
@@ -27,8 +28,7 @@ pub struct Session {
     ebpf: Ebpf,
     attached: Vec<&'static TierSpec>,
     node: String,
-    decoder: Decoder,
-    out: BufWriter<Box<dyn Write + Send>>,
+    out: RecordingOutput,
     ring: Option<RingBuf<MapData>>,
     last_drops_total: u64,
 }
@@ -45,8 +45,7 @@ impl Session {
         mut ebpf: Ebpf,
         attached: Vec<&'static TierSpec>,
         node: String,
-        dev_names: HashMap<u32, String>,
-        out: Box<dyn Write + Send>,
+        out: RecordingOutput,
     ) -> anyhow::Result<Self> {
         let ring = RingBuf::try_from(
             ebpf.take_map("EVENTS")
@@ -55,17 +54,15 @@ impl Session {
         Ok(Self {
             ebpf,
             attached,
-            decoder: Decoder::new(node.clone(), dev_names),
             node,
-            out: BufWriter::with_capacity(1 << 18, out),
+            out,
             ring: Some(ring),
             last_drops_total: 0,
         })
     }
 
     pub fn write_record(&mut self, record: &Record) -> std::io::Result<()> {
-        serde_json::to_writer(&mut self.out, record)?;
-        self.out.write_all(b"\n")
+        self.out.write_record(record)
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
@@ -101,7 +98,7 @@ impl Session {
         let end = sample_clocks(Some(&self.node));
         self.write_record(&Record::Clock(end.clone()))?;
         let mut per_hook = BTreeMap::new();
-        let received = self.decoder.received();
+        let received = self.out.received();
         for hook in Hook::ALL {
             let i = hook as usize;
             if counters.hits[i] + received[i] > 0 {
@@ -126,10 +123,10 @@ impl Session {
         };
         self.write_record(&Record::Summary(summary.clone()))?;
         self.flush()?;
-        if self.decoder.unknown_hooks() > 0 {
+        if self.out.unknown_hooks() > 0 {
             log::warn!(
                 "{} records had an unknown hook id",
-                self.decoder.unknown_hooks()
+                self.out.unknown_hooks()
             );
         }
         let per_hook: Vec<String> = summary
@@ -178,14 +175,14 @@ impl Session {
                     let mut guard = guard?;
                     // A bounded batch, then back to select!: a producer faster than this
                     // reader must not starve the signal and timer branches.
-                    if drain_batch(guard.get_inner_mut(), &mut self.decoder, &mut self.out)? {
+                    if drain_batch(guard.get_inner_mut(), &mut self.out)? {
                         guard.clear_ready();
                     }
                 }
                 _ = drain.tick() => {
                     // Events submitted without a wakeup (below the wakeup threshold).
                     let ring = ring.get_mut();
-                    while !drain_batch(ring, &mut self.decoder, &mut self.out)? {}
+                    while !drain_batch(ring, &mut self.out)? {}
                 }
                 _ = tick.tick() => {
                     let counters = self.read_counters()?;
@@ -195,7 +192,7 @@ impl Session {
                         last_clock = Instant::now();
                     }
                     if progress {
-                        let total: u64 = self.decoder.received().iter().sum();
+                        let total: u64 = self.out.received().iter().sum();
                         eprint!("\r\x1b[Krecording: {} events/s, {} total, {} dropped",
                             total - last_received, total, self.last_drops_total);
                         last_received = total;
@@ -217,7 +214,7 @@ impl Session {
     fn drain(&mut self) -> anyhow::Result<()> {
         let ring = self.ring.as_mut().context("ring buffer missing")?;
         while let Some(item) = ring.next() {
-            write_item(&mut self.decoder, &mut self.out, &item)?;
+            self.out.write_ring_record(&item)?;
         }
         Ok(())
     }
@@ -271,33 +268,14 @@ impl Session {
 }
 
 /// Writes at most [`BATCH`] ring buffer records; true when the buffer is now empty.
-fn drain_batch(
-    ring: &mut RingBuf<MapData>,
-    decoder: &mut Decoder,
-    out: &mut impl Write,
-) -> anyhow::Result<bool> {
+fn drain_batch(ring: &mut RingBuf<MapData>, out: &mut RecordingOutput) -> anyhow::Result<bool> {
     for _ in 0..BATCH {
         match ring.next() {
-            Some(item) => write_item(decoder, out, &item)?,
+            Some(item) => out.write_ring_record(&item)?,
             None => return Ok(true),
         }
     }
     Ok(false)
-}
-
-fn write_item(decoder: &mut Decoder, out: &mut impl Write, item: &[u8]) -> anyhow::Result<()> {
-    if item.len() < std::mem::size_of::<Event>() {
-        anyhow::bail!(
-            "ring buffer record of {} bytes, expected {}",
-            item.len(),
-            std::mem::size_of::<Event>()
-        );
-    }
-    // SAFETY: the record holds at least size_of::<Event>() bytes written by the kernel program
-    // as an Event; read_unaligned makes no alignment assumption about the ring's memory.
-    let ev: Event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-    decoder.write_event(&ev, out)?;
-    Ok(())
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -185,7 +185,8 @@ fn run_topology(
         files: Vec::new(),
         failures: Vec::new(),
     };
-    let kernel_files = [dir.join("kernel-A.ndjson"), dir.join("kernel-B.ndjson")];
+    // Binary captures (`meshlab export` turns one into NDJSON); merge reads them directly.
+    let kernel_files = [dir.join("kernel-A.capture"), dir.join("kernel-B.capture")];
     let recorders = start_recorders(args, exe, lab, &kernel_files, dir, name)?;
     let probe_files = [
         dir.join("probes-client.ndjson"),

@@ -6,7 +6,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use crate::ndjson::{NdjsonError, RecordReader};
+use crate::capture::source::{RecordSource, file_is_capture, non_event_records};
+use crate::ndjson::NdjsonError;
 use crate::schema::{ClockId, ClockSample, InputKind, Record, Startup};
 
 use super::MergeError;
@@ -118,7 +119,7 @@ impl Plan {
         probe_clocks: &mut Vec<(String, ClockId)>,
     ) -> Result<(), MergeError> {
         let display = path.display().to_string();
-        let mut reader = RecordReader::open(path)?;
+        let mut reader = RecordSource::open(path)?;
         let first = reader.next().ok_or_else(|| {
             parse_err(
                 &display,
@@ -149,7 +150,7 @@ impl Plan {
             }
             other => Err(parse_err(
                 &display,
-                reader.line(),
+                reader.position(),
                 format!(
                     "expected a `startup` record (kernel recording) or a `probe` record first, found a `{}` record",
                     other.type_name()
@@ -321,7 +322,7 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
     Ok(())
 }
 
-/// The clock samples (shifted by `skew`) of a kernel recording, and its drop total: the
+/// The clock samples (shifted by `skew`) of a kernel recording (capture or NDJSON), and its drop total: the
 /// summary's, else the last drops record's.
 fn scan_clocks_and_drops(
     path: &Path,
@@ -329,26 +330,13 @@ fn scan_clocks_and_drops(
     skew: i64,
 ) -> Result<(Vec<ClockSample>, u64), MergeError> {
     let mut clocks = Vec::new();
-    let f = File::open(path).map_err(|source| NdjsonError::Open {
-        file: path.to_owned(),
-        source,
-    })?;
+    let records = if file_is_capture(path)? {
+        non_event_records(path).map_err(NdjsonError::from)?
+    } else {
+        ndjson_clock_and_drop_records(path, display)?
+    };
     let (mut summary_drops, mut drops_total) = (None, 0u64);
-    for (i, line) in BufReader::with_capacity(1 << 16, f).lines().enumerate() {
-        let line_no = i as u64 + 1;
-        let line = line.map_err(|source| NdjsonError::Read {
-            file: path.to_owned(),
-            line: line_no,
-            source,
-        })?;
-        if !(line.contains("\"clock\"")
-            || line.contains("\"summary\"")
-            || line.contains("\"drops\""))
-        {
-            continue;
-        }
-        let record: Record = serde_json::from_str(line.trim())
-            .map_err(|e| parse_err(display, line_no, format!("{e}")))?;
+    for (line_no, record) in records {
         match record {
             Record::Clock(mut s) => {
                 shift_sample(&mut s, skew).map_err(|m| {
@@ -362,6 +350,36 @@ fn scan_clocks_and_drops(
         }
     }
     Ok((clocks, summary_drops.unwrap_or(drops_total)))
+}
+
+/// The clock, summary and drops lines of an NDJSON recording, with their line numbers.
+fn ndjson_clock_and_drop_records(
+    path: &Path,
+    display: &str,
+) -> Result<Vec<(u64, Record)>, MergeError> {
+    let f = File::open(path).map_err(|source| NdjsonError::Open {
+        file: path.into(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for (i, line) in BufReader::with_capacity(1 << 16, f).lines().enumerate() {
+        let line_no = i as u64 + 1;
+        let line = line.map_err(|source| NdjsonError::Read {
+            file: path.into(),
+            line: line_no,
+            source,
+        })?;
+        if !(line.contains("\"clock\"")
+            || line.contains("\"summary\"")
+            || line.contains("\"drops\""))
+        {
+            continue;
+        }
+        let record: Record = serde_json::from_str(line.trim())
+            .map_err(|e| parse_err(display, line_no, format!("{e}")))?;
+        out.push((line_no, record));
+    }
+    Ok(out)
 }
 
 pub(super) fn shift(ns: u64, skew: i64) -> Option<u64> {

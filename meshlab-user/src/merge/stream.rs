@@ -3,12 +3,9 @@
 //! node has been read a window past it, so lines out of order by less than the window come out
 //! in order, and the buffer holds about a window of events, whatever the input size.
 
+use crate::capture::source::RecordSource;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fs::File;
-use std::io::BufReader;
-
-use crate::ndjson::RecordReader;
 
 use super::MergeError;
 use super::event::Item;
@@ -18,7 +15,8 @@ use super::time::NodeId;
 
 struct Source {
     file: usize,
-    reader: RecordReader<BufReader<File>>,
+    /// NDJSON or binary capture (crate::capture::source).
+    reader: RecordSource,
     /// Latest timestamp read from this file.
     high_ns: u64,
     done: bool,
@@ -67,7 +65,7 @@ impl NodeStream {
             if f.nodes.contains(name) {
                 sources.push(Source {
                     file: i,
-                    reader: RecordReader::open(&f.path)?,
+                    reader: RecordSource::open(&f.path)?,
                     high_ns: 0,
                     done: false,
                 });
@@ -93,7 +91,7 @@ impl NodeStream {
                 src.done = true;
                 return Ok(false);
             };
-            let line = src.reader.line();
+            let line = src.reader.position();
             if let Some(item) = to_item(plan, src.file, line, self.node, record?)? {
                 let ns = item.stamp().ns();
                 src.high_ns = src.high_ns.max(ns);

@@ -12,8 +12,9 @@ use std::io::{self, Write};
 
 use crate::schema::Layer;
 
-use super::aggregate::{Aggregate, SegmentKey, node_label};
+use super::aggregate::{Aggregate, node_label};
 use super::compare::Z;
+use super::key::SegmentKey;
 use super::table::{us, us_signed};
 
 /// At most this many segments are named per category; the rest are counted and summed.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use meshlab_user::ndjson::RecordReader;
+use meshlab_user::capture::source::RecordSource;
 use meshlab_user::schema::{Hook, KernelEvent, Record, Startup, Summary};
 
 pub use meshlab_testkit::privileged::privileged_or_skip;
@@ -18,10 +18,10 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts `meshlab record -o <dir>/<name>.ndjson --ready-file ... <extra>` and waits until
-    /// every program is attached.
+    /// Starts `meshlab record -o <dir>/<name>.capture --ready-file ... <extra>` (the default
+    /// binary capture) and waits until every program is attached.
     pub fn start(dir: &Path, name: &str, extra: &[&str]) -> Recorder {
-        let output = dir.join(format!("{name}.ndjson"));
+        let output = dir.join(format!("{name}.capture"));
         let ready = dir.join(format!("{name}.ready"));
         let child = Command::new(env!("CARGO_BIN_EXE_meshlab"))
             .arg("record")
@@ -67,6 +67,16 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// Kills the recorder with SIGKILL (no flush, no summary), as a crash would.
+    pub fn kill_hard(mut self) {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+}
+
 impl Drop for Recorder {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -86,9 +96,9 @@ pub struct Recording {
 
 impl Recording {
     pub fn read(path: &Path) -> Recording {
-        let mut records = RecordReader::open(path)
+        let mut records = RecordSource::open(path)
             .expect("open recording")
-            .map(|r| r.expect("valid line"));
+            .map(|r| r.expect("valid record"));
         let startup = match records.next() {
             Some(Record::Startup(s)) => s,
             other => panic!("first record is not startup: {other:?}"),

@@ -1,0 +1,187 @@
+//! The binary capture `meshlab record` writes by default (docs/capture-format.md): a fixed
+//! file header, then length-prefixed typed records. Events are the ring buffer's raw
+//! [`Event`] bytes, so recording costs a copy instead of a JSON encoding; the rare records
+//! (startup, clock, drops, summary) carry the exact JSON of their NDJSON line, so
+//! [`export`] reproduces `record --format ndjson` byte for byte. Every record is complete or
+//! absent: a capture cut short by a crash is valid up to its last complete record.
+
+pub mod export;
+pub mod reader;
+pub mod source;
+pub mod writer;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use meshlab_common::{EVENT_LAYOUT_VERSION, Event};
+use serde::{Deserialize, Serialize};
+
+/// First 8 bytes of every capture; no NDJSON line can start with them.
+pub const MAGIC: [u8; 8] = *b"MESHCAP\0";
+/// Version of the framing (file header, record header, record kinds).
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes of the file header: magic, format version, event size, event layout version, reserved.
+pub const FILE_HEADER_LEN: usize = 24;
+/// Bytes of a record header: kind (u32 LE), payload length (u32 LE).
+pub const RECORD_HEADER_LEN: usize = 8;
+/// Size of one raw event, as the ring buffer gives it.
+pub const EVENT_SIZE: usize = std::mem::size_of::<Event>();
+/// Payloads larger than this are corruption, not data (the largest real one, the startup
+/// record, is a few KiB).
+pub const MAX_PAYLOAD: u32 = 64 << 20;
+
+/// What a record holds. The numbers are the on-disk kind field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum RecordKind {
+    /// JSON [`Meta`]: what decoding events needs beyond the events themselves.
+    Meta = 1,
+    /// The JSON of the `startup` NDJSON line.
+    Startup = 2,
+    /// One raw [`Event`] of [`EVENT_SIZE`] bytes.
+    Event = 3,
+    /// The JSON of a `clock` NDJSON line.
+    Clock = 4,
+    /// The JSON of a `drops` NDJSON line.
+    Drops = 5,
+    /// The JSON of the final `summary` NDJSON line.
+    Summary = 6,
+}
+
+impl RecordKind {
+    pub fn from_u32(v: u32) -> Option<RecordKind> {
+        Some(match v {
+            1 => RecordKind::Meta,
+            2 => RecordKind::Startup,
+            3 => RecordKind::Event,
+            4 => RecordKind::Clock,
+            5 => RecordKind::Drops,
+            6 => RecordKind::Summary,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::Meta => "meta",
+            RecordKind::Startup => "startup",
+            RecordKind::Event => "event",
+            RecordKind::Clock => "clock",
+            RecordKind::Drops => "drops",
+            RecordKind::Summary => "summary",
+        }
+    }
+}
+
+/// The first record of a capture: the node name and device names the NDJSON decoder puts
+/// into every kernel line (they are not in the raw events).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Meta {
+    pub node: String,
+    /// Interface index -> name in the traced network namespace.
+    pub dev_names: HashMap<u32, String>,
+}
+
+/// A capture that cannot be read: names file, byte offset, record number and field.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    #[error("{file}: cannot open: {source}")]
+    Open {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{file}: byte {offset}: read error: {source}")]
+    Read {
+        file: PathBuf,
+        offset: u64,
+        source: std::io::Error,
+    },
+    #[error("{file}: file header: field `{field}`: {message}")]
+    Header {
+        file: PathBuf,
+        field: &'static str,
+        message: String,
+    },
+    /// `record` counts records after the file header from 0 (the meta record), so record N
+    /// of a capture is line N of its export.
+    #[error("{file}: byte {offset}: record {record} ({kind}): {message}")]
+    Record {
+        file: PathBuf,
+        offset: u64,
+        record: u64,
+        kind: String,
+        message: String,
+    },
+}
+
+impl CaptureError {
+    pub fn record(
+        file: &std::path::Path,
+        offset: u64,
+        record: u64,
+        kind: &str,
+        message: String,
+    ) -> CaptureError {
+        CaptureError::Record {
+            file: file.into(),
+            offset,
+            record,
+            kind: kind.to_owned(),
+            message,
+        }
+    }
+}
+
+/// The file header as bytes.
+pub fn file_header() -> [u8; FILE_HEADER_LEN] {
+    let mut h = [0u8; FILE_HEADER_LEN];
+    h[..8].copy_from_slice(&MAGIC);
+    h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&(EVENT_SIZE as u32).to_le_bytes());
+    h[16..20].copy_from_slice(&EVENT_LAYOUT_VERSION.to_le_bytes());
+    h
+}
+
+/// Checks a file header; the error names the field that does not match this build.
+pub fn check_file_header(file: &std::path::Path, h: &[u8]) -> Result<(), CaptureError> {
+    let bad = |field: &'static str, message: String| CaptureError::Header {
+        file: file.into(),
+        field,
+        message,
+    };
+    if h.len() < FILE_HEADER_LEN {
+        return Err(bad(
+            "magic",
+            format!(
+                "file is {} bytes, shorter than a capture header ({FILE_HEADER_LEN})",
+                h.len()
+            ),
+        ));
+    }
+    if h[..8] != MAGIC {
+        return Err(bad("magic", "not a meshlab capture".into()));
+    }
+    let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let expect = [
+        ("format_version", word(8), FORMAT_VERSION),
+        ("event_size", word(12), EVENT_SIZE as u32),
+        ("event_layout", word(16), EVENT_LAYOUT_VERSION),
+    ];
+    for (field, found, wanted) in expect {
+        if found != wanted {
+            return Err(bad(
+                field,
+                format!(
+                    "{found}, but this meshlab reads {wanted} (record and read with the same version)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// True when `head` (the first bytes of a file) starts with the capture magic.
+pub fn is_capture(head: &[u8]) -> bool {
+    head.starts_with(&MAGIC)
+}

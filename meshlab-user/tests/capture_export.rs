@@ -1,0 +1,368 @@
+//! The binary capture: both output paths of `record` turn the same ring records into the same
+//! NDJSON lines (byte for byte, through `meshlab export`), the merge reads a capture as it reads
+//! its NDJSON, a capture cut short stays valid up to its last complete record, and damaged
+//! captures are refused with file, byte offset, record and field.
+
+mod capture_common;
+mod merge_common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use capture_common::{DEVICES, SharedBuf, event_bytes, ndjson_to_capture};
+use meshlab_common::{
+    EVENT_FLAG_ACTIVE_OPEN, EVENT_FLAG_TUPLE, EVENT_FLAG_UNIX, EVENT_LAYOUT_VERSION, Event, Hook,
+};
+use meshlab_testkit::synth::GenConfig;
+use meshlab_user::capture::export::export;
+use meshlab_user::capture::reader::CaptureReader;
+use meshlab_user::capture::source::RecordSource;
+use meshlab_user::capture::{FILE_HEADER_LEN, RECORD_HEADER_LEN, RecordKind};
+use meshlab_user::kernel::output::{OutputFormat, RecordingOutput};
+use meshlab_user::schema::{ClockSample, Drops, Record, Summary};
+
+fn v4(a: [u8; 4]) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[10] = 0xff;
+    b[11] = 0xff;
+    b[12..].copy_from_slice(&a);
+    b
+}
+
+/// Ring records of every hook, a connection with bases, retransmissions, unix sockets, an
+/// IPv6 tuple, devices known and unknown, and one event with a hook id this build lacks.
+fn ring_events() -> Vec<Event> {
+    let mut out = Vec::new();
+    let established = Event {
+        ts_ns: 10,
+        cookie: 7,
+        hook: Hook::SockEstablished as u16,
+        seq: u32::MAX - 100,
+        aux: 5_000,
+        flags: EVENT_FLAG_TUPLE | EVENT_FLAG_ACTIVE_OPEN,
+        saddr: v4([10, 0, 0, 1]),
+        daddr: v4([10, 0, 0, 2]),
+        sport: 40_000,
+        dport: 9_000,
+        queue: u32::MAX,
+        ..Event::default()
+    };
+    out.push(established);
+    for round in 0..40u32 {
+        for (i, hook) in Hook::ALL.iter().enumerate() {
+            let mut ev = Event {
+                ts_ns: 1_000 + u64::from(round) * 100 + i as u64,
+                cookie: if round % 7 == 3 { 99 } else { 7 },
+                skb: 0xffff_8880_0000_0000 + u64::from(round),
+                irq_entry_ns: u64::from(round % 2) * 900,
+                softirq_raise_ns: u64::from(round % 3) * 950,
+                softirq_entry_ns: u64::from(round % 2) * 960,
+                aux: u64::from(round) * 3,
+                pid: 100 + round,
+                tid: 200 + round,
+                // Wraps past u32::MAX: offsets must keep growing.
+                seq: (u32::MAX - 100).wrapping_add(round * 64 % 1_000),
+                len: 64,
+                ifindex: round % 5,
+                value: round as i32 - 3,
+                hook: *hook as u16,
+                cpu: round % 2,
+                irq: 40 + round % 2,
+                queue: if round % 4 == 0 { u32::MAX } else { round % 4 },
+                ..Event::default()
+            };
+            if round % 5 == 1 {
+                ev.flags = EVENT_FLAG_TUPLE;
+                ev.saddr = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+                ev.daddr = v4([192, 168, 1, round as u8]);
+            }
+            if round % 9 == 2 {
+                ev.flags = EVENT_FLAG_UNIX;
+                ev.value = 128;
+            }
+            out.push(ev);
+        }
+    }
+    let mut unknown = out[1];
+    unknown.hook = 999;
+    out.push(unknown);
+    out
+}
+
+fn clock(ts: u64) -> Record {
+    Record::Clock(ClockSample {
+        node: Some("A".into()),
+        realtime_ns: 1_700_000_000_000_000_000 + ts,
+        monotonic_ns: ts,
+        tai_ns: 1_700_000_037_000_000_000 + ts,
+        boottime_ns: ts + 5,
+        bracket_ns: 700,
+    })
+}
+
+/// The non-event records of a recording, in the order a session writes them.
+fn startup_record() -> Record {
+    let cfg = GenConfig::default();
+    let dir = tempfile::tempdir().unwrap();
+    let files = merge_common::generate_into(&cfg, dir.path());
+    let first = RecordSource::open(&files[0])
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    match first {
+        Record::Startup(mut s) => {
+            s.node = "A".into();
+            Record::Startup(s)
+        }
+        other => panic!("generator's first record: {other:?}"),
+    }
+}
+
+fn end_records() -> Vec<Record> {
+    vec![
+        Record::Drops(Drops {
+            node: "A".into(),
+            ts_ns: 9_000,
+            per_hook: [("tcp_probe".to_owned(), 3)].into_iter().collect(),
+            per_cpu: vec![1, 2],
+            total: 3,
+        }),
+        clock(10_000),
+        Record::Summary(Summary {
+            node: "A".into(),
+            ts_ns: 10_001,
+            duration_ns: 9_991,
+            per_hook: Default::default(),
+            received: 861,
+            dropped: 3,
+            reason: "sigint".into(),
+        }),
+    ]
+}
+
+/// Runs one output format over the same ring records and records; returns the bytes written
+/// and the per-hook counts.
+fn record_with(format: OutputFormat, events: &[Event]) -> (Vec<u8>, Vec<u64>) {
+    let sink = SharedBuf::default();
+    let devs: HashMap<u32, String> = DEVICES.iter().map(|(i, n)| (*i, (*n).into())).collect();
+    let mut out = RecordingOutput::new(format, "A".into(), devs, Box::new(sink.clone())).unwrap();
+    out.write_record(&startup_record()).unwrap();
+    for (i, ev) in events.iter().enumerate() {
+        out.write_ring_record(event_bytes(ev)).unwrap();
+        if i == events.len() / 2 {
+            out.write_record(&clock(5_000)).unwrap();
+        }
+    }
+    for r in end_records() {
+        out.write_record(&r).unwrap();
+    }
+    out.flush().unwrap();
+    assert_eq!(out.unknown_hooks(), 1);
+    (sink.bytes(), out.received().to_vec())
+}
+
+fn export_bytes(capture: &[u8]) -> Vec<u8> {
+    let mut reader = CaptureReader::new("mem.capture".into(), capture).unwrap();
+    let mut ndjson = Vec::new();
+    export(&mut reader, &mut ndjson).unwrap();
+    ndjson
+}
+
+#[test]
+fn binary_and_ndjson_paths_write_the_same_lines() {
+    let events = ring_events();
+    let (ndjson, received_ndjson) = record_with(OutputFormat::Ndjson, &events);
+    let (capture, received_capture) = record_with(OutputFormat::Capture, &events);
+    assert_eq!(received_capture, received_ndjson);
+    let exported = export_bytes(&capture);
+    let lines = ndjson.iter().filter(|b| **b == b'\n').count();
+    // startup + events (minus the unknown hook) + mid clock + drops, clock, summary.
+    assert_eq!(lines, 1 + events.len() - 1 + 1 + 3);
+    assert!(exported == ndjson, "export differs from the NDJSON path");
+    // A raw event costs its size plus a record header, not a JSON line.
+    assert!(capture.len() < ndjson.len());
+}
+
+fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn the_merge_reads_a_capture_as_the_records_its_ndjson_parses_to() {
+    let events = ring_events();
+    let dir = tempfile::tempdir().unwrap();
+    let ndjson = write_temp(
+        dir.path(),
+        "a.ndjson",
+        &record_with(OutputFormat::Ndjson, &events).0,
+    );
+    let capture = write_temp(
+        dir.path(),
+        "a.capture",
+        &record_with(OutputFormat::Capture, &events).0,
+    );
+    let from_ndjson: Vec<Record> = RecordSource::open(&ndjson)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut source = RecordSource::open(&capture).unwrap();
+    let mut from_capture = Vec::new();
+    let mut positions = Vec::new();
+    while let Some(r) = source.next() {
+        from_capture.push(r.unwrap());
+        positions.push(source.position());
+    }
+    // Record N of a capture is line N of its export, up to the event with an unknown hook
+    // (the last event: skipped, as the NDJSON path skips it).
+    let events_end = 1 + ring_events().len() - 1 + 1;
+    for (i, p) in positions.iter().enumerate() {
+        let line = i as u64 + 1;
+        assert_eq!(*p, if i < events_end { line } else { line + 1 });
+    }
+    assert_eq!(from_capture.len(), from_ndjson.len());
+    for (i, (c, n)) in from_capture.iter().zip(&from_ndjson).enumerate() {
+        assert_eq!(c, n, "record {}", i + 1);
+    }
+}
+
+#[test]
+fn merged_output_is_the_same_from_captures_and_from_ndjson() {
+    let scenarios = merge_common::scenarios();
+    let total = scenarios.len();
+    let mut compared = 0;
+    for (name, cfg) in scenarios {
+        // Its lines come before their connection's sock_established: a recorder decodes in
+        // arrival order, so such events would have no stream offsets in any recording.
+        if name == "out_of_order" {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let files = merge_common::generate_into(&cfg, dir.path());
+        let mut captures = Vec::new();
+        for f in &files {
+            if f.to_string_lossy().contains(".kernel.") {
+                let out = f.with_extension("capture");
+                ndjson_to_capture(f, &out).unwrap();
+                captures.push(out);
+            } else {
+                captures.push(f.clone());
+            }
+        }
+        let from_ndjson = merge_common::merge(&files, &[]);
+        let from_capture = merge_common::merge(&captures, &[]);
+        assert!(!from_ndjson.requests.is_empty(), "{name}");
+        assert_eq!(from_capture.requests, from_ndjson.requests, "{name}");
+        assert_eq!(from_capture.timeline, from_ndjson.timeline, "{name}");
+        compared += 1;
+    }
+    assert_eq!(compared, total - 1);
+}
+
+#[test]
+fn a_capture_cut_short_is_valid_up_to_its_last_complete_record() {
+    let events = ring_events();
+    let (ndjson, _) = record_with(OutputFormat::Ndjson, &events);
+    let (capture, _) = record_with(OutputFormat::Capture, &events);
+    let full: Vec<&[u8]> = ndjson.split_inclusive(|b| *b == b'\n').collect();
+    // Cuts inside the summary's JSON, inside an event's payload and inside a record header.
+    let event = record_offset(&capture, 20);
+    assert_eq!(
+        u32::from_le_bytes(capture[event..event + 4].try_into().unwrap()),
+        RecordKind::Event as u32
+    );
+    for cut in [capture.len() - 3, event + 30, event + 5] {
+        let mut reader = CaptureReader::new("cut.capture".into(), &capture[..cut]).unwrap();
+        let mut out = Vec::new();
+        export(&mut reader, &mut out).unwrap();
+        assert!(reader.truncated_at().is_some(), "cut at {cut}");
+        assert!(
+            ndjson.starts_with(&out),
+            "cut at {cut}: a prefix of the full export"
+        );
+        let lines = out.iter().filter(|b| **b == b'\n').count();
+        assert!(
+            lines > 0 && lines < full.len(),
+            "cut at {cut}: {lines} lines"
+        );
+    }
+}
+
+/// Offset of the record with the given number (meta = 0) in a capture.
+fn record_offset(capture: &[u8], number: u64) -> usize {
+    let mut at = FILE_HEADER_LEN;
+    for _ in 0..number {
+        let len = u32::from_le_bytes(capture[at + 4..at + 8].try_into().unwrap()) as usize;
+        at += RECORD_HEADER_LEN + len;
+    }
+    at
+}
+
+fn read_all(bytes: &[u8]) -> String {
+    let mut reader = match CaptureReader::new("bad.capture".into(), bytes) {
+        Ok(r) => r,
+        Err(e) => return e.to_string(),
+    };
+    let mut out = Vec::new();
+    match export(&mut reader, &mut out) {
+        Ok(()) => panic!("a damaged capture was accepted"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+#[test]
+fn damaged_captures_are_refused_naming_file_offset_record_and_field() {
+    let (capture, _) = record_with(OutputFormat::Capture, &ring_events());
+
+    let mut layout = capture.clone();
+    layout[16..20].copy_from_slice(&(EVENT_LAYOUT_VERSION + 1).to_le_bytes());
+    let err = read_all(&layout);
+    assert!(
+        err.contains("bad.capture: file header: field `event_layout`"),
+        "{err}"
+    );
+
+    let err = read_all(b"{\"type\":\"startup\"}\n");
+    assert!(err.contains("field `magic`"), "{err}");
+
+    // Record 3 is the second event: its kind becomes 77.
+    let mut kind = capture.clone();
+    let at = record_offset(&capture, 3);
+    kind[at..at + 4].copy_from_slice(&77u32.to_le_bytes());
+    let err = read_all(&kind);
+    assert!(
+        err.contains(&format!(
+            "bad.capture: byte {at}: record 3 (?): field `kind`: 77"
+        )),
+        "{err}"
+    );
+
+    let mut length = capture.clone();
+    length[at + 4..at + 8].copy_from_slice(&100u32.to_le_bytes());
+    let err = read_all(&length);
+    assert!(
+        err.contains(&format!("byte {at}: record 3 (event): field `length`: 100")),
+        "{err}"
+    );
+
+    // The startup record (1) with a field of the wrong type.
+    let at = record_offset(&capture, 1);
+    let len = u32::from_le_bytes(capture[at + 4..at + 8].try_into().unwrap()) as usize;
+    let json = std::str::from_utf8(&capture[at + 8..at + 8 + len]).unwrap();
+    let bad_json = json.replacen("\"pid\":1", "\"pid\":\"one\"", 1);
+    assert_ne!(bad_json, json, "the generator's startup has pid 1");
+    let mut startup = capture[..at].to_vec();
+    startup.extend_from_slice(&(RecordKind::Startup as u32).to_le_bytes());
+    startup.extend_from_slice(&(bad_json.len() as u32).to_le_bytes());
+    startup.extend_from_slice(bad_json.as_bytes());
+    startup.extend_from_slice(&capture[at + 8 + len..]);
+    let err = read_all(&startup);
+    assert!(
+        err.contains(&format!(
+            "byte {at}: record 1 (startup): invalid type: string \"one\""
+        )),
+        "{err}"
+    );
+}

@@ -1,0 +1,225 @@
+//! `cargo xtask bench merge`: merge throughput and peak memory on synthetic two-node traffic,
+//! kernel recordings as binary captures vs as NDJSON (the same events), at several sizes.
+//! Formats are interleaved round by round (order alternating) and compared by medians; the
+//! result is written to docs/benchmarks-merge.md with the command that produced it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{run_cmd, workspace_root};
+
+#[derive(clap::Args)]
+pub struct MergeBenchArgs {
+    /// Approximate events per run (kernel + probe events of both nodes).
+    #[arg(long, value_delimiter = ',', default_values_t = [100_000u64, 1_000_000, 10_000_000])]
+    pub sizes: Vec<u64>,
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// CI smoke test: 20 000 events, one round, debug build, nothing written to docs/.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+const FORMATS: [&str; 2] = ["ndjson", "capture"];
+
+/// One `meshlab merge` run.
+struct Run {
+    wall_s: f64,
+    cpu_s: f64,
+    max_rss_kib: u64,
+}
+
+/// Medians of one size and format.
+struct Row {
+    size: u64,
+    events: u64,
+    format: &'static str,
+    events_per_s: [f64; 3],
+    events_per_cpu_s: f64,
+    max_rss_mib: f64,
+}
+
+pub fn run(args: MergeBenchArgs) -> Result<()> {
+    let (sizes, rounds) = if args.quick {
+        (vec![20_000], 1)
+    } else {
+        (args.sizes.clone(), args.rounds.max(1))
+    };
+    // --quick (CI) uses the debug build `cargo test` has just made: seconds, not a release
+    // build; its figures only show that the benchmark runs.
+    let (profile, flag) = if args.quick {
+        ("debug", None)
+    } else {
+        ("release", Some("--release"))
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let build = |what: &[&str]| run_cmd(Command::new(&cargo).arg("build").args(flag).args(what));
+    build(&["--bin", "meshlab"])?;
+    build(&["-p", "meshlab-user", "--example", "merge_bench_input"])?;
+    let target = workspace_root().join("target").join(profile);
+    let exe = target.join("meshlab");
+    let mut rows = Vec::new();
+    for size in sizes {
+        let dir = workspace_root().join(format!("target/bench-merge/{size}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let input = generate(&target.join("examples/merge_bench_input"), size, &dir)?;
+        let mut runs: [Vec<Run>; 2] = Default::default();
+        for round in 0..rounds {
+            for k in 0..FORMATS.len() {
+                let f = (round + k) % FORMATS.len();
+                runs[f].push(merge_once(&exe, &input.files[f])?);
+            }
+        }
+        for (f, runs) in runs.into_iter().enumerate() {
+            rows.push(summarize(size, input.events, FORMATS[f], &runs));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let text = markdown(&rows, rounds, &args);
+    print!("{text}");
+    if !args.quick {
+        let doc = workspace_root().join("docs/benchmarks-merge.md");
+        std::fs::write(&doc, &text).with_context(|| format!("writing {}", doc.display()))?;
+        eprintln!("wrote {}", doc.display());
+    }
+    Ok(())
+}
+
+struct Input {
+    events: u64,
+    /// Per format (FORMATS order): the merge's input files.
+    files: [Vec<PathBuf>; 2],
+}
+
+fn generate(tool: &Path, size: u64, dir: &Path) -> Result<Input> {
+    let out = Command::new(tool)
+        .arg(size.to_string())
+        .arg(dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running the merge_bench_input example")?;
+    ensure!(
+        out.status.success(),
+        "merge_bench_input failed: {}",
+        out.status
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("its JSON line")?;
+    let files = |k: &str| -> Result<Vec<PathBuf>> {
+        v[k].as_array()
+            .with_context(|| format!("no {k} files"))?
+            .iter()
+            .map(|p| p.as_str().map(PathBuf::from).context("a path"))
+            .collect()
+    };
+    Ok(Input {
+        events: v["events"].as_u64().context("no event count")?,
+        files: [files("ndjson")?, files("capture")?],
+    })
+}
+
+/// Runs `meshlab merge FILES` (output discarded) and reads its CPU time and peak RSS from
+/// wait4(2).
+fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
+    let started = Instant::now();
+    let child = Command::new(exe)
+        .arg("merge")
+        .args(files)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting meshlab merge")?;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, with valid out-pointers.
+    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let wall_s = started.elapsed().as_secs_f64();
+    ensure!(rc > 0, "wait4: {}", std::io::Error::last_os_error());
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        bail!("meshlab merge {files:?} failed (wait status {status})");
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(Run {
+        wall_s,
+        cpu_s: secs(usage.ru_utime) + secs(usage.ru_stime),
+        max_rss_kib: usage.ru_maxrss as u64,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn summarize(size: u64, events: u64, format: &'static str, runs: &[Run]) -> Row {
+    let rates: Vec<f64> = runs.iter().map(|r| events as f64 / r.wall_s).collect();
+    let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = rates.iter().copied().fold(0.0, f64::max);
+    Row {
+        size,
+        events,
+        format,
+        events_per_s: [min, median(rates), max],
+        events_per_cpu_s: median(runs.iter().map(|r| events as f64 / r.cpu_s).collect()),
+        max_rss_mib: median(runs.iter().map(|r| r.max_rss_kib as f64 / 1024.0).collect()),
+    }
+}
+
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {}", kernel.trim())
+}
+
+fn markdown(rows: &[Row], rounds: usize, args: &MergeBenchArgs) -> String {
+    let command = if args.quick {
+        "cargo xtask bench merge --quick".to_owned()
+    } else {
+        let sizes: Vec<String> = args.sizes.iter().map(u64::to_string).collect();
+        format!(
+            "cargo xtask bench merge --sizes {} --rounds {rounds}",
+            sizes.join(",")
+        )
+    };
+    let mut s = format!(
+        "## Merge throughput and memory (5d)\n\n\
+         `{command}` on {}: synthetic two-node traffic (8 connections, probes on both nodes), \
+         kernel recordings as NDJSON or as binary captures of the same events; \
+         `meshlab merge` with its default 2 s window, output discarded. {rounds} interleaved \
+         round(s); events/s is events / wall time (min / median / max), events per CPU-second \
+         counts user+sys of all threads (the one-core rate), peak RSS from wait4(2).\n\n\
+         | events | input | events/s (min / median / max) | events per CPU-second | peak RSS MiB |\n\
+         |---:|---|---|---:|---:|\n",
+        machine()
+    );
+    for r in rows {
+        let [lo, med, hi] = r.events_per_s;
+        s.push_str(&format!(
+            "| {} | {} | {:.0} / **{:.0}** / {:.0} | {:.0} | {:.1} |\n",
+            r.events, r.format, lo, med, hi, r.events_per_cpu_s, r.max_rss_mib
+        ));
+    }
+    for pair in rows.chunks(2) {
+        if let [n, c] = pair {
+            s.push_str(&format!(
+                "\n{} requested events: capture / NDJSON median events/s = {:.2}",
+                n.size,
+                c.events_per_s[1] / n.events_per_s[1]
+            ));
+        }
+    }
+    s.push('\n');
+    s
+}

@@ -1,0 +1,247 @@
+//! `cargo xtask bench recorder-cpu`: the recorder's own CPU time (user+sys of the `meshlab
+//! record` process) per event it receives, writing a binary capture vs NDJSON, under loopback
+//! RPC load as fast as the lab client goes. Formats are interleaved round by round and
+//! compared by medians. The CPU the recorder spent before it was ready (loading and attaching
+//! the programs) is read from /proc and left out: the figure is the per-event cost. Each
+//! format writes once to a file (what a recording costs, page cache included) and once to
+//! /dev/null (the recorder's own processing without the page cache).
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{run_cmd, workspace_root};
+
+#[derive(clap::Args)]
+pub struct RecorderCpuArgs {
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Seconds of load per run.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Client connections (each sends its next request when the previous one is answered).
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+}
+
+const PORT: u16 = 47_310;
+/// (format, output to a file rather than /dev/null)
+const MODES: [(&str, bool); 4] = [
+    ("ndjson", true),
+    ("capture", true),
+    ("ndjson", false),
+    ("capture", false),
+];
+
+/// One recorder run.
+struct Run {
+    events: u64,
+    dropped: u64,
+    cpu_s: f64,
+    seconds: f64,
+}
+
+pub fn run(args: RecorderCpuArgs) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    run_cmd(Command::new(cargo).args(["build", "--release", "--bin", "meshlab"]))?;
+    let exe = workspace_root().join("target/release/meshlab");
+    let dir = workspace_root().join("target/bench-recorder");
+    std::fs::create_dir_all(&dir)?;
+    let _server = Guard(spawn_ready(
+        Command::new(&exe).args(["lab", "server", "--listen", &format!("127.0.0.1:{PORT}")]),
+        &dir.join("server.ready"),
+    )?);
+    let mut runs: [Vec<Run>; 4] = Default::default();
+    for round in 0..args.rounds.max(1) {
+        // Rotate the order each round so drift over time does not favour one mode.
+        for k in 0..MODES.len() {
+            let m = (round + k) % MODES.len();
+            runs[m].push(record_once(&exe, &dir, MODES[m], &args)?);
+        }
+    }
+    let text = markdown(&runs, &args);
+    print!("{text}");
+    let doc = workspace_root().join("docs/benchmarks-recorder.md");
+    std::fs::write(&doc, &text).with_context(|| format!("writing {}", doc.display()))?;
+    eprintln!("wrote {}", doc.display());
+    let _ = std::fs::remove_dir_all(dir.join("out"));
+    Ok(())
+}
+
+/// A child stopped with SIGINT and reaped on drop.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_ready(cmd: &mut Command, ready: &Path) -> Result<Child> {
+    let _ = std::fs::remove_file(ready);
+    let mut child = cmd
+        .arg("--ready-file")
+        .arg(ready)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting meshlab")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ready.exists() {
+        if let Some(status) = child.try_wait()? {
+            bail!("meshlab exited before it was ready: {status}");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("{} did not appear within 30 s", ready.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(child)
+}
+
+fn record_once(
+    exe: &Path,
+    dir: &Path,
+    (format, to_file): (&str, bool),
+    args: &RecorderCpuArgs,
+) -> Result<Run> {
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(&out_dir)?;
+    let output = if to_file {
+        out_dir.join(format!("rec.{format}"))
+    } else {
+        "/dev/null".into()
+    };
+    let mut recorder = spawn_ready(
+        Command::new(exe)
+            .args(["record", "--format", format, "--port", &PORT.to_string()])
+            .arg("-o")
+            .arg(&output)
+            .stderr(Stdio::piped()),
+        &dir.join("record.ready"),
+    )?;
+    let pid = recorder.id() as i32;
+    let cpu_at_ready = proc_cpu_s(pid)?;
+    let started = std::time::Instant::now();
+    let client = Command::new(exe)
+        .args(["lab", "client", "--connect", &format!("127.0.0.1:{PORT}")])
+        .args([
+            "--warmup",
+            "0s",
+            "--duration",
+            &format!("{}s", args.seconds),
+        ])
+        .args(["--concurrency", &args.concurrency.to_string(), "--qps", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("running meshlab lab client")?;
+    ensure!(client.success(), "meshlab lab client failed: {client}");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let mut stderr = String::new();
+    if let Some(mut e) = recorder.stderr.take() {
+        e.read_to_string(&mut stderr)?;
+    }
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child, with valid out-pointers.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let seconds = started.elapsed().as_secs_f64();
+    ensure!(rc > 0, "wait4: {}", std::io::Error::last_os_error());
+    ensure!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "meshlab record failed: {stderr}"
+    );
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let cpu_s = secs(usage.ru_utime) + secs(usage.ru_stime) - cpu_at_ready;
+    if to_file {
+        let _ = std::fs::remove_file(&output);
+    }
+    let (events, dropped) = summary_counts(&stderr)?;
+    Ok(Run {
+        events,
+        dropped,
+        cpu_s,
+        seconds,
+    })
+}
+
+/// user+sys seconds of a running process (/proc/PID/stat fields 14 and 15, in clock ticks).
+fn proc_cpu_s(pid: i32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    let rest = stat.rsplit_once(')').context("/proc/PID/stat format")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(ticks / per_s)
+}
+
+/// Events and drops from the recorder's final stderr line
+/// ("meshlab record: node N 5.0s (sigint): 123 events, 0 dropped [...]").
+fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
+    let line = stderr
+        .lines()
+        .rfind(|l| l.starts_with("meshlab record: node"))
+        .with_context(|| format!("no summary line in the recorder's stderr: {stderr}"))?;
+    let after = line.rsplit_once("): ").context("summary format")?.1;
+    let mut words = after.split_whitespace();
+    let events = words.next().context("event count")?.parse()?;
+    let dropped = words.nth(1).context("drop count")?.parse()?;
+    Ok((events, dropped))
+}
+
+fn markdown(runs: &[Vec<Run>; 4], args: &RecorderCpuArgs) -> String {
+    let mut s = format!(
+        "## Recorder CPU per event (target: ≤ 100 ns)\n\n\
+         `cargo xtask bench recorder-cpu --rounds {} --seconds {} --concurrency {}` on {}: \
+         `meshlab record --port P` tracing loopback echo RPCs of `meshlab lab client --qps 0`; \
+         user+sys of the recorder process after it was ready (wait4(2) minus /proc/PID/stat at \
+         ready), divided by the events it received. Modes interleaved round by round; median \
+         and each run.\n\n\
+         | output | ns/event (median) | runs | events/s received (median) | dropped (all runs) |\n\
+         |---|---:|---|---:|---:|\n",
+        args.rounds,
+        args.seconds,
+        args.concurrency,
+        crate::bench_merge::machine()
+    );
+    let mut medians = [0.0; 4];
+    for (m, runs) in runs.iter().enumerate() {
+        let ns: Vec<f64> = runs
+            .iter()
+            .map(|r| r.cpu_s * 1e9 / r.events.max(1) as f64)
+            .collect();
+        let rate: Vec<f64> = runs.iter().map(|r| r.events as f64 / r.seconds).collect();
+        let dropped: u64 = runs.iter().map(|r| r.dropped).sum();
+        medians[m] = median(ns.clone());
+        let (format, to_file) = MODES[m];
+        let each: Vec<String> = ns.iter().map(|n| format!("{n:.0}")).collect();
+        s.push_str(&format!(
+            "| {format} to {} | **{:.0}** | {} | {:.0} | {dropped} |\n",
+            if to_file { "a file" } else { "/dev/null" },
+            medians[m],
+            each.join(", "),
+            median(rate),
+        ));
+    }
+    s.push_str(&format!(
+        "\ncapture / NDJSON CPU per event: {:.3} to a file, {:.3} to /dev/null.\n",
+        medians[1] / medians[0],
+        medians[3] / medians[2]
+    ));
+    s
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -16,26 +16,44 @@ fn doc(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Rows of the markdown table whose header row starts with `| first |`, as trimmed cells.
+/// Rows of the first markdown table whose header row starts with `| first |`, as trimmed cells.
 fn table(text: &str, first: &str) -> Vec<Vec<String>> {
+    tables(text, first)
+        .into_iter()
+        .next()
+        .expect("table header")
+}
+
+/// Rows of every markdown table whose header row starts with `| first |` (segments.md has
+/// one for the standard chain and one for hops and legs).
+fn tables(text: &str, first: &str) -> Vec<Vec<Vec<String>>> {
     let header = format!("| {first} |");
-    let mut lines = text.lines().skip_while(|l| !l.starts_with(&header));
-    lines.next().expect("table header");
-    lines
-        .skip(1) // |---|
-        .take_while(|l| l.starts_with('|'))
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .map(|c| c.trim().to_owned())
-                .collect()
-        })
-        .collect()
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, _) in lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with(&header))
+    {
+        let rows = lines[i + 1..]
+            .iter()
+            .skip(1) // |---|
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                l.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_owned())
+                    .collect()
+            })
+            .collect();
+        out.push(rows);
+    }
+    out
 }
 
 #[test]
 fn segments_md_table_is_the_code_segment_table() {
-    let rows = table(&doc("segments.md"), "name");
+    let rows: Vec<Vec<String>> = tables(&doc("segments.md"), "name").concat();
     // One row may name several segments ("client_poll_return / server_poll_return").
     let mut documented: BTreeMap<String, &Vec<String>> = BTreeMap::new();
     for row in &rows {

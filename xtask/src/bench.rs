@@ -119,12 +119,14 @@ fn spawn_recorder(exe: &Path, dir: &Path, name: &str, port: u16) -> Result<Proc>
         .args([
             "record",
             "-o",
-            "/dev/null",
+            "-",
             "--port",
             &port.to_string(),
             "--ready-file",
         ])
         .arg(&ready)
+        // Recorded lines are thrown away: `record` refuses to open a device as its output.
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .context("starting meshlab record")?;

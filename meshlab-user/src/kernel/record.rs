@@ -1,7 +1,6 @@
 //! `meshlab record`: load the kernel programs, attach them tier by tier, and stream events as
 //! NDJSON until --duration, Ctrl-C or SIGTERM.
 
-use std::fs::File;
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -13,6 +12,7 @@ use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::plan::{HOOKS, HookSpec};
 use super::{clock, loader, session, setup, sysinfo};
+use crate::output::{Policy, create_output};
 use crate::schema::{AttachEntry, AttachStatus, Filters, Record, SCHEMA_VERSION, Startup};
 
 #[derive(Debug, clap::Args)]
@@ -249,22 +249,15 @@ fn install_filters(ebpf: &mut aya::Ebpf, args: &RecordArgs) -> anyhow::Result<()
     Ok(())
 }
 
-/// The output file (created, truncated) or stdout. Under sudo the file is handed to the
-/// invoking user, so a recording can be merged and deleted without root.
+/// The output file or stdout. The file is opened under crate::output's rules (no symlink, no
+/// foreign file, handed to the invoking user under sudo so a recording can be merged and
+/// deleted without root) and streamed: a killed recorder leaves every complete line.
 fn open_output(path: &std::path::Path) -> anyhow::Result<Box<dyn Write + Send>> {
     if path.as_os_str() == "-" {
         return Ok(Box::new(std::io::stdout()));
     }
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    if let (Some(uid), Some(gid)) = (env_id("SUDO_UID"), env_id("SUDO_GID")) {
-        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))
-            .with_context(|| format!("handing {} to uid {uid}", path.display()))?;
-    }
+    let file = create_output(path, Policy::Stream)?.commit()?;
     Ok(Box::new(file))
-}
-
-fn env_id(name: &str) -> Option<u32> {
-    std::env::var(name).ok()?.parse().ok()
 }
 
 #[cfg(test)]

@@ -162,8 +162,7 @@ impl Session {
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
         if let Some(ready) = ready_file {
-            std::fs::File::create(ready)
-                .with_context(|| format!("creating ready file {}", ready.display()))?;
+            crate::output::create_output(ready, crate::output::Policy::Stream)?.commit()?;
         }
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut tick = tokio::time::interval(Duration::from_secs(1));

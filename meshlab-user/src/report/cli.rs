@@ -1,11 +1,11 @@
 //! `meshlab report`.
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
+use crate::output::{Policy, create_output, write_output};
 use crate::schema::MergedRequest;
 
 use super::aggregate::Aggregate;
@@ -89,10 +89,8 @@ fn write_files(
                 .iter()
                 .flat_map(|i| i.nodes.iter().map(|n| n.node.clone()))
                 .collect();
-            let tmp = TempOutput::beside(file);
-            let f = File::create(&tmp.0)
-                .with_context(|| format!("{}: cannot create", tmp.0.display()))?;
-            Some((TraceWriter::new(BufWriter::new(f), &nodes)?, tmp, file))
+            let out = create_output(file, Policy::Atomic)?;
+            Some((TraceWriter::new(BufWriter::new(out), &nodes)?, file))
         }
         None => None,
     };
@@ -107,7 +105,7 @@ fn write_files(
         last,
         |i| i < perfetto_max || i == median_at || i == p99_at,
         |i, req| {
-            if let Some((w, _, _)) = trace.as_mut() {
+            if let Some((w, _)) = trace.as_mut() {
                 let label = match (i == median_at, i == p99_at) {
                     (true, true) => Some("median and p99"),
                     (true, false) => Some("median"),
@@ -131,7 +129,7 @@ fn write_files(
             path.display()
         );
     };
-    if let Some((w, tmp, file)) = trace {
+    if let Some((w, file)) = trace {
         let other = serde_json::json!({
             "source": path.display().to_string(),
             "generator": format!("meshlab {}", env!("CARGO_PKG_VERSION")),
@@ -142,8 +140,7 @@ fn write_files(
         w.finish(other)?
             .into_inner()
             .map_err(|e| e.into_error())?
-            .sync_all()?;
-        tmp.publish(file)?;
+            .commit()?;
         log::info!("wrote {} ({events} trace events)", file.display());
     }
     if let Some(file) = &args.html {
@@ -155,10 +152,7 @@ fn write_files(
                 p99: &p99,
             },
         );
-        let tmp = TempOutput::beside(file);
-        std::fs::write(&tmp.0, page)
-            .with_context(|| format!("{}: cannot write", tmp.0.display()))?;
-        tmp.publish(file)?;
+        write_output(file, page.as_bytes())?;
         log::info!("wrote {}", file.display());
     }
     Ok(())
@@ -200,37 +194,4 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
-}
-
-/// Output is written to a temporary file beside its destination and renamed into place when
-/// complete, so an earlier file of that name is never left half-overwritten; on any failure
-/// (or panic) the temporary file is removed.
-struct TempOutput(PathBuf);
-
-impl TempOutput {
-    fn beside(file: &Path) -> Self {
-        let mut name = file
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_default();
-        name.push(format!(".tmp-{}", std::process::id()));
-        TempOutput(file.with_file_name(name))
-    }
-
-    fn publish(self, file: &Path) -> anyhow::Result<()> {
-        std::fs::rename(&self.0, file).with_context(|| {
-            format!(
-                "{}: cannot move {} into place",
-                file.display(),
-                self.0.display()
-            )
-        })
-    }
-}
-
-impl Drop for TempOutput {
-    fn drop(&mut self) {
-        // After a successful rename the path no longer exists; NotFound is the normal case.
-        let _ = std::fs::remove_file(&self.0);
-    }
 }

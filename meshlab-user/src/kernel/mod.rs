@@ -6,6 +6,7 @@ pub mod decode;
 pub mod doctor;
 pub mod loader;
 pub mod plan;
+pub mod privilege;
 pub mod record;
 pub mod session;
 pub mod setup;

@@ -11,7 +11,8 @@ use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::plan::{HOOKS, HookSpec};
-use super::{clock, loader, session, setup, sysinfo};
+use super::{clock, loader, privilege, session, setup, sysinfo};
+use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
 use crate::schema::{AttachEntry, AttachStatus, Filters, Record, SCHEMA_VERSION, Startup};
 
@@ -102,7 +103,10 @@ fn parse_sample(s: &str) -> Result<u32, String> {
 }
 
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
-    setup::require_root("meshlab record")?;
+    privilege::require("meshlab record", privilege::RECORD_NEEDS)?;
+    if args.netns.is_some() {
+        privilege::require("meshlab record --netns", privilege::NETNS_NEEDS)?;
+    }
     if !args.ring_bytes.is_power_of_two() || args.ring_bytes < 4096 {
         bail!(
             "--ring-bytes {}: must be a power of two and at least 4096",
@@ -209,12 +213,24 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let mut session = session::Session::new(ebpf, attached, node, netns.dev_names, out)?;
     session.write_record(&Record::Startup(startup))?;
     session.flush()?;
-    let summary = session.run(
+    let run = session.run(
         args.duration,
         Duration::from_secs(args.clock_every_secs.max(1)),
         args.ready_file.as_deref(),
-    )?;
-    eprintln!("{summary}");
+    );
+    // The session is gone by now, and with it every program, link and map: say what ended it.
+    match run {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(e) if is_broken_pipe(&e) => {
+            log::info!("output closed by its reader: recording stopped, programs detached");
+        }
+        Err(e) => {
+            return Err(e.context(format!(
+                "recording to {} stopped; programs detached; the file holds every record up to its last complete line",
+                args.output.display()
+            )));
+        }
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! both install what is missing first (`setup`), so a fresh machine needs nothing else.
 
 mod bench;
+mod fuzz;
 mod setup;
 mod vm;
 mod vm_scenarios;
@@ -40,6 +41,8 @@ enum Task {
         #[arg(long)]
         nic_only: bool,
     },
+    /// Fuzz every parser (cargo-fuzz on nightly), 10 minutes per target by default.
+    Fuzz(fuzz::FuzzArgs),
     /// Benchmarks on the real kernel (recorder overhead, memory soak).
     Bench {
         #[command(subcommand)]
@@ -68,6 +71,10 @@ fn main() -> Result<()> {
         Task::Demo { args } => demo(&args),
         Task::Vm(args) => vm::run(args),
         Task::VmScenarios { ci, nic_only } => vm_scenarios::run(ci, nic_only),
+        Task::Fuzz(args) => {
+            setup::run()?;
+            fuzz::run(&args)
+        }
         Task::Bench { task } => {
             setup::run()?;
             bench::run(task)
@@ -133,6 +140,12 @@ fn test(args: TestArgs) -> Result<()> {
     }
     test.args(&args.cargo_args);
     run_cmd(&mut test)?;
+    // Every parser's fuzz target for a few seconds, after replaying the kept regressions.
+    fuzz::run(&fuzz::FuzzArgs {
+        seconds: None,
+        quick: true,
+        targets: Vec::new(),
+    })?;
     if !args.no_vm {
         vm_tests(args.ci)?;
     }

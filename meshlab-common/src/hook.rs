@@ -1,9 +1,41 @@
-//! Hook identifiers: which probe point produced an event.
+//! Hook identifiers: which probe point produced an event, and what kind of event it is.
+//!
+//! This is the one definition of a hook for the kernel programs, the decoder (`record`) and
+//! the merge: the wire name (`name()`, also the serde name), the data direction and whether
+//! the event names a byte range or a stream pointer.
+
+/// Direction of data relative to the node the event was recorded on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "user",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+pub enum Direction {
+    Tx,
+    Rx,
+}
+
+/// How a stream event's `offset` relates to the bytes it is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BytePosition {
+    /// `[offset, offset + len)`: the bytes of one skb or one send call.
+    Range,
+    /// `offset` is a stream pointer (the end of the data queued, read or written so far);
+    /// the event carries no length.
+    Pointer,
+}
 
 /// Every probe point meshlab records. The discriminant is the `u16` written into
 /// [`crate::Event::hook`] and the index of the per-hook counters (`HITS`, `DROPS`).
+/// Userspace (de)serializes it by [`Hook::name`]; an unknown name is an error.
 #[repr(u16)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "user",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum Hook {
     /// sock_ops ACTIVE/PASSIVE_ESTABLISHED: cookie, 4-tuple, sequence bases.
     SockEstablished = 0,
@@ -29,7 +61,8 @@ pub enum Hook {
     SkbCopyDatagram = 10,
     /// sock:sock_recv_length: sock_recvmsg returns to the caller.
     RecvReturn = 11,
-    /// sched:sched_wakeup of a thread that owns a traced socket.
+    /// sched:sched_waking of a thread that owns a traced socket (the waker's side of a
+    /// wake-up; the wire name keeps `sched_wakeup`, the stage it stands for).
     SchedWakeup = 12,
     /// sched:sched_switch onto (value 1) or off (value 0) a tracked thread.
     SchedSwitch = 13,
@@ -115,6 +148,63 @@ impl Hook {
     pub fn from_name(name: &str) -> Option<Hook> {
         Hook::ALL.iter().copied().find(|h| h.name() == name)
     }
+
+    /// Direction of the data a stream event is about; `None` for hooks that are not about
+    /// stream bytes (connection state, scheduler, IRQ context).
+    pub fn direction(self) -> Option<Direction> {
+        match self {
+            Hook::TcpSendmsg
+            | Hook::SendReturn
+            | Hook::NetDevQueue
+            | Hook::NetDevStartXmit
+            | Hook::NetDevXmit
+            | Hook::TxComplete => Some(Direction::Tx),
+            Hook::NetifReceiveSkb
+            | Hook::TcpProbe
+            | Hook::SkDataReady
+            | Hook::SkbCopyDatagram
+            | Hook::RecvReturn => Some(Direction::Rx),
+            Hook::SockEstablished
+            | Hook::SockClosed
+            | Hook::SchedWakeup
+            | Hook::SchedSwitch
+            | Hook::IrqEntry
+            | Hook::IrqExit
+            | Hook::SoftirqRaise
+            | Hook::SoftirqEntry
+            | Hook::SoftirqExit
+            | Hook::NapiPoll => None,
+        }
+    }
+
+    /// Whether a stream event's offset is a range start or a stream pointer; `None` for
+    /// hooks without a stream position (exactly those without a [`Hook::direction`]).
+    pub fn byte_position(self) -> Option<BytePosition> {
+        self.direction()?;
+        Some(match self {
+            Hook::SkDataReady | Hook::SendReturn | Hook::RecvReturn => BytePosition::Pointer,
+            _ => BytePosition::Range,
+        })
+    }
+
+    /// The offset is a stream pointer (see [`BytePosition::Pointer`]).
+    pub fn is_pointer(self) -> bool {
+        self.byte_position() == Some(BytePosition::Pointer)
+    }
+
+    /// Events about one skb on the wire path: a range that ends at or below one already seen
+    /// by the same hook is a retransmission.
+    pub fn is_skb_stage(self) -> bool {
+        matches!(
+            self,
+            Hook::NetDevQueue
+                | Hook::NetDevStartXmit
+                | Hook::NetDevXmit
+                | Hook::TxComplete
+                | Hook::NetifReceiveSkb
+                | Hook::TcpProbe
+        )
+    }
 }
 
 #[cfg(test)]
@@ -129,5 +219,31 @@ mod tests {
             assert_eq!(Hook::from_name(hook.name()), Some(*hook));
         }
         assert_eq!(Hook::from_u16(HOOK_COUNT as u16), None);
+    }
+
+    #[test]
+    fn only_stream_hooks_have_a_byte_position_and_skb_stages_are_ranges() {
+        for hook in Hook::ALL {
+            assert_eq!(
+                hook.direction().is_some(),
+                hook.byte_position().is_some(),
+                "{hook:?}"
+            );
+            if hook.is_skb_stage() {
+                assert_eq!(hook.byte_position(), Some(BytePosition::Range), "{hook:?}");
+            }
+        }
+    }
+
+    #[cfg(feature = "user")]
+    #[test]
+    fn serde_names_are_the_wire_names() {
+        for hook in Hook::ALL {
+            let json = format!("\"{}\"", hook.name());
+            assert_eq!(serde_json::to_string(&hook).unwrap(), json);
+            assert_eq!(serde_json::from_str::<Hook>(&json).unwrap(), hook);
+        }
+        let err = serde_json::from_str::<Hook>("\"no_such_hook\"").unwrap_err();
+        assert!(err.to_string().contains("unknown variant"), "{err}");
     }
 }

@@ -9,8 +9,27 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use meshlab_common::{Direction, Hook};
+
 /// Version of this wire format. Bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// Gives a unit-variant wire enum `as_str()` (its serde name, a test checks they agree) and
+/// `ALL` (every variant), so output code never spells the names again.
+macro_rules! wire_names {
+    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The name this value has in NDJSON.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+        }
+    };
+}
 
 /// One NDJSON line of any meshlab stream (record output, probe output, merged output).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,6 +44,23 @@ pub enum Record {
     MergeInfo(MergeInfo),
     Request(MergedRequest),
     MergeSummary(MergeSummary),
+}
+
+impl Record {
+    /// The record's `"type"` tag.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Record::Startup(_) => "startup",
+            Record::Clock(_) => "clock",
+            Record::Kernel(_) => "kernel",
+            Record::Drops(_) => "drops",
+            Record::Summary(_) => "summary",
+            Record::Probe(_) => "probe",
+            Record::MergeInfo(_) => "merge_info",
+            Record::Request(_) => "request",
+            Record::MergeSummary(_) => "merge_summary",
+        }
+    }
 }
 
 /// First line of a `meshlab record` stream.
@@ -71,6 +107,12 @@ pub enum AttachStatus {
     /// Not tried: a faster tier already attached, or the hook was not requested.
     Skipped,
 }
+
+wire_names!(AttachStatus {
+    Attached => "attached",
+    Failed => "failed",
+    Skipped => "skipped",
+});
 
 /// Filters in force for a recording (applied in the kernel).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,14 +166,21 @@ pub enum ClockId {
     Boottime,
 }
 
+wire_names!(ClockId {
+    Realtime => "realtime",
+    Monotonic => "monotonic",
+    Tai => "tai",
+    Boottime => "boottime",
+});
+
 /// One kernel event, decoded from `meshlab_common::Event`. Fields a hook does not set are
 /// omitted (see docs/probe-points.md for which hook sets what).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelEvent {
     pub node: String,
-    /// `meshlab_common::Hook::name()`.
-    pub hook: String,
+    /// Written as [`Hook::name`]; a name this build does not know is an error.
+    pub hook: Hook,
     /// CLOCK_MONOTONIC of `node`.
     pub ts_ns: u64,
     pub cpu: u32,
@@ -197,12 +246,41 @@ pub struct KernelEvent {
     pub unix_peer: Option<u64>,
 }
 
-/// Direction of data relative to the node the event was recorded on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    Tx,
-    Rx,
+impl KernelEvent {
+    /// An event of `hook` on `node` at `ts_ns` with every optional field unset.
+    pub fn new(node: String, hook: Hook, ts_ns: u64) -> KernelEvent {
+        KernelEvent {
+            node,
+            hook,
+            ts_ns,
+            cpu: 0,
+            pid: 0,
+            tid: 0,
+            cookie: None,
+            skb: None,
+            seq: None,
+            len: None,
+            offset: None,
+            dir: None,
+            ifindex: None,
+            dev: None,
+            queue: None,
+            value: None,
+            aux: None,
+            saddr: None,
+            sport: None,
+            daddr: None,
+            dport: None,
+            irq: None,
+            irq_entry_ns: None,
+            softirq_raise_ns: None,
+            softirq_entry_ns: None,
+            retrans: false,
+            active: None,
+            unix_sock: None,
+            unix_peer: None,
+        }
+    }
 }
 
 /// Per-hook accounting: `received + dropped == hits` when nothing was lost in userspace.
@@ -310,9 +388,23 @@ pub struct MergeInfo {
 pub struct MergeInput {
     pub file: String,
     pub node: String,
-    /// `kernel` or `probe`.
-    pub kind: String,
+    pub kind: InputKind,
 }
+
+/// What a merge input file is, detected from its first record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// A `meshlab record` output (first record `startup`).
+    Kernel,
+    /// Userland probe events (`probe` records).
+    Probe,
+}
+
+wire_names!(InputKind {
+    Kernel => "kernel",
+    Probe => "probe",
+});
 
 /// One request's attribution: ordered, non-overlapping segments whose durations sum to
 /// `e2e_ns` exactly.
@@ -349,6 +441,12 @@ pub enum JoinMethod {
     KernelOnly,
 }
 
+wire_names!(JoinMethod {
+    Offset => "offset",
+    PidTidTime => "pid_tid_time",
+    KernelOnly => "kernel_only",
+});
+
 /// One attributed piece of a request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -383,6 +481,12 @@ pub enum Layer {
     Network,
 }
 
+wire_names!(Layer {
+    Process => "process",
+    Kernel => "kernel",
+    Network => "network",
+});
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
@@ -391,6 +495,13 @@ pub enum Kind {
     Queue,
     Network,
 }
+
+wire_names!(Kind {
+    Compute => "compute",
+    Wait => "wait",
+    Queue => "queue",
+    Network => "network",
+});
 
 /// A cross-node figure obtained by the difference method: sum(outer) - sum(inner), where
 /// outer spans are measured on one node and inner spans on another.
@@ -421,6 +532,45 @@ pub struct MergeSummary {
 mod tests {
     use super::*;
 
+    /// `as_str()` of every wire enum is its serde name.
+    fn assert_wire_names<T: Serialize + Copy + std::fmt::Debug>(
+        all: &[T],
+        as_str: fn(T) -> &'static str,
+    ) {
+        for &v in all {
+            let json = serde_json::to_string(&v).unwrap();
+            assert_eq!(json, format!("\"{}\"", as_str(v)), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn wire_enum_names_are_their_serde_names() {
+        assert_wire_names(AttachStatus::ALL, AttachStatus::as_str);
+        assert_wire_names(ClockId::ALL, ClockId::as_str);
+        assert_wire_names(InputKind::ALL, InputKind::as_str);
+        assert_wire_names(JoinMethod::ALL, JoinMethod::as_str);
+        assert_wire_names(Layer::ALL, Layer::as_str);
+        assert_wire_names(Kind::ALL, Kind::as_str);
+        assert_wire_names(Hook::ALL.as_slice(), Hook::name);
+    }
+
+    #[test]
+    fn record_type_names_are_the_type_tags() {
+        let clock = ClockSample {
+            node: None,
+            realtime_ns: 1,
+            monotonic_ns: 2,
+            tai_ns: 3,
+            boottime_ns: 4,
+            bracket_ns: 5,
+        };
+        let kernel = KernelEvent::new("A".into(), Hook::TcpProbe, 1);
+        for record in [Record::Clock(clock), Record::Kernel(kernel)] {
+            let value = serde_json::to_value(&record).unwrap();
+            assert_eq!(value["type"], record.type_name());
+        }
+    }
+
     #[test]
     fn unknown_fields_are_rejected() {
         let line = r#"{"type":"clock","realtime_ns":1,"monotonic_ns":2,"tai_ns":3,"boottime_ns":4,"bracket_ns":5,"extra":1}"#;
@@ -428,6 +578,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field `extra`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_hook_is_rejected() {
+        let line = r#"{"type":"kernel","node":"A","hook":"no_such_hook","ts_ns":1,"cpu":0,"pid":0,"tid":0}"#;
+        let err = serde_json::from_str::<Record>(line)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant `no_such_hook`"), "{err}");
     }
 
     #[test]
@@ -441,13 +600,10 @@ mod tests {
     #[test]
     fn kernel_event_round_trips_with_optional_fields_omitted() {
         let ev = KernelEvent {
-            node: "A".into(),
-            hook: "net_dev_queue".into(),
-            ts_ns: 10,
             cookie: Some(7),
             seq: Some(1000),
             len: Some(64),
-            ..Default::default()
+            ..KernelEvent::new("A".into(), Hook::NetDevQueue, 10)
         };
         let line = serde_json::to_string(&Record::Kernel(ev.clone())).unwrap();
         assert_eq!(

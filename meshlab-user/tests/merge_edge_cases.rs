@@ -6,7 +6,7 @@ mod merge_common;
 
 use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on, only, plain};
 use merge_common::{fixture_files, merge};
-use meshlab_user::schema::JoinMethod;
+use meshlab_user::schema::{Hook, JoinMethod};
 
 #[test]
 fn probes_naming_the_connection_by_four_tuple() {
@@ -277,7 +277,7 @@ fn a_lost_event_does_not_open_the_wakeup_search_to_earlier_messages() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = meshlab_user::merge::synth::GenConfig {
         requests: 2,
-        drop: Some(("B", "sk_data_ready", 1)),
+        drop: Some(("B", Hook::SkDataReady, 1)),
         ..Default::default()
     };
     let out = merge(&merge_common::generate_into(&cfg, dir.path()), &[]);

@@ -3,6 +3,7 @@
 
 mod support;
 
+use meshlab_user::schema::Hook;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -25,7 +26,7 @@ fn mapped(addr: IpAddr) -> [u8; 16] {
 fn traced_client_ports(rec: &Recording) -> BTreeSet<u16> {
     rec.events
         .iter()
-        .filter(|e| e.hook == "sock_established" && e.active == Some(true))
+        .filter(|e| e.hook == Hook::SockEstablished && e.active == Some(true))
         .filter_map(|e| e.sport)
         .collect()
 }
@@ -82,7 +83,7 @@ fn sampling_traces_exactly_the_connections_the_shared_hash_selects() {
     let passive = rec
         .events
         .iter()
-        .filter(|e| e.hook == "sock_established" && e.active == Some(false))
+        .filter(|e| e.hook == Hook::SockEstablished && e.active == Some(false))
         .count();
     assert_eq!(passive, expected.len());
 }
@@ -102,7 +103,11 @@ fn address_filter_keeps_only_connections_of_that_address() {
     let expected: BTreeSet<u16> = wanted_locals.iter().map(|l| l.port()).collect();
     assert_eq!(traced_client_ports(&rec), expected);
     let wanted_ip = "127.0.0.2".to_owned();
-    for e in rec.events.iter().filter(|e| e.hook == "sock_established") {
+    for e in rec
+        .events
+        .iter()
+        .filter(|e| e.hook == Hook::SockEstablished)
+    {
         assert!(
             e.saddr.as_ref() == Some(&wanted_ip) || e.daddr.as_ref() == Some(&wanted_ip),
             "{e:?}"

@@ -6,7 +6,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use meshlab_user::schema::{AttachStatus, Direction};
+use meshlab_user::schema::{AttachStatus, Direction, Hook};
 use support::{LoopbackRecording, loopback_recording, privileged_or_skip, socket_cookie};
 
 const MESSAGES: [usize; 3] = [100, 200, 300];
@@ -58,13 +58,13 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
     assert_eq!(sock_ops.status, AttachStatus::Attached);
 
     // sock_ops saw both ends with the cookies the sockets report and the right 4-tuple.
-    let est = rec.of("sock_established", client_cookie);
+    let est = rec.of(Hook::SockEstablished, client_cookie);
     assert_eq!(est.len(), 1, "client established");
     assert_eq!(
         (est[0].sport, est[0].dport, est[0].active),
         (Some(client_port), Some(port), Some(true))
     );
-    let est = rec.of("sock_established", server_cookie);
+    let est = rec.of(Hook::SockEstablished, server_cookie);
     assert_eq!(
         (est[0].sport, est[0].dport, est[0].active),
         (Some(port), Some(client_port), Some(false))
@@ -77,7 +77,7 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
             (client_cookie, server_cookie),
             (server_cookie, client_cookie),
         ] {
-            let at = |hook: &str, cookie| {
+            let at = |hook: Hook, cookie| {
                 let found: Vec<_> = rec
                     .of(hook, cookie)
                     .into_iter()
@@ -85,32 +85,32 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
                     .collect();
                 assert!(
                     !found.is_empty(),
-                    "{hook} of cookie {cookie} at offset {offset} missing"
+                    "{hook:?} of cookie {cookie} at offset {offset} missing"
                 );
                 found[0].clone()
             };
-            let send = at("tcp_sendmsg", sender);
+            let send = at(Hook::TcpSendmsg, sender);
             assert_eq!(
                 (send.len, send.dir),
                 (Some(size as u32), Some(Direction::Tx))
             );
-            let queue = at("net_dev_queue", sender);
+            let queue = at(Hook::NetDevQueue, sender);
             assert_eq!(
                 (queue.len, queue.dev.as_deref()),
                 (Some(size as u32), Some("lo"))
             );
-            let start = at("net_dev_start_xmit", sender);
-            let xmit = at("net_dev_xmit", sender);
+            let start = at(Hook::NetDevStartXmit, sender);
+            let xmit = at(Hook::NetDevXmit, sender);
             assert!(
                 send.ts_ns <= queue.ts_ns
                     && queue.ts_ns <= start.ts_ns
                     && start.ts_ns <= xmit.ts_ns
             );
 
-            let rx = at("netif_receive_skb", receiver);
+            let rx = at(Hook::NetifReceiveSkb, receiver);
             assert_eq!((rx.len, rx.dir), (Some(size as u32), Some(Direction::Rx)));
-            let probe = at("tcp_probe", receiver);
-            let copy = at("skb_copy_datagram", receiver);
+            let probe = at(Hook::TcpProbe, receiver);
+            let copy = at(Hook::SkbCopyDatagram, receiver);
             assert!(
                 start.ts_ns <= rx.ts_ns,
                 "loopback: the driver hands over before RX starts"
@@ -123,7 +123,7 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
             let end = offset + size as u64;
             if rec.attached("sk_data_ready") {
                 let ready = rec
-                    .of("sk_data_ready", receiver)
+                    .of(Hook::SkDataReady, receiver)
                     .into_iter()
                     .find(|e| e.offset == Some(end))
                     .cloned();
@@ -131,7 +131,7 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
                 assert!(probe.ts_ns <= ready.ts_ns && ready.ts_ns <= copy.ts_ns);
             }
             let ret = rec
-                .of("recv_return", receiver)
+                .of(Hook::RecvReturn, receiver)
                 .into_iter()
                 .find(|e| e.offset == Some(end))
                 .cloned();
@@ -152,27 +152,30 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
         // Without the sk_data_ready tracepoint (< 6.6) the wakeup is still seen, credited to
         // the thread's socket; the reference point is then the response's TCP processing.
         let cause = if rec.attached("sk_data_ready") {
-            "sk_data_ready"
+            Hook::SkDataReady
         } else {
-            "tcp_probe"
+            Hook::TcpProbe
         };
         let ready = rec
             .of(cause, client_cookie)
             .into_iter()
             .find(|e| match (e.offset, e.len) {
-                (Some(o), Some(l)) if cause == "tcp_probe" => o + u64::from(l) == end,
+                (Some(o), Some(l)) if cause == Hook::TcpProbe => o + u64::from(l) == end,
                 (o, _) => o == Some(end),
             })
             .cloned()
-            .unwrap_or_else(|| panic!("{cause} up to {end} missing"));
+            .unwrap_or_else(|| panic!("{cause:?} up to {end} missing"));
         let wake = rec
-            .of("sched_wakeup", client_cookie)
+            .of(Hook::SchedWakeup, client_cookie)
             .into_iter()
             .find(|e| e.tid == me && e.ts_ns >= ready.ts_ns)
             .unwrap_or_else(|| panic!("no wakeup of thread {me} after data-ready up to {end}"))
             .clone();
         let run = rec.events.iter().find(|e| {
-            e.hook == "sched_switch" && e.tid == me && e.value == Some(1) && e.ts_ns >= wake.ts_ns
+            e.hook == Hook::SchedSwitch
+                && e.tid == me
+                && e.value == Some(1)
+                && e.ts_ns >= wake.ts_ns
         });
         assert!(
             run.is_some(),
@@ -207,13 +210,13 @@ fn raw_irq_stream_and_sigterm_flush_and_detach() {
     assert_eq!(rec.summary.reason, "sigterm");
     // Loopback delivers through the NET_RX softirq: with --raw-irq its entry/exit are streamed
     // (vector 3), and the plan shows napi_poll/irq_exit attached instead of skipped.
-    let net_rx = |hook: &str| {
+    let net_rx = |hook: Hook| {
         rec.events
             .iter()
             .filter(|e| e.hook == hook && e.value == Some(3))
             .count()
     };
-    assert!(net_rx("softirq_entry") > 0 && net_rx("softirq_exit") > 0);
+    assert!(net_rx(Hook::SoftirqEntry) > 0 && net_rx(Hook::SoftirqExit) > 0);
     for hook in ["napi_poll", "irq_exit"] {
         let entry = rec
             .startup

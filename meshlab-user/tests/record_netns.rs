@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 
 use meshlab_user::lab::netns::Lab;
-use meshlab_user::schema::KernelEvent;
+use meshlab_user::schema::{Hook, KernelEvent};
 use support::{Recorder, Recording, privileged_or_skip, socket_cookie};
 
 const PORT: u16 = 47_100;
@@ -104,20 +104,20 @@ fn exchange_with(messages: &[usize], extra_a: &[&str], before: impl FnOnce(&Lab)
 }
 
 /// The first non-retransmitted event of `hook` at stream offset `offset`.
-fn at<'a>(rec: &'a Recording, hook: &str, cookie: u64, offset: u64) -> &'a KernelEvent {
+fn at(rec: &Recording, hook: Hook, cookie: u64, offset: u64) -> &KernelEvent {
     rec.of(hook, cookie)
         .into_iter()
         .find(|e| e.offset == Some(offset) && !e.retrans)
         .unwrap_or_else(|| {
             panic!(
-                "node {}: {hook} of cookie {cookie} at offset {offset} missing",
+                "node {}: {hook:?} of cookie {cookie} at offset {offset} missing",
                 rec.startup.node
             )
         })
 }
 
 /// The event of `hook` covering the byte just before `end` (TSO/GRO: the skb with the last byte).
-fn last_byte<'a>(rec: &'a Recording, hook: &str, cookie: u64, end: u64) -> &'a KernelEvent {
+fn last_byte(rec: &Recording, hook: Hook, cookie: u64, end: u64) -> &KernelEvent {
     rec.of(hook, cookie)
         .into_iter()
         .find(|e| {
@@ -128,7 +128,7 @@ fn last_byte<'a>(rec: &'a Recording, hook: &str, cookie: u64, end: u64) -> &'a K
         })
         .unwrap_or_else(|| {
             panic!(
-                "node {}: no {hook} covering byte {end} of cookie {cookie}",
+                "node {}: no {hook:?} covering byte {end} of cookie {cookie}",
                 rec.startup.node
             )
         })
@@ -141,27 +141,27 @@ fn request_stages(x: &Exchange, messages: &[usize]) -> Vec<Stages> {
     for &size in messages {
         let end = offset + size as u64;
         let (a, b) = (&x.rec_a, &x.rec_b);
-        let send = at(a, "tcp_sendmsg", x.client_cookie, offset);
+        let send = at(a, Hook::TcpSendmsg, x.client_cookie, offset);
         assert_eq!(send.len, Some(size as u32));
-        let queue = last_byte(a, "net_dev_queue", x.client_cookie, end);
-        let start = last_byte(a, "net_dev_start_xmit", x.client_cookie, end);
-        let xmit = last_byte(a, "net_dev_xmit", x.client_cookie, end);
+        let queue = last_byte(a, Hook::NetDevQueue, x.client_cookie, end);
+        let start = last_byte(a, Hook::NetDevStartXmit, x.client_cookie, end);
+        let xmit = last_byte(a, Hook::NetDevXmit, x.client_cookie, end);
         assert_eq!(queue.dev.as_deref(), Some("veth-a"));
         assert!(
             send.ts_ns <= queue.ts_ns && queue.ts_ns <= start.ts_ns && start.ts_ns <= xmit.ts_ns,
             "A: TX order"
         );
 
-        let rx = last_byte(b, "netif_receive_skb", x.server_cookie, end);
-        let probe = last_byte(b, "tcp_probe", x.server_cookie, end);
+        let rx = last_byte(b, Hook::NetifReceiveSkb, x.server_cookie, end);
+        let probe = last_byte(b, Hook::TcpProbe, x.server_cookie, end);
         let ready = b
-            .of("sk_data_ready", x.server_cookie)
+            .of(Hook::SkDataReady, x.server_cookie)
             .into_iter()
             .find(|e| e.offset >= Some(end))
             .expect("data ready");
-        let copy = last_byte(b, "skb_copy_datagram", x.server_cookie, end);
+        let copy = last_byte(b, Hook::SkbCopyDatagram, x.server_cookie, end);
         let ret = b
-            .of("recv_return", x.server_cookie)
+            .of(Hook::RecvReturn, x.server_cookie)
             .into_iter()
             .find(|e| e.offset >= Some(end))
             .expect("recv return");
@@ -221,8 +221,8 @@ fn each_namespace_records_its_own_side_in_path_order() {
             .all(|c| c == x.server_cookie)
     );
     // The 4-tuple, reversed on the peer: the key that links the two machines.
-    let est_a = &x.rec_a.of("sock_established", x.client_cookie)[0];
-    let est_b = &x.rec_b.of("sock_established", x.server_cookie)[0];
+    let est_a = &x.rec_a.of(Hook::SockEstablished, x.client_cookie)[0];
+    let est_b = &x.rec_b.of(Hook::SockEstablished, x.server_cookie)[0];
     assert_eq!(
         est_a.saddr.as_deref(),
         Some(x.client.ip().to_string().as_str())
@@ -302,16 +302,16 @@ fn device_filter_keeps_packet_events_of_that_device_only() {
     }
     let messages = [500usize, 500];
     let packet_hooks = [
-        "net_dev_queue",
-        "net_dev_start_xmit",
-        "net_dev_xmit",
-        "netif_receive_skb",
+        Hook::NetDevQueue,
+        Hook::NetDevStartXmit,
+        Hook::NetDevXmit,
+        Hook::NetifReceiveSkb,
     ];
     let count = |x: &Exchange| {
         x.rec_a
             .events
             .iter()
-            .filter(|e| packet_hooks.contains(&e.hook.as_str()))
+            .filter(|e| packet_hooks.contains(&e.hook))
             .count()
     };
     // The traffic crosses veth-a: filtering on it keeps the packet events...
@@ -325,14 +325,14 @@ fn device_filter_keeps_packet_events_of_that_device_only() {
             .rec_a
             .events
             .iter()
-            .filter(|e| packet_hooks.contains(&e.hook.as_str()))
+            .filter(|e| packet_hooks.contains(&e.hook))
             .all(|e| e.dev.as_deref() == Some("veth-a"))
     );
     // ...filtering on lo drops them, while socket-level events (not device-bound) remain.
     let on_lo = exchange_with(&messages, &["--device", "lo"], |_| {});
     assert_eq!(count(&on_lo), 0, "no packet of this connection crossed lo");
     assert_eq!(
-        on_lo.rec_a.of("tcp_sendmsg", on_lo.client_cookie).len(),
+        on_lo.rec_a.of(Hook::TcpSendmsg, on_lo.client_cookie).len(),
         messages.len()
     );
     assert_eq!(on_lo.rec_a.startup.filters.device.as_deref(), Some("lo"));

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 
 use meshlab_user::kernel::plan::HOOKS;
-use meshlab_user::schema::AttachStatus;
+use meshlab_user::schema::{AttachStatus, Hook};
 use support::{LoopbackRecording, loopback_recording, privileged_or_skip, socket_cookie};
 
 fn doctor_plan() -> (BTreeMap<String, String>, serde_json::Value) {
@@ -127,7 +127,7 @@ fn record_attaches_every_hook_at_the_fastest_tier_doctor_found_usable() {
         );
     }
     // Whatever tier tcp_sendmsg got, it recorded this send with the socket's cookie.
-    let send = rec.of("tcp_sendmsg", cookie);
+    let send = rec.of(Hook::TcpSendmsg, cookie);
     assert_eq!(
         send.first().and_then(|e| e.len),
         Some(10),

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 
 use meshlab_user::lab::netns::NamedNetns;
-use meshlab_user::schema::Direction;
+use meshlab_user::schema::{Direction, Hook};
 use support::{Recorder, privileged_or_skip};
 
 #[test]
@@ -53,7 +53,7 @@ fn unix_stream_legs_are_recorded_with_byte_offsets_and_peers() {
         .collect();
     let sends: Vec<_> = unix_events
         .iter()
-        .filter(|e| e.hook == "send_return")
+        .filter(|e| e.hook == Hook::SendReturn)
         .collect();
     assert_eq!(
         sends.len(),
@@ -89,14 +89,14 @@ fn unix_stream_legs_are_recorded_with_byte_offsets_and_peers() {
     // The receiver's byte count of the stream matches the sender's.
     let received: u64 = unix_events
         .iter()
-        .filter(|e| e.hook == "recv_return" && e.unix_sock == right_sock)
+        .filter(|e| e.hook == Hook::RecvReturn && e.unix_sock == right_sock)
         .map(|e| u64::from(e.len.unwrap()))
         .sum();
     assert_eq!(received, 600);
     assert!(
         unix_events
             .iter()
-            .any(|e| e.hook == "sk_data_ready" && e.unix_sock == right_sock)
+            .any(|e| e.hook == Hook::SkDataReady && e.unix_sock == right_sock)
     );
     // Only the namespace's two sockets were traced.
     assert!(

@@ -85,37 +85,7 @@ impl Decoder {
             dev_names,
             ..
         } = self;
-        let mut line = KernelLine {
-            node,
-            hook: hook.name(),
-            ts_ns: ev.ts_ns,
-            cpu: ev.cpu,
-            pid: ev.pid,
-            tid: ev.tid,
-            cookie: (ev.cookie != 0).then_some(ev.cookie),
-            skb: (ev.skb != 0).then_some(ev.skb),
-            seq: None,
-            len: None,
-            offset: None,
-            dir: None,
-            ifindex: (ev.ifindex != 0).then_some(ev.ifindex),
-            dev: dev_names.get(&ev.ifindex).map(String::as_str),
-            queue: (ev.queue != u32::MAX).then_some(ev.queue),
-            value: None,
-            aux: None,
-            saddr: None,
-            sport: None,
-            daddr: None,
-            dport: None,
-            irq: None,
-            irq_entry_ns: (ev.irq_entry_ns != 0).then_some(ev.irq_entry_ns),
-            softirq_raise_ns: (ev.softirq_raise_ns != 0).then_some(ev.softirq_raise_ns),
-            softirq_entry_ns: (ev.softirq_entry_ns != 0).then_some(ev.softirq_entry_ns),
-            retrans: false,
-            active: None,
-            unix_sock: None,
-            unix_peer: None,
-        };
+        let mut line = KernelLine::common(node, hook, ev, dev_names);
         if ev.flags & EVENT_FLAG_UNIX != 0 {
             fill_unix_position(unix, hook, ev, &mut line);
             return line;
@@ -129,52 +99,63 @@ impl Decoder {
         if ev.irq_entry_ns != 0 || matches!(hook, Hook::IrqEntry | Hook::IrqExit) {
             line.irq = Some(ev.irq);
         }
-        match hook {
-            Hook::SockEstablished => {
-                line.seq = Some(ev.seq);
-                line.aux = Some(ev.aux);
-                line.active = Some(ev.flags & EVENT_FLAG_ACTIVE_OPEN != 0);
-                conns.insert(
-                    ev.cookie,
-                    ConnState {
-                        snd_base: ev.seq,
-                        rcv_base: ev.aux as u32,
-                        ..ConnState::default()
-                    },
-                );
-            }
-            Hook::SockClosed => {}
-            Hook::TcpSendmsg
-            | Hook::SendReturn
-            | Hook::NetDevQueue
-            | Hook::NetDevStartXmit
-            | Hook::NetDevXmit
-            | Hook::TxComplete
-            | Hook::NetifReceiveSkb
-            | Hook::TcpProbe
-            | Hook::SkDataReady
-            | Hook::SkbCopyDatagram
-            | Hook::RecvReturn => fill_stream_position(conns, hook, ev, &mut line),
-            Hook::SchedWakeup => line.aux = Some(ev.aux),
-            Hook::SchedSwitch => {
-                line.value = Some(i64::from(ev.value));
-                if ev.value == 0 {
-                    line.aux = Some(ev.aux);
-                }
-            }
-            Hook::IrqEntry
-            | Hook::IrqExit
-            | Hook::SoftirqRaise
-            | Hook::SoftirqEntry
-            | Hook::SoftirqExit => {
-                line.value = Some(i64::from(ev.value));
-            }
-            Hook::NapiPoll => {
-                line.value = Some(i64::from(ev.value));
+        fill_hook_fields(conns, hook, ev, &mut line);
+        line
+    }
+}
+
+/// The fields only some hooks set (docs/probe-points.md); exhaustive, so a new hook must say
+/// what it carries.
+fn fill_hook_fields(
+    conns: &mut HashMap<u64, ConnState>,
+    hook: Hook,
+    ev: &Event,
+    line: &mut KernelLine<'_>,
+) {
+    match hook {
+        Hook::SockEstablished => {
+            line.seq = Some(ev.seq);
+            line.aux = Some(ev.aux);
+            line.active = Some(ev.flags & EVENT_FLAG_ACTIVE_OPEN != 0);
+            conns.insert(
+                ev.cookie,
+                ConnState {
+                    snd_base: ev.seq,
+                    rcv_base: ev.aux as u32,
+                    ..ConnState::default()
+                },
+            );
+        }
+        Hook::SockClosed => {}
+        Hook::TcpSendmsg
+        | Hook::SendReturn
+        | Hook::NetDevQueue
+        | Hook::NetDevStartXmit
+        | Hook::NetDevXmit
+        | Hook::TxComplete
+        | Hook::NetifReceiveSkb
+        | Hook::TcpProbe
+        | Hook::SkDataReady
+        | Hook::SkbCopyDatagram
+        | Hook::RecvReturn => fill_stream_position(conns, hook, ev, line),
+        Hook::SchedWakeup => line.aux = Some(ev.aux),
+        Hook::SchedSwitch => {
+            line.value = Some(i64::from(ev.value));
+            if ev.value == 0 {
                 line.aux = Some(ev.aux);
             }
         }
-        line
+        Hook::IrqEntry
+        | Hook::IrqExit
+        | Hook::SoftirqRaise
+        | Hook::SoftirqEntry
+        | Hook::SoftirqExit => {
+            line.value = Some(i64::from(ev.value));
+        }
+        Hook::NapiPoll => {
+            line.value = Some(i64::from(ev.value));
+            line.aux = Some(ev.aux);
+        }
     }
 }
 
@@ -186,50 +167,31 @@ fn fill_stream_position(
     ev: &Event,
     line: &mut KernelLine<'_>,
 ) {
-    {
-        let dir = match hook {
-            Hook::TcpSendmsg
-            | Hook::SendReturn
-            | Hook::NetDevQueue
-            | Hook::NetDevStartXmit
-            | Hook::NetDevXmit
-            | Hook::TxComplete => Direction::Tx,
-            _ => Direction::Rx,
-        };
-        line.dir = Some(dir);
-        line.seq = Some(ev.seq);
-        if !matches!(
-            hook,
-            Hook::SkDataReady | Hook::SendReturn | Hook::RecvReturn
-        ) {
-            line.len = Some(ev.len);
-        }
-        if matches!(hook, Hook::SendReturn | Hook::RecvReturn | Hook::NetDevXmit) {
-            line.value = Some(i64::from(ev.value));
-        }
-        let Some(conn) = conns.get_mut(&ev.cookie) else {
-            // Connection established before the recording started: no bases, no offsets.
-            return;
-        };
-        let offset = match dir {
-            Direction::Tx => unwrap_offset(ev.seq, conn.snd_base, &mut conn.tx_hi),
-            Direction::Rx => unwrap_offset(ev.seq, conn.rcv_base, &mut conn.rx_hi),
-        };
-        line.offset = Some(offset);
-        if matches!(
-            hook,
-            Hook::NetDevQueue
-                | Hook::NetDevStartXmit
-                | Hook::NetDevXmit
-                | Hook::TxComplete
-                | Hook::NetifReceiveSkb
-                | Hook::TcpProbe
-        ) {
-            let end = offset + u64::from(ev.len);
-            let seen = &mut conn.seg_end[usize::from(ev.hook)];
-            line.retrans = end <= *seen;
-            *seen = (*seen).max(end);
-        }
+    let Some(dir) = hook.direction() else {
+        return;
+    };
+    line.dir = Some(dir);
+    line.seq = Some(ev.seq);
+    if !hook.is_pointer() {
+        line.len = Some(ev.len);
+    }
+    if matches!(hook, Hook::SendReturn | Hook::RecvReturn | Hook::NetDevXmit) {
+        line.value = Some(i64::from(ev.value));
+    }
+    let Some(conn) = conns.get_mut(&ev.cookie) else {
+        // Connection established before the recording started: no bases, no offsets.
+        return;
+    };
+    let offset = match dir {
+        Direction::Tx => unwrap_offset(ev.seq, conn.snd_base, &mut conn.tx_hi),
+        Direction::Rx => unwrap_offset(ev.seq, conn.rcv_base, &mut conn.rx_hi),
+    };
+    line.offset = Some(offset);
+    if hook.is_skb_stage() {
+        let end = offset + u64::from(ev.len);
+        let seen = &mut conn.seg_end[usize::from(ev.hook)];
+        line.retrans = end <= *seen;
+        *seen = (*seen).max(end);
     }
 }
 
@@ -304,7 +266,7 @@ impl Serialize for Addr {
 #[serde(tag = "type", rename = "kernel")]
 struct KernelLine<'a> {
     node: &'a str,
-    hook: &'static str,
+    hook: Hook,
     ts_ns: u64,
     cpu: u32,
     pid: u32,
@@ -355,6 +317,48 @@ struct KernelLine<'a> {
     unix_sock: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     unix_peer: Option<u64>,
+}
+
+impl<'a> KernelLine<'a> {
+    /// The fields every event has; hook-specific ones unset.
+    fn common(
+        node: &'a str,
+        hook: Hook,
+        ev: &Event,
+        dev_names: &'a HashMap<u32, String>,
+    ) -> KernelLine<'a> {
+        KernelLine {
+            node,
+            hook,
+            ts_ns: ev.ts_ns,
+            cpu: ev.cpu,
+            pid: ev.pid,
+            tid: ev.tid,
+            cookie: (ev.cookie != 0).then_some(ev.cookie),
+            skb: (ev.skb != 0).then_some(ev.skb),
+            seq: None,
+            len: None,
+            offset: None,
+            dir: None,
+            ifindex: (ev.ifindex != 0).then_some(ev.ifindex),
+            dev: dev_names.get(&ev.ifindex).map(String::as_str),
+            queue: (ev.queue != u32::MAX).then_some(ev.queue),
+            value: None,
+            aux: None,
+            saddr: None,
+            sport: None,
+            daddr: None,
+            dport: None,
+            irq: None,
+            irq_entry_ns: (ev.irq_entry_ns != 0).then_some(ev.irq_entry_ns),
+            softirq_raise_ns: (ev.softirq_raise_ns != 0).then_some(ev.softirq_raise_ns),
+            softirq_entry_ns: (ev.softirq_entry_ns != 0).then_some(ev.softirq_entry_ns),
+            retrans: false,
+            active: None,
+            unix_sock: None,
+            unix_peer: None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@
 
 use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Segment};
 
+use super::chain::Point;
 use super::event::Stamp;
-use super::half::Half;
-use super::index::Point;
+use super::half::{Half, LinkKey};
 use super::segments::{self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, Unit};
 use super::time::{Instant, NodeClock, Span, difference, with_clock};
 
@@ -71,10 +71,10 @@ impl Chain {
         half: &Half,
         points: &[Point],
         pin_ends: bool,
-        missing: &mut Vec<String>,
-        errors: &mut Vec<String>,
+        found: &mut Findings,
         trace: &str,
     ) -> Self {
+        let Findings { missing, errors } = found;
         let node = names.nodes[usize::from(half.node.0)].clone();
         let mut kept: Vec<Kept> = Vec::new();
         let last_seen = points.iter().rposition(|p| p.stamp.is_some());
@@ -200,171 +200,126 @@ fn error_bound(stamps: &[Stamp]) -> Option<u64> {
     (!same_clock && sum > 0).then_some(sum)
 }
 
+/// What attribution of one request found wrong: stages not observed, refused segments.
+#[derive(Default)]
+struct Findings {
+    missing: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// The client's chain split at its wait for the peer: `kept[..cut]` until the request left,
+/// `kept[cut..]` from the response's arrival. `first` and `last` anchor the e2e time.
+struct ClientSide {
+    chain: Chain,
+    cut: usize,
+    first: Kept,
+    last: Kept,
+}
+
+impl ClientSide {
+    fn new(
+        names: &Names,
+        client: &Half,
+        trace: &str,
+        found: &mut Findings,
+    ) -> Result<ClientSide, String> {
+        let mut points = client.points.clone();
+        let split = points.len();
+        points.extend(client.post.iter().copied());
+        let chain = Chain::new(names, client, &points, true, found, trace);
+        let (Some(&first), Some(&last)) = (chain.kept.first(), chain.kept.last()) else {
+            return Err(format!(
+                "trace {trace}: no client point observed on {}",
+                chain.node
+            ));
+        };
+        if first.pos != 0 || last.pos != points.len() - 1 {
+            return Err(format!(
+                "trace {trace}: cannot measure end to end on {}: {} or {} not observed",
+                chain.node,
+                points[0].id.name(),
+                points[points.len() - 1].id.name()
+            ));
+        }
+        let cut = chain
+            .kept
+            .iter()
+            .position(|k| k.pos >= split)
+            .unwrap_or(chain.kept.len());
+        Ok(ClientSide {
+            chain,
+            cut,
+            first,
+            last,
+        })
+    }
+
+    fn pre(&self) -> &[Kept] {
+        &self.chain.kept[..self.cut]
+    }
+
+    fn post(&self) -> &[Kept] {
+        &self.chain.kept[self.cut..]
+    }
+}
+
+/// The server's half and its kept chain.
+struct ServerSide<'h> {
+    half: &'h Half,
+    chain: Chain,
+}
+
+/// A request's name in output and errors: its trace id, else its connection and offset.
+fn trace_name(client: &Half, server: Option<&Half>) -> String {
+    client
+        .trace_id
+        .clone()
+        .or_else(|| server.and_then(|s| s.trace_id.clone()))
+        .or_else(|| client.link.as_ref().map(LinkKey::to_string))
+        .unwrap_or_else(|| "unlinked".into())
+}
+
 pub fn attribute(
     names: &Names,
     client: &Half,
     server: Option<&Half>,
 ) -> Result<Attributed, String> {
-    let trace = client
-        .trace_id
-        .clone()
-        .or_else(|| server.and_then(|s| s.trace_id.clone()))
-        .or_else(|| {
-            client.link.as_ref().map(|l| {
-                format!(
-                    "{}:{}>{}:{}@{}",
-                    l.client.addr, l.client.port, l.server.addr, l.server.port, l.request_start
-                )
-            })
-        })
-        .unwrap_or_else(|| "unlinked".into());
-    let (mut missing, mut errors) = (Vec::new(), Vec::new());
-    let mut points = client.points.clone();
-    let split = points.len();
-    points.extend(client.post.iter().copied());
-    let cchain = Chain::new(
-        names,
-        client,
-        &points,
-        true,
-        &mut missing,
-        &mut errors,
-        &trace,
-    );
-    let first = cchain.kept.first().copied();
-    let last = cchain.kept.last().copied();
-    let (Some(first), Some(last)) = (first, last) else {
-        return Err(format!(
-            "trace {trace}: no client point observed on {}",
-            cchain.node
-        ));
-    };
-    if first.pos != 0 || last.pos != points.len() - 1 {
-        return Err(format!(
-            "trace {trace}: cannot measure end to end on {}: {} or {} not observed",
-            cchain.node,
-            points[0].id.name(),
-            points[points.len() - 1].id.name()
-        ));
-    }
-    let schain = server.map(|s| {
-        Chain::new(
-            names,
-            s,
-            &s.points,
-            false,
-            &mut missing,
-            &mut errors,
-            &trace,
-        )
+    let trace = trace_name(client, server);
+    let mut found = Findings::default();
+    let cside = ClientSide::new(names, client, &trace, &mut found)?;
+    let sside = server.map(|half| ServerSide {
+        half,
+        chain: Chain::new(names, half, &half.points, false, &mut found, &trace),
     });
     if server.is_none() {
-        missing.push("server".into());
+        found.missing.push("server".into());
     }
     let mut notes = client.notes.clone();
     notes.extend(server.iter().flat_map(|s| s.notes.iter().cloned()));
-
-    let cut = cchain
-        .kept
-        .iter()
-        .position(|k| k.pos >= split)
-        .unwrap_or(cchain.kept.len());
-    let (pre, post) = cchain.kept.split_at(cut);
     let (segments, e2e_ns) = with_clock(client.node, |cc| {
-        let e2e = span(&cc, &first, &last).dur_ns();
-        let mut segs = cchain.segments(&cc, pre);
-        let (Some(outer_a), Some(outer_b)) = (pre.last(), post.first()) else {
-            // Only reachable when every point of one side was dropped: no wait to split.
-            segs.extend(cchain.segments(&cc, &cchain.kept[cut.saturating_sub(1)..]));
-            return (segs, e2e);
-        };
-        let outer = span(&cc, outer_a, outer_b);
-        let split_wait = schain.as_ref().filter(|s| s.kept.len() >= 2).and_then(|s| {
-            let server_half = server.expect("chain implies half");
-            with_clock(server_half.node, |sc| {
-                let (ia, ib) = (s.kept[0], s.kept[s.kept.len() - 1]);
-                let inner = span(&sc, &ia, &ib);
-                match difference(outer, inner) {
-                    Ok(rtt) => {
-                        let network = Segment {
-                            name: NETWORK_ROUND_TRIP.into(),
-                            node: None,
-                            layer: Layer::Network,
-                            unit: "network".into(),
-                            kind: Kind::Network,
-                            start_ns: None,
-                            dur_ns: rtt,
-                            error_ns: error_bound(&[outer_a.stamp, outer_b.stamp, ia.stamp, ib.stamp]),
-                            derived: Some(Derivation {
-                                method: "difference".into(),
-                                outer_node: cchain.node.clone(),
-                                outer: vec![outer_a.id.name().into(), outer_b.id.name().into()],
-                                inner_node: s.node.clone(),
-                                inner: vec![ia.id.name().into(), ib.id.name().into()],
-                            }),
-                        };
-                        let mut v = vec![network];
-                        v.extend(s.segments(&sc, &s.kept));
-                        Some(v)
-                    }
-                    Err(e) => {
-                        errors.push(format!(
-                            "trace {trace}: network round trip would be negative ({e}): outer {} -> {}, inner {} -> {}",
-                            names.event(&cchain.node, outer_a.id, &outer_a.stamp),
-                            names.event(&cchain.node, outer_b.id, &outer_b.stamp),
-                            names.event(&s.node, ia.id, &ia.stamp),
-                            names.event(&s.node, ib.id, &ib.stamp),
-                        ));
-                        None
-                    }
-                }
-            })
-        });
-        match split_wait {
-            Some(v) => segs.extend(v),
-            None => segs.push(Segment {
-                name: PEER_WAIT.into(),
-                node: Some(cchain.node.clone()),
-                layer: Layer::Network,
-                unit: "peer".into(),
-                kind: Kind::Wait,
-                start_ns: Some(outer.start().absolute_ns()),
-                dur_ns: outer.dur_ns(),
-                error_ns: error_bound(&[outer_a.stamp, outer_b.stamp]),
-                derived: None,
-            }),
-        }
-        segs.extend(cchain.segments(&cc, post));
-        (segs, e2e)
+        client_segments(&cc, &cside, sside.as_ref(), names, &trace, &mut found)
     });
     let total: u64 = segments.iter().map(|s| s.dur_ns).sum();
     if total != e2e_ns {
-        errors.push(format!(
+        found.errors.push(format!(
             "trace {trace}: internal error: segments sum to {total} ns, e2e is {e2e_ns} ns"
         ));
     }
-    // Causal order: client until the request left, server, client from the response's arrival.
-    let point = |node: &String, k: &Kept| (node.clone(), k.id, k.stamp);
-    let mut timeline: Vec<(String, PointId, Stamp)> =
-        pre.iter().map(|k| point(&cchain.node, k)).collect();
-    if let Some(s) = &schain {
-        timeline.extend(s.kept.iter().map(|k| point(&s.node, k)));
-    }
-    timeline.extend(post.iter().map(|k| point(&cchain.node, k)));
+    let timeline = timeline(&cside, sside.as_ref());
     let join = match server.map(|s| s.join) {
         Some(j) if rank(j) < rank(client.join) => j,
         _ => client.join,
     };
-    let complete = missing.is_empty() && errors.is_empty();
+    let Findings { missing, errors } = found;
     Ok(Attributed {
         request: MergedRequest {
             trace_id: trace,
-            client_node: cchain.node.clone(),
-            server_node: schain.as_ref().map(|s| s.node.clone()),
+            client_node: cside.chain.node.clone(),
+            server_node: sside.as_ref().map(|s| s.chain.node.clone()),
             join,
-            start_ns: first.stamp.ns(),
+            start_ns: cside.first.stamp.ns(),
             e2e_ns,
-            complete,
+            complete: missing.is_empty() && errors.is_empty(),
             missing,
             segments,
             notes,
@@ -372,6 +327,130 @@ pub fn attribute(
         errors,
         timeline,
     })
+}
+
+/// Kept points in causal order: client until the request left, server, client from the
+/// response's arrival.
+fn timeline(cside: &ClientSide, sside: Option<&ServerSide>) -> Vec<(String, PointId, Stamp)> {
+    let point = |node: &String, k: &Kept| (node.clone(), k.id, k.stamp);
+    let client = |kept: &[Kept]| {
+        kept.iter()
+            .map(|k| point(&cside.chain.node, k))
+            .collect::<Vec<_>>()
+    };
+    let mut timeline = client(cside.pre());
+    if let Some(s) = sside {
+        timeline.extend(s.chain.kept.iter().map(|k| point(&s.chain.node, k)));
+    }
+    timeline.extend(client(cside.post()));
+    timeline
+}
+
+/// The request's segments on the client's clock, with the wait for the peer split by the
+/// server's chain when there is one, and the e2e time.
+fn client_segments(
+    cc: &NodeClock,
+    cside: &ClientSide,
+    sside: Option<&ServerSide>,
+    names: &Names,
+    trace: &str,
+    found: &mut Findings,
+) -> (Vec<Segment>, u64) {
+    let chain = &cside.chain;
+    let e2e = span(cc, &cside.first, &cside.last).dur_ns();
+    let (pre, post) = (cside.pre(), cside.post());
+    let mut segs = chain.segments(cc, pre);
+    let (Some(outer_a), Some(outer_b)) = (pre.last(), post.first()) else {
+        // Only reachable when every point of one side was dropped: no wait to split.
+        segs.extend(chain.segments(cc, &chain.kept[cside.cut.saturating_sub(1)..]));
+        return (segs, e2e);
+    };
+    let outer = Outer {
+        span: span(cc, outer_a, outer_b),
+        ends: (*outer_a, *outer_b),
+        node: &chain.node,
+    };
+    let split = sside.filter(|s| s.chain.kept.len() >= 2).and_then(|s| {
+        with_clock(s.half.node, |sc| {
+            split_wait(&sc, &outer, s, names, trace, found)
+        })
+    });
+    segs.extend(split.unwrap_or_else(|| vec![peer_wait(&outer)]));
+    segs.extend(chain.segments(cc, post));
+    (segs, e2e)
+}
+
+/// The client's wait for its peer: request left -> response arrived.
+struct Outer<'n, 'c> {
+    span: Span<'n>,
+    ends: (Kept, Kept),
+    node: &'c String,
+}
+
+/// The outer wait split by the difference method: network round trip = outer - inner (the
+/// server's span), then the server's own segments. `None` (with an error) when it would be
+/// negative.
+fn split_wait(
+    sc: &NodeClock,
+    outer: &Outer,
+    sside: &ServerSide,
+    names: &Names,
+    trace: &str,
+    found: &mut Findings,
+) -> Option<Vec<Segment>> {
+    let s = &sside.chain;
+    let (ia, ib) = (s.kept[0], s.kept[s.kept.len() - 1]);
+    let (oa, ob) = outer.ends;
+    let inner = span(sc, &ia, &ib);
+    match difference(outer.span, inner) {
+        Ok(rtt) => {
+            let mut v = vec![Segment {
+                name: NETWORK_ROUND_TRIP.into(),
+                node: None,
+                layer: Layer::Network,
+                unit: "network".into(),
+                kind: Kind::Network,
+                start_ns: None,
+                dur_ns: rtt,
+                error_ns: error_bound(&[oa.stamp, ob.stamp, ia.stamp, ib.stamp]),
+                derived: Some(Derivation {
+                    method: "difference".into(),
+                    outer_node: outer.node.clone(),
+                    outer: vec![oa.id.name().into(), ob.id.name().into()],
+                    inner_node: s.node.clone(),
+                    inner: vec![ia.id.name().into(), ib.id.name().into()],
+                }),
+            }];
+            v.extend(s.segments(sc, &s.kept));
+            Some(v)
+        }
+        Err(e) => {
+            found.errors.push(format!(
+                "trace {trace}: network round trip would be negative ({e}): outer {} -> {}, inner {} -> {}",
+                names.event(outer.node, oa.id, &oa.stamp),
+                names.event(outer.node, ob.id, &ob.stamp),
+                names.event(&s.node, ia.id, &ia.stamp),
+                names.event(&s.node, ib.id, &ib.stamp),
+            ));
+            None
+        }
+    }
+}
+
+/// The wait for the peer, not split (no server half, or it could not be used).
+fn peer_wait(outer: &Outer) -> Segment {
+    let (a, b) = outer.ends;
+    Segment {
+        name: PEER_WAIT.into(),
+        node: Some(outer.node.clone()),
+        layer: Layer::Network,
+        unit: "peer".into(),
+        kind: Kind::Wait,
+        start_ns: Some(outer.span.start().absolute_ns()),
+        dur_ns: outer.span.dur_ns(),
+        error_ns: error_bound(&[a.stamp, b.stamp]),
+        derived: None,
+    }
 }
 
 /// Join exactness: a request is labelled with the weaker join of its two halves.

@@ -9,10 +9,10 @@ use anyhow::Context;
 
 use crate::ndjson::RecordWriter;
 use crate::output::{Output, Policy, create_output};
-use crate::schema::{MergeInfo, MergeInput, MergeSummary, Record, SCHEMA_VERSION};
+use crate::schema::{InputKind, MergeInfo, MergeInput, MergeSummary, Record, SCHEMA_VERSION};
 
 use super::MergeError;
-use super::input::{self, FileKind};
+use super::input;
 use super::pipeline::{self, Options};
 
 #[derive(Debug, clap::Args)]
@@ -179,7 +179,7 @@ pub fn merge_to<W: Write>(
             f.nodes.iter().map(|n| MergeInput {
                 file: f.display.clone(),
                 node: n.clone(),
-                kind: f.kind.name().into(),
+                kind: f.kind,
             })
         })
         .collect();
@@ -191,7 +191,7 @@ pub fn merge_to<W: Write>(
         nodes: plan.startups.clone(),
         injected_skew_ns: skews.clone(),
     }))?;
-    if plan.files.iter().all(|f| f.kind == FileKind::Probe) {
+    if plan.files.iter().all(|f| f.kind == InputKind::Probe) {
         log::warn!("no kernel recording among the inputs: only userland stages can be attributed");
     }
     let summary = pipeline::run(&plan, opts, &mut |r| writer.write(&r))?;

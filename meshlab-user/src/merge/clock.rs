@@ -54,14 +54,6 @@ impl ClockTable {
         self.samples.push(sample);
     }
 
-    pub fn len(&self) -> usize {
-        self.samples.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.samples.is_empty()
-    }
-
     /// Sorts the per-clock indices; call once after all samples are pushed.
     pub fn seal(&mut self) {
         for (slot, clock) in NON_MONOTONIC.iter().enumerate() {

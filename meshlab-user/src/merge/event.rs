@@ -1,7 +1,7 @@
 //! The merge's internal event forms: kernel and probe records reduced to what joining needs,
 //! with node-local [`Stamp`]s and the file:line they came from.
 
-use crate::schema::{ConnRef, Direction};
+use crate::schema::{ConnRef, Direction, Hook};
 
 use super::time::NodeTime;
 
@@ -26,62 +26,6 @@ pub struct Stamp {
 impl Stamp {
     pub fn ns(&self) -> u64 {
         self.time.absolute_ns()
-    }
-}
-
-/// Kernel hooks the merge uses; others (irq_exit, napi_poll, ...) only appear on the timeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Hook {
-    SockEstablished,
-    TcpSendmsg,
-    SendReturn,
-    NetDevQueue,
-    NetDevStartXmit,
-    NetDevXmit,
-    NetifReceiveSkb,
-    TcpProbe,
-    SkDataReady,
-    SkbCopyDatagram,
-    RecvReturn,
-    SchedWakeup,
-    SchedSwitch,
-    Other,
-}
-
-impl Hook {
-    pub fn from_name(name: &str) -> Hook {
-        match name {
-            "sock_established" => Hook::SockEstablished,
-            "tcp_sendmsg" => Hook::TcpSendmsg,
-            "send_return" => Hook::SendReturn,
-            "net_dev_queue" => Hook::NetDevQueue,
-            "net_dev_start_xmit" => Hook::NetDevStartXmit,
-            "net_dev_xmit" => Hook::NetDevXmit,
-            "netif_receive_skb" => Hook::NetifReceiveSkb,
-            "tcp_probe" => Hook::TcpProbe,
-            "sk_data_ready" => Hook::SkDataReady,
-            "skb_copy_datagram" => Hook::SkbCopyDatagram,
-            "recv_return" => Hook::RecvReturn,
-            "sched_wakeup" => Hook::SchedWakeup,
-            "sched_switch" => Hook::SchedSwitch,
-            _ => Hook::Other,
-        }
-    }
-
-    /// Hooks whose events must name a byte range (`offset`, and `len` unless a pointer hook).
-    pub fn needs_offset(self) -> bool {
-        !matches!(
-            self,
-            Hook::SockEstablished | Hook::SchedWakeup | Hook::SchedSwitch | Hook::Other
-        )
-    }
-
-    /// Hooks whose `offset` is a stream pointer (end of data) rather than a range start.
-    pub fn is_pointer(self) -> bool {
-        matches!(
-            self,
-            Hook::SkDataReady | Hook::RecvReturn | Hook::SendReturn
-        )
     }
 }
 
@@ -129,7 +73,6 @@ pub struct Established {
 pub struct KEvent {
     pub hook: Hook,
     pub stamp: Stamp,
-    pub pid: u32,
     pub tid: u32,
     pub cookie: Option<u64>,
     pub dir: Option<Direction>,
@@ -157,10 +100,8 @@ pub struct PEvent {
     pub process: String,
     pub trace_id: String,
     pub stamp: Stamp,
-    pub pid: u32,
     pub tid: u32,
     pub conn: Option<ConnRef>,
-    pub dir: Option<Direction>,
     pub offset: Option<u64>,
     pub len: Option<u64>,
 }

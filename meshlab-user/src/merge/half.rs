@@ -4,9 +4,8 @@
 
 use crate::schema::JoinMethod;
 
+use super::chain::{Point, Stages};
 use super::event::{Endpoint, Role};
-use super::index::{Point, Stages};
-use super::segments::PointId;
 use super::time::NodeId;
 
 /// Links a client half to its server half across nodes: the connection (client and server
@@ -17,6 +16,18 @@ pub struct LinkKey {
     pub client: Endpoint,
     pub server: Endpoint,
     pub request_start: u64,
+}
+
+/// `CLIENT_ADDR:PORT>SERVER_ADDR:PORT@OFFSET`: names a request without a trace id.
+impl std::fmt::Display for LinkKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (c, s) = (&self.client, &self.server);
+        write!(
+            f,
+            "{}:{}>{}:{}@{}",
+            c.addr, c.port, s.addr, s.port, self.request_start
+        )
+    }
 }
 
 #[derive(Debug)]
@@ -38,36 +49,6 @@ pub struct Half {
     pub kernel_recorded: bool,
     /// Node time the half was completed (used to order the output of unmatched halves).
     pub ready_ns: u64,
-}
-
-/// Stage points of a message that could not be located at all (no connection, no kernel
-/// recording): every kernel stage absent; only the ones that must exist are expected.
-pub fn absent(ids: &[PointId]) -> Vec<Point> {
-    ids.iter()
-        .map(|&id| Point {
-            id,
-            stamp: None,
-            expected: !matches!(
-                id,
-                PointId::IrqEntry
-                    | PointId::SoftirqRaise
-                    | PointId::SoftirqEntry
-                    | PointId::SchedWakeup
-                    | PointId::SchedSwitch
-            ),
-        })
-        .collect()
-}
-
-/// RX kernel stages with the probe's `read_ready` placed where the reader returns from poll:
-/// after its wake-up, before its recv copies.
-pub fn with_read_ready(mut rx: Vec<Point>, read_ready: Point) -> Vec<Point> {
-    let at = rx
-        .iter()
-        .position(|p| p.id == PointId::SkbCopyDatagram)
-        .unwrap_or(rx.len());
-    rx.insert(at, read_ready);
-    rx
 }
 
 /// Notes on how a message's stages were chosen (retransmission, unusable RX context).

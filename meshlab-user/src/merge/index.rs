@@ -8,10 +8,12 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::schema::Direction;
+use crate::schema::{Direction, Hook};
 
-use super::event::{Hook, KEvent, RxContext, Stamp};
+use super::chain::{Point, RX_KERNEL, Stages, TX_KERNEL};
+use super::event::{KEvent, RxContext, Stamp};
 use super::segments::PointId;
+use super::time::NodeTime;
 
 #[derive(Clone, Debug)]
 struct RangeEvent {
@@ -89,7 +91,9 @@ impl RangeIndex {
     }
 }
 
-const HOOK_SLOTS: usize = 8;
+/// The hooks whose events are indexed by byte range, each with its own [`RangeIndex`] per
+/// connection and direction (a hook has one direction, so TX and RX hooks share slots).
+const INDEXED_HOOKS: usize = 5;
 
 fn slot(hook: Hook) -> Option<usize> {
     Some(match hook {
@@ -104,37 +108,95 @@ fn slot(hook: Hook) -> Option<usize> {
 
 #[derive(Default)]
 struct DirIndex {
-    hooks: [RangeIndex; HOOK_SLOTS],
+    hooks: [RangeIndex; INDEXED_HOOKS],
 }
 
-/// A stage point found for a message (or not), and whether it had to be observed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Point {
-    pub id: PointId,
-    pub stamp: Option<Stamp>,
-    /// Not observed and expected => listed as missing. Optional stages (no IRQ on veth, no
-    /// wake-up because the reader was running) are not expected.
-    pub expected: bool,
+/// What the RX lookups found for one message, before it is laid out in chain order.
+#[derive(Default)]
+struct RxFound {
+    irq_entry: Option<Stamp>,
+    softirq_raise: Option<Stamp>,
+    softirq_entry: Option<Stamp>,
+    irq_expected: bool,
+    netif: Option<Stamp>,
+    tcp: Option<Stamp>,
+    ready: Option<Stamp>,
+    wakeup: Option<Stamp>,
+    switch_in: Option<Stamp>,
+    copy: Option<Stamp>,
+    ret: Option<Stamp>,
 }
 
-impl Point {
-    pub fn seen(id: PointId, stamp: Option<Stamp>) -> Point {
-        Point {
-            id,
-            stamp,
-            expected: true,
+impl RxFound {
+    /// The found stamps as points in [`RX_KERNEL`] order.
+    fn into_stages(self, retransmitted: bool, stale_context: bool) -> Stages {
+        let points = RX_KERNEL
+            .iter()
+            .map(|&id| match id {
+                PointId::IrqEntry => point(id, self.irq_entry, self.irq_expected),
+                PointId::SoftirqRaise => point(id, self.softirq_raise, false),
+                PointId::SoftirqEntry => point(id, self.softirq_entry, false),
+                PointId::NetifReceiveSkb => point(id, self.netif, true),
+                PointId::TcpProbe => point(id, self.tcp, true),
+                PointId::SkDataReady => point(id, self.ready, true),
+                PointId::SchedWakeup => point(id, self.wakeup, false),
+                PointId::SchedSwitch => point(id, self.switch_in, self.wakeup.is_some()),
+                PointId::SkbCopyDatagram => point(id, self.copy, true),
+                _ => point(id, self.ret, true),
+            })
+            .collect();
+        Stages {
+            points,
+            retransmitted,
+            stale_context,
         }
+    }
+
+    /// Takes the IRQ/softirq times of the skb's CPU that are in path order before the skb;
+    /// returns whether some were not (stale context).
+    fn set_context(&mut self, rx: RxContext) -> bool {
+        self.irq_expected = rx.irq_expected;
+        let Some(node) = self.netif else {
+            return false;
+        };
+        let at = |ns: Option<u64>| {
+            ns.map(|ns| Stamp {
+                time: NodeTime::new(node.time.node(), ns),
+                ..node
+            })
+        };
+        // The context is per CPU, not per skb: keep only times in path order before the skb
+        // (walking back from it), so a later IRQ on that CPU is never taken for this skb's.
+        let mut stale = false;
+        let mut bound = node.ns();
+        let mut in_order = |ns: Option<u64>| {
+            let ns = ns?;
+            if ns <= bound {
+                bound = ns;
+                Some(ns)
+            } else {
+                stale = true;
+                None
+            }
+        };
+        let softirq_entry = in_order(rx.softirq_entry_ns);
+        // Without a NIC IRQ (veth, loopback) NET_RX is raised by the sender's transmit
+        // (netif_rx), not by this skb's arrival: that raise is not a receive stage.
+        let softirq_raise = in_order(rx.softirq_raise_ns.filter(|_| rx.irq_expected));
+        let irq_entry = in_order(rx.irq_entry_ns);
+        self.softirq_entry = at(softirq_entry);
+        self.softirq_raise = at(softirq_raise);
+        self.irq_entry = at(irq_entry);
+        stale
     }
 }
 
-/// Stage points of one message plus notes (retransmissions).
-#[derive(Debug, Default)]
-pub struct Stages {
-    pub points: Vec<Point>,
-    pub retransmitted: bool,
-    /// IRQ/softirq context times of the RX skb's CPU that contradict the skb's order (a later
-    /// interrupt on that CPU overwrote them) and were therefore not used.
-    pub stale_context: bool,
+fn point(id: PointId, stamp: Option<Stamp>, expected: bool) -> Point {
+    Point {
+        id,
+        stamp,
+        expected,
+    }
 }
 
 #[derive(Default)]
@@ -207,7 +269,9 @@ impl NodeIndex {
         });
     }
 
-    fn hook(&self, cookie: u64, dir: Direction, slot: usize) -> Option<&RangeIndex> {
+    /// The range index of `hook`'s events on `cookie` (in the hook's direction).
+    fn events(&self, cookie: u64, hook: Hook) -> Option<&RangeIndex> {
+        let (dir, slot) = (hook.direction()?, slot(hook)?);
         self.dirs.get(&(cookie, dir)).map(|d| &d.hooks[slot])
     }
 
@@ -216,19 +280,17 @@ impl NodeIndex {
     pub fn tx_stages(&self, cookie: u64, start: u64, end: u64) -> Stages {
         let mut out = Stages::default();
         let last = end.saturating_sub(1);
-        let sendmsg = self
-            .hook(cookie, Direction::Tx, 0)
-            .and_then(|h| h.covering(start).0);
-        out.points
-            .push(Point::seen(PointId::TcpSendmsg, sendmsg.map(|e| e.stamp)));
-        for (slot, id) in [
-            (1, PointId::NetDevQueue),
-            (2, PointId::NetDevStartXmit),
-            (3, PointId::NetDevXmit),
-        ] {
-            let (ev, retrans) = self
-                .hook(cookie, Direction::Tx, slot)
-                .map_or((None, false), |h| h.covering(last));
+        for id in TX_KERNEL {
+            let (ev, retrans) = match id {
+                PointId::TcpSendmsg => (
+                    self.events(cookie, Hook::TcpSendmsg)
+                        .and_then(|h| h.covering(start).0),
+                    false,
+                ),
+                _ => self
+                    .events(cookie, tx_device_hook(id))
+                    .map_or((None, false), |h| h.covering(last)),
+            };
             out.retransmitted |= retrans;
             out.points.push(Point::seen(id, ev.map(|e| e.stamp)));
         }
@@ -238,69 +300,40 @@ impl NodeIndex {
     /// RX stages of a message ending at `end`: the skb carrying its last byte from the IRQ to the
     /// copy, the wake-up its queueing caused (if the reader slept) and the recv return.
     pub fn rx_stages(&self, cookie: u64, end: u64) -> Stages {
-        let mut out = Stages::default();
         let last = end.saturating_sub(1);
-        let (netif, retrans) = self
-            .hook(cookie, Direction::Rx, 0)
+        let (netif, retransmitted) = self
+            .events(cookie, Hook::NetifReceiveSkb)
             .map_or((None, false), |h| h.covering(last));
-        out.retransmitted = retrans;
-        let rx = netif
-            .and_then(|e| e.rx.as_deref().copied())
-            .unwrap_or_default();
-        let node = netif.map(|e| e.stamp);
-        let ctx_point = |id, ns: Option<u64>, expected| Point {
-            id,
-            stamp: node.zip(ns).map(|(s, ns)| Stamp {
-                time: super::time::NodeTime::new(s.time.node(), ns),
-                ..s
-            }),
-            expected,
+        let covering = |hook| {
+            self.events(cookie, hook)
+                .and_then(|h| h.covering(last).0)
+                .map(|e| e.stamp)
         };
-        // The context is per CPU, not per skb: keep only times in path order before the skb
-        // (walking back from it), so a later IRQ on that CPU is never taken for this skb's.
-        let mut bound = node.map_or(u64::MAX, |s| s.ns());
-        let mut in_order = |ns: Option<u64>| {
-            let ns = ns?;
-            if ns <= bound {
-                bound = ns;
-                Some(ns)
-            } else {
-                out.stale_context = true;
-                None
-            }
+        let reaching = |hook| {
+            self.events(cookie, hook)
+                .and_then(|h| h.first_reaching(end))
+                .map(|e| e.stamp)
         };
-        let softirq_entry = in_order(rx.softirq_entry_ns);
-        // Without a NIC IRQ (veth, loopback) NET_RX is raised by the sender's transmit
-        // (netif_rx), not by this skb's arrival: that raise is not a receive stage.
-        let softirq_raise = in_order(rx.softirq_raise_ns.filter(|_| rx.irq_expected));
-        let irq_entry = in_order(rx.irq_entry_ns);
-        out.points.extend([
-            ctx_point(PointId::IrqEntry, irq_entry, rx.irq_expected),
-            ctx_point(PointId::SoftirqRaise, softirq_raise, false),
-            ctx_point(PointId::SoftirqEntry, softirq_entry, false),
-            Point::seen(PointId::NetifReceiveSkb, node),
-        ]);
-        let tcp = self
-            .hook(cookie, Direction::Rx, 1)
-            .and_then(|h| h.covering(last).0);
-        out.points
-            .push(Point::seen(PointId::TcpProbe, tcp.map(|e| e.stamp)));
-        let ready = self
-            .hook(cookie, Direction::Rx, 2)
-            .and_then(|h| h.first_reaching(end));
-        out.points
-            .push(Point::seen(PointId::SkDataReady, ready.map(|e| e.stamp)));
-        let copy = self
-            .hook(cookie, Direction::Rx, 3)
-            .and_then(|h| h.covering(last).0);
-        let ret = self
-            .hook(cookie, Direction::Rx, 4)
-            .and_then(|h| h.first_reaching(end));
-        // The wake-up the data caused, if the reader was asleep: between queueing and copying.
-        // Both bounds must be observed (a lost event must not open the search to stale
-        // wake-ups of earlier messages).
-        let lo = ready.or(tcp).or(netif).map(|e| e.stamp.ns());
-        let hi = copy.or(ret).map(|e| e.stamp.ns());
+        let mut found = RxFound {
+            netif: netif.map(|e| e.stamp),
+            tcp: covering(Hook::TcpProbe),
+            ready: reaching(Hook::SkDataReady),
+            copy: covering(Hook::SkbCopyDatagram),
+            ret: reaching(Hook::RecvReturn),
+            ..RxFound::default()
+        };
+        let context = netif.and_then(|e| e.rx.as_deref().copied());
+        let stale_context = found.set_context(context.unwrap_or_default());
+        self.find_wakeup(cookie, &mut found);
+        found.into_stages(retransmitted, stale_context)
+    }
+
+    /// The wake-up the data caused, if the reader was asleep: between queueing and copying,
+    /// and the switch onto the woken thread after it. Both bounds must be observed (a lost
+    /// event must not open the search to stale wake-ups of earlier messages).
+    fn find_wakeup(&self, cookie: u64, found: &mut RxFound) {
+        let lo = found.ready.or(found.tcp).or(found.netif).map(|s| s.ns());
+        let hi = found.copy.or(found.ret).map(|s| s.ns());
         let wakeup = lo.zip(hi).and_then(|(lo, hi)| {
             self.wakeups.get(&cookie).and_then(|q| {
                 q.iter()
@@ -309,26 +342,20 @@ impl NodeIndex {
             })
         });
         let hi = hi.unwrap_or(0);
-        let switch_in = wakeup.and_then(|(w, tid)| {
+        found.switch_in = wakeup.and_then(|(w, tid)| {
             self.switch_ins
                 .get(&tid)
                 .and_then(|q| q.iter().find(|s| s.ns() >= w.ns() && s.ns() <= hi).copied())
         });
-        out.points.extend([
-            Point {
-                id: PointId::SchedWakeup,
-                stamp: wakeup.map(|(s, _)| s),
-                expected: false,
-            },
-            Point {
-                id: PointId::SchedSwitch,
-                stamp: switch_in,
-                expected: wakeup.is_some(),
-            },
-            Point::seen(PointId::SkbCopyDatagram, copy.map(|e| e.stamp)),
-        ]);
-        out.points
-            .push(Point::seen(PointId::RecvReturn, ret.map(|e| e.stamp)));
-        out
+        found.wakeup = wakeup.map(|(s, _)| s);
+    }
+}
+
+/// The hook whose event marks a TX device stage (tcp_sendmsg is looked up by its first byte).
+fn tx_device_hook(id: PointId) -> Hook {
+    match id {
+        PointId::NetDevQueue => Hook::NetDevQueue,
+        PointId::NetDevStartXmit => Hook::NetDevStartXmit,
+        _ => Hook::NetDevXmit,
     }
 }

@@ -7,32 +7,17 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::ndjson::{NdjsonError, RecordReader};
-use crate::schema::{ClockId, ClockSample, Record, Startup};
+use crate::schema::{ClockId, ClockSample, InputKind, Record, Startup};
 
 use super::MergeError;
 use super::clock::ClockTable;
 use super::time::NodeId;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileKind {
-    Kernel,
-    Probe,
-}
-
-impl FileKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            FileKind::Kernel => "kernel",
-            FileKind::Probe => "probe",
-        }
-    }
-}
-
 #[derive(Debug)]
 pub struct InputFile {
     pub path: PathBuf,
     pub display: String,
-    pub kind: FileKind,
+    pub kind: InputKind,
     /// Kernel: the startup record's node. Probe: the `--node NAME=FILE` default, if any.
     pub node: Option<String>,
     /// Probe files: every node its lines name.
@@ -64,17 +49,11 @@ impl Plan {
             .map(|i| NodeId(i as u16))
     }
 
-    pub fn has_kernel(&self, node: NodeId) -> bool {
-        self.startups
-            .iter()
-            .any(|s| s.node == self.nodes[usize::from(node.0)])
-    }
-
     pub fn has_probes(&self, node: NodeId) -> bool {
         let name = &self.nodes[usize::from(node.0)];
         self.files
             .iter()
-            .any(|f| f.kind == FileKind::Probe && f.nodes.contains(name))
+            .any(|f| f.kind == InputKind::Probe && f.nodes.contains(name))
     }
 }
 
@@ -100,75 +79,7 @@ pub fn plan(
         .map(|f| (None, f))
         .chain(named.iter().map(|(n, f)| (Some(n.clone()), f)));
     for (given_node, path) in all {
-        let display = path.display().to_string();
-        let mut reader = RecordReader::open(path)?;
-        let first = reader.next().ok_or_else(|| {
-            parse_err(
-                &display,
-                1,
-                "empty file: expected a `startup` record (kernel recording) or `probe` records"
-                    .into(),
-            )
-        })??;
-        match first {
-            Record::Startup(startup) => {
-                if let Some(n) = given_node.as_ref().filter(|n| **n != startup.node) {
-                    return Err(parse_err(
-                        &display,
-                        1,
-                        format!(
-                            "in a `startup` record: field `node` is \"{}\" but the file was given as --node {n}=...",
-                            startup.node
-                        ),
-                    ));
-                }
-                if plan.startups.iter().any(|s| s.node == startup.node) {
-                    return Err(parse_err(
-                        &display,
-                        1,
-                        format!(
-                            "in a `startup` record: field `node`: a second kernel recording of node \"{}\"",
-                            startup.node
-                        ),
-                    ));
-                }
-                plan.files.push(InputFile {
-                    path: path.clone(),
-                    display,
-                    kind: FileKind::Kernel,
-                    node: Some(startup.node.clone()),
-                    nodes: vec![startup.node.clone()],
-                });
-                plan.startups.push(startup);
-            }
-            Record::Probe(_) => {
-                let pairs = probe_nodes(path, &display, given_node.as_deref())?;
-                let mut nodes: Vec<String> = Vec::new();
-                for (node, _) in &pairs {
-                    if !nodes.contains(node) {
-                        nodes.push(node.clone());
-                    }
-                }
-                probe_clocks.extend(pairs);
-                plan.files.push(InputFile {
-                    path: path.clone(),
-                    display,
-                    kind: FileKind::Probe,
-                    node: given_node,
-                    nodes,
-                });
-            }
-            other => {
-                return Err(parse_err(
-                    &display,
-                    reader.line(),
-                    format!(
-                        "expected a `startup` record (kernel recording) or a `probe` record first, found a `{}` record",
-                        type_name(&other)
-                    ),
-                ));
-            }
-        }
+        plan.add_file(path, given_node, &mut probe_clocks)?;
     }
     for f in &plan.files {
         for n in &f.nodes {
@@ -180,49 +91,17 @@ pub fn plan(
     if plan.nodes.len() > usize::from(u16::MAX) {
         return Err(MergeError::Usage("too many nodes".into()));
     }
-    for name in skews.keys() {
-        if !plan.nodes.contains(name) {
-            return Err(MergeError::Usage(format!(
-                "--inject-skew names node \"{name}\", which no input has (nodes: {})",
-                plan.nodes.join(", ")
-            )));
-        }
-    }
-    plan.skew_ns = plan
-        .nodes
-        .iter()
-        .map(|n| skews.get(n).copied().unwrap_or(0))
-        .collect();
+    plan.set_skews(skews)?;
     plan.clocks = vec![ClockTable::default(); plan.nodes.len()];
     plan.kernel_recorded = plan
         .nodes
         .iter()
         .map(|n| plan.startups.iter().any(|s| s.node == *n))
         .collect();
-    plan.probe_clocks = plan
-        .nodes
-        .iter()
-        .map(|n| {
-            let mut v: Vec<ClockId> = Vec::new();
-            for (_, c) in probe_clocks.iter().filter(|(pn, _)| pn == n) {
-                if !v.contains(c) {
-                    v.push(*c);
-                }
-            }
-            v
-        })
-        .collect();
-    for (i, name) in plan.nodes.iter().enumerate() {
-        if !plan.kernel_recorded[i] && plan.probe_clocks[i].len() > 1 {
-            return Err(MergeError::Usage(format!(
-                "node {name} has no kernel recording and its probes declare different clocks ({:?}): without clock samples they cannot be related",
-                plan.probe_clocks[i]
-            )));
-        }
-    }
+    plan.set_probe_clocks(&probe_clocks)?;
     plan.nic_irq_devs = vec![Vec::new(); plan.nodes.len()];
     for i in 0..plan.files.len() {
-        if plan.files[i].kind == FileKind::Kernel {
+        if plan.files[i].kind == InputKind::Kernel {
             scan_kernel_file(&mut plan, i)?;
         }
     }
@@ -230,11 +109,136 @@ pub fn plan(
     Ok(plan)
 }
 
-pub(super) fn type_name(r: &Record) -> String {
-    serde_json::to_value(r)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
-        .unwrap_or_default()
+impl Plan {
+    /// Registers one input by its first record: a kernel recording (startup) or a probe file.
+    fn add_file(
+        &mut self,
+        path: &Path,
+        given_node: Option<String>,
+        probe_clocks: &mut Vec<(String, ClockId)>,
+    ) -> Result<(), MergeError> {
+        let display = path.display().to_string();
+        let mut reader = RecordReader::open(path)?;
+        let first = reader.next().ok_or_else(|| {
+            parse_err(
+                &display,
+                1,
+                "empty file: expected a `startup` record (kernel recording) or `probe` records"
+                    .into(),
+            )
+        })??;
+        match first {
+            Record::Startup(startup) => self.add_recording(path, display, given_node, startup),
+            Record::Probe(_) => {
+                let pairs = probe_nodes(path, &display, given_node.as_deref())?;
+                let mut nodes: Vec<String> = Vec::new();
+                for (node, _) in &pairs {
+                    if !nodes.contains(node) {
+                        nodes.push(node.clone());
+                    }
+                }
+                probe_clocks.extend(pairs);
+                self.files.push(InputFile {
+                    path: path.to_owned(),
+                    display,
+                    kind: InputKind::Probe,
+                    node: given_node,
+                    nodes,
+                });
+                Ok(())
+            }
+            other => Err(parse_err(
+                &display,
+                reader.line(),
+                format!(
+                    "expected a `startup` record (kernel recording) or a `probe` record first, found a `{}` record",
+                    other.type_name()
+                ),
+            )),
+        }
+    }
+
+    fn add_recording(
+        &mut self,
+        path: &Path,
+        display: String,
+        given_node: Option<String>,
+        startup: Startup,
+    ) -> Result<(), MergeError> {
+        if let Some(n) = given_node.as_ref().filter(|n| **n != startup.node) {
+            return Err(parse_err(
+                &display,
+                1,
+                format!(
+                    "in a `startup` record: field `node` is \"{}\" but the file was given as --node {n}=...",
+                    startup.node
+                ),
+            ));
+        }
+        if self.startups.iter().any(|s| s.node == startup.node) {
+            return Err(parse_err(
+                &display,
+                1,
+                format!(
+                    "in a `startup` record: field `node`: a second kernel recording of node \"{}\"",
+                    startup.node
+                ),
+            ));
+        }
+        self.files.push(InputFile {
+            path: path.to_owned(),
+            display,
+            kind: InputKind::Kernel,
+            node: Some(startup.node.clone()),
+            nodes: vec![startup.node.clone()],
+        });
+        self.startups.push(startup);
+        Ok(())
+    }
+
+    fn set_skews(&mut self, skews: &BTreeMap<String, i64>) -> Result<(), MergeError> {
+        for name in skews.keys() {
+            if !self.nodes.contains(name) {
+                return Err(MergeError::Usage(format!(
+                    "--inject-skew names node \"{name}\", which no input has (nodes: {})",
+                    self.nodes.join(", ")
+                )));
+            }
+        }
+        self.skew_ns = self
+            .nodes
+            .iter()
+            .map(|n| skews.get(n).copied().unwrap_or(0))
+            .collect();
+        Ok(())
+    }
+
+    /// The clocks each node's probes declare; a node without a kernel recording (no clock
+    /// samples) may declare only one.
+    fn set_probe_clocks(&mut self, probe_clocks: &[(String, ClockId)]) -> Result<(), MergeError> {
+        self.probe_clocks = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut v: Vec<ClockId> = Vec::new();
+                for (_, c) in probe_clocks.iter().filter(|(pn, _)| pn == n) {
+                    if !v.contains(c) {
+                        v.push(*c);
+                    }
+                }
+                v
+            })
+            .collect();
+        for (i, name) in self.nodes.iter().enumerate() {
+            if !self.kernel_recorded[i] && self.probe_clocks[i].len() > 1 {
+                return Err(MergeError::Usage(format!(
+                    "node {name} has no kernel recording and its probes declare different clocks ({:?}): without clock samples they cannot be related",
+                    self.probe_clocks[i]
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The nodes a probe file's lines name (or the `--node` default for lines without one).

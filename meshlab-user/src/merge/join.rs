@@ -10,32 +10,20 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::schema::JoinMethod;
+use crate::schema::{Hook, JoinMethod};
 
+use super::chain::{self, Point, RX_KERNEL, Stages, TX_KERNEL};
 use super::conns::Conns;
-use super::event::{Hook, Item, KEvent, PEvent, Role, Stamp};
-use super::half::{Half, absent, stage_notes, with_read_ready};
-use super::index::{NodeIndex, Point, Stages};
-use super::segments::{PointId, RX_KERNEL, TX_KERNEL};
+use super::event::{Item, KEvent, PEvent, Role, Stamp};
+use super::half::{Half, stage_notes};
+use super::index::NodeIndex;
+use super::message::{MsgRef, SendCall};
+use super::segments::PointId;
 use super::time::NodeId;
 use super::turns::Turns;
 
-/// A message located on a connection: `[start, end)` of its direction's stream.
-#[derive(Clone, Copy, Debug)]
-pub struct MsgRef {
-    pub cookie: u64,
-    pub start: u64,
-    pub end: u64,
-}
-
-/// A new send call seen by tcp_sendmsg (the first event of a call), for the tid fallback.
-#[derive(Clone, Copy, Debug)]
-pub struct SendCall {
-    pub stamp: Stamp,
-    pub cookie: u64,
-    pub start: u64,
-    pub end: u64,
-}
+/// A probe group: one trace id on one side (`true` = client).
+type GroupKey = (String, bool);
 
 #[derive(Default)]
 struct Group {
@@ -62,8 +50,8 @@ pub struct NodeJoiner {
     pub conns: Conns,
     /// Kernel-only mode (this node has no probe files).
     turns: Option<Turns>,
-    groups: HashMap<(String, bool), Group>,
-    deadlines: VecDeque<(u64, (String, bool))>,
+    groups: HashMap<GroupKey, Group>,
+    deadlines: VecDeque<(u64, GroupKey)>,
     last_call_end: HashMap<u64, u64>,
     calls_by_tid: HashMap<u32, VecDeque<SendCall>>,
     recvs_by_tid: HashMap<u32, VecDeque<(Stamp, MsgRef)>>,
@@ -127,43 +115,52 @@ impl NodeJoiner {
         self.index.insert(&ev);
         let Some(cookie) = ev.cookie else { return };
         match (ev.hook, ev.offset) {
-            (Hook::TcpSendmsg, Some(offset)) => {
-                let end = offset + ev.len;
-                let last = self.last_call_end.entry(cookie).or_insert(0);
-                if end > *last || (*last == 0 && end == 0) {
-                    *last = end;
-                    let call = SendCall {
-                        stamp: ev.stamp,
-                        cookie,
-                        start: offset,
-                        end,
-                    };
-                    self.calls_by_tid.entry(ev.tid).or_default().push_back(call);
-                    if let Some(turns) = &mut self.turns {
-                        turns.send_call(&self.conns, call, self.window_ns);
-                    }
-                }
-            }
-            (Hook::RecvReturn, Some(ptr)) => {
-                let bytes = ev.value.unwrap_or(0).max(0) as u64;
-                if bytes == 0 || bytes > ptr {
-                    return;
-                }
-                let msg = MsgRef {
-                    cookie,
-                    start: ptr - bytes,
-                    end: ptr,
-                };
-                self.recvs_by_tid
-                    .entry(ev.tid)
-                    .or_default()
-                    .push_back((ev.stamp, msg));
-                if let Some(turns) = &mut self.turns {
-                    let stages = self.index.rx_stages(cookie, ptr);
-                    turns.recv(&self.conns, ev.stamp, msg, stages, self.window_ns);
-                }
-            }
+            (Hook::TcpSendmsg, Some(offset)) => self.tcp_sendmsg(&ev, cookie, offset),
+            (Hook::RecvReturn, Some(ptr)) => self.recv_return(&ev, cookie, ptr),
             _ => {}
+        }
+    }
+
+    /// Registers a send call the first time tcp_sendmsg reaches a new stream end.
+    fn tcp_sendmsg(&mut self, ev: &KEvent, cookie: u64, offset: u64) {
+        let end = offset + ev.len;
+        let last = self.last_call_end.entry(cookie).or_insert(0);
+        if !(end > *last || (*last == 0 && end == 0)) {
+            return;
+        }
+        *last = end;
+        let call = SendCall {
+            stamp: ev.stamp,
+            msg: MsgRef {
+                cookie,
+                start: offset,
+                end,
+            },
+        };
+        self.calls_by_tid.entry(ev.tid).or_default().push_back(call);
+        if let Some(turns) = &mut self.turns {
+            turns.send_call(&self.conns, call, self.window_ns);
+        }
+    }
+
+    /// Registers the message a recv call returned (`value` bytes ending at the pointer `ptr`).
+    fn recv_return(&mut self, ev: &KEvent, cookie: u64, ptr: u64) {
+        let bytes = ev.value.unwrap_or(0).max(0) as u64;
+        if bytes == 0 || bytes > ptr {
+            return;
+        }
+        let msg = MsgRef {
+            cookie,
+            start: ptr - bytes,
+            end: ptr,
+        };
+        self.recvs_by_tid
+            .entry(ev.tid)
+            .or_default()
+            .push_back((ev.stamp, msg));
+        if let Some(turns) = &mut self.turns {
+            let stages = self.index.rx_stages(cookie, ptr);
+            turns.recv(&self.conns, ev.stamp, msg, stages, self.window_ns);
         }
     }
 
@@ -190,53 +187,67 @@ impl NodeJoiner {
             return;
         }
         group.probes.insert(id, p.stamp);
-        let msg = self.locate(&p);
-        let group = self.groups.get_mut(&key).expect("just inserted");
         match id {
-            PointId::ClientWriteBegin | PointId::ServerWriteBegin => {
-                group.tx_msg = msg;
-                group.fallback |= msg.is_none();
-                group.write_tid = p.tid;
-                let deadline = p.stamp.ns() + self.window_ns;
-                group.tx_deadline = Some(deadline);
-                self.deadlines.push_back((deadline, key));
-            }
-            PointId::ClientReadEnd | PointId::ServerReadEnd => {
-                let msg = msg.or_else(|| {
-                    group.fallback = true;
-                    let recent = self.recvs_by_tid.get(&p.tid)?;
-                    let (_, last) = recent.iter().rev().find(|(s, _)| s.ns() <= p.stamp.ns())?;
-                    let len = p.len.unwrap_or(last.end - last.start);
-                    Some(MsgRef {
-                        start: last.end.saturating_sub(len),
-                        ..*last
-                    })
-                });
-                group.rx_msg = msg;
-                group.rx = Some(match msg {
-                    Some(m) => self.index.rx_stages(m.cookie, m.end),
-                    None => Stages {
-                        points: absent(RX_KERNEL),
-                        ..Default::default()
-                    },
-                });
-                self.finish_if_ready(&key);
-            }
-            PointId::ClientDecodeEnd => {
-                // The response arrived, so the request's transmission is over: take its TX
-                // stages now when all were seen rather than holding the group for a window.
-                if group.tx.is_none()
-                    && let Some(m) = group.tx_msg
-                {
-                    let stages = self.index.tx_stages(m.cookie, m.start, m.end);
-                    if stages.points.iter().all(|p| p.stamp.is_some()) {
-                        group.tx = Some(stages);
-                    }
-                }
-                self.finish_if_ready(&key);
-            }
+            PointId::ClientWriteBegin | PointId::ServerWriteBegin => self.write_begin(key, &p),
+            PointId::ClientReadEnd | PointId::ServerReadEnd => self.read_end(&key, &p),
+            PointId::ClientDecodeEnd => self.decode_end(&key),
             _ => {}
         }
+    }
+
+    /// The request (client) or response (server) was written: its TX stages are looked up a
+    /// window later, when the stack has sent it.
+    fn write_begin(&mut self, key: GroupKey, p: &PEvent) {
+        let msg = self.locate(p);
+        let deadline = p.stamp.ns() + self.window_ns;
+        let group = self.groups.get_mut(&key).expect("registered by probe()");
+        group.tx_msg = msg;
+        group.fallback |= msg.is_none();
+        group.write_tid = p.tid;
+        group.tx_deadline = Some(deadline);
+        self.deadlines.push_back((deadline, key));
+    }
+
+    /// The response (client) or request (server) was read: its RX events are in the past.
+    fn read_end(&mut self, key: &GroupKey, p: &PEvent) {
+        let located = self.locate(p);
+        let fallback = located.is_none();
+        let msg = located.or_else(|| self.last_recv_of_thread(p));
+        let rx = match msg {
+            Some(m) => self.index.rx_stages(m.cookie, m.end),
+            None => Stages::absent(&RX_KERNEL),
+        };
+        let group = self.groups.get_mut(key).expect("registered by probe()");
+        group.fallback |= fallback;
+        group.rx_msg = msg;
+        group.rx = Some(rx);
+        self.finish_if_ready(key);
+    }
+
+    /// Fallback for a read without connection or offset: the thread's last recv before it.
+    fn last_recv_of_thread(&self, p: &PEvent) -> Option<MsgRef> {
+        let recent = self.recvs_by_tid.get(&p.tid)?;
+        let (_, last) = recent.iter().rev().find(|(s, _)| s.ns() <= p.stamp.ns())?;
+        let len = p.len.unwrap_or(last.end - last.start);
+        Some(MsgRef {
+            start: last.end.saturating_sub(len),
+            ..*last
+        })
+    }
+
+    /// The response arrived, so the request's transmission is over: take its TX stages now
+    /// when all were seen rather than holding the group for a window.
+    fn decode_end(&mut self, key: &GroupKey) {
+        let group = self.groups.get_mut(key).expect("registered by probe()");
+        if group.tx.is_none()
+            && let Some(m) = group.tx_msg
+        {
+            let stages = self.index.tx_stages(m.cookie, m.start, m.end);
+            if stages.points.iter().all(|p| p.stamp.is_some()) {
+                group.tx = Some(stages);
+            }
+        }
+        self.finish_if_ready(key);
     }
 
     /// The message a write_begin/read_end probe names by connection + offset, if it does.
@@ -253,35 +264,7 @@ impl NodeJoiner {
     fn run_deadlines(&mut self, now: u64) {
         while self.deadlines.front().is_some_and(|(d, _)| *d <= now) {
             let (_, key) = self.deadlines.pop_front().expect("front exists");
-            let Some(group) = self.groups.get(&key) else {
-                continue;
-            };
-            let msg = group.tx_msg.or_else(|| {
-                // Fallback: the writing thread's first new send call after write_begin.
-                let begin = group.probes.get(&if key.1 {
-                    PointId::ClientWriteBegin
-                } else {
-                    PointId::ServerWriteBegin
-                })?;
-                let calls = self.calls_by_tid.get(&group.write_tid)?;
-                let call = calls.iter().find(|c| c.stamp.ns() >= begin.ns())?;
-                Some(MsgRef {
-                    cookie: call.cookie,
-                    start: call.start,
-                    end: call.end,
-                })
-            });
-            let stages = match msg {
-                Some(m) => self.index.tx_stages(m.cookie, m.start, m.end),
-                None => Stages {
-                    points: absent(TX_KERNEL),
-                    ..Default::default()
-                },
-            };
-            let group = self.groups.get_mut(&key).expect("checked");
-            group.tx_msg = msg;
-            group.tx = Some(stages);
-            self.finish_if_ready(&key);
+            self.tx_due(&key);
         }
         if let Some(turns) = &mut self.turns {
             turns.run_deadlines(now, &self.index, &self.conns, &self.name, self.node);
@@ -289,7 +272,37 @@ impl NodeJoiner {
         }
     }
 
-    fn finish_if_ready(&mut self, key: &(String, bool)) {
+    /// A window after write_begin: the TX stages of the written message.
+    fn tx_due(&mut self, key: &GroupKey) {
+        let Some(group) = self.groups.get(key) else {
+            return;
+        };
+        let msg = group
+            .tx_msg
+            .or_else(|| self.first_send_call_after_write(group, key.1));
+        let stages = match msg {
+            Some(m) => self.index.tx_stages(m.cookie, m.start, m.end),
+            None => Stages::absent(&TX_KERNEL),
+        };
+        let group = self.groups.get_mut(key).expect("checked");
+        group.tx_msg = msg;
+        group.tx = Some(stages);
+        self.finish_if_ready(key);
+    }
+
+    /// Fallback: the writing thread's first new send call after write_begin.
+    fn first_send_call_after_write(&self, group: &Group, client: bool) -> Option<MsgRef> {
+        let begin = group.probes.get(&if client {
+            PointId::ClientWriteBegin
+        } else {
+            PointId::ServerWriteBegin
+        })?;
+        let calls = self.calls_by_tid.get(&group.write_tid)?;
+        let call = calls.iter().find(|c| c.stamp.ns() >= begin.ns())?;
+        Some(call.msg)
+    }
+
+    fn finish_if_ready(&mut self, key: &GroupKey) {
         let Some(group) = self.groups.get(key) else {
             return;
         };
@@ -307,7 +320,7 @@ impl NodeJoiner {
     }
 
     /// Builds the half of a probe group, complete or not, and forgets the group.
-    fn finish(&mut self, key: &(String, bool)) {
+    fn finish(&mut self, key: &GroupKey) {
         let Some(mut g) = self.groups.remove(key) else {
             return;
         };
@@ -316,53 +329,22 @@ impl NodeJoiner {
         }
         g.finished = true;
         let client = key.1;
+        let tx = g.tx.take().unwrap_or_else(|| Stages::absent(&TX_KERNEL));
+        let rx = g.rx.take().unwrap_or_else(|| Stages::absent(&RX_KERNEL));
+        let (request, response) = if client { (&tx, &rx) } else { (&rx, &tx) };
+        let mut notes = stage_notes(&self.name, "request", request);
+        notes.extend(stage_notes(&self.name, "response", response));
         let probe = |id: PointId| Point::seen(id, g.probes.get(&id).copied());
-        let tx = g.tx.take().unwrap_or_else(|| Stages {
-            points: absent(TX_KERNEL),
-            ..Default::default()
-        });
-        let rx = g.rx.take().unwrap_or_else(|| Stages {
-            points: absent(RX_KERNEL),
-            ..Default::default()
-        });
-        let mut notes = Vec::new();
-        notes.extend(stage_notes(
-            &self.name,
-            "request",
-            if client { &tx } else { &rx },
-        ));
-        notes.extend(stage_notes(
-            &self.name,
-            "response",
-            if client { &rx } else { &tx },
-        ));
         let (points, post) = if client {
-            let mut pre: Vec<Point> = [
-                PointId::ClientEncodeBegin,
-                PointId::ClientEncodeEnd,
-                PointId::ClientWriteBegin,
-            ]
-            .map(probe)
-            .to_vec();
-            pre.extend(tx.points);
-            let mut post = with_read_ready(rx.points, probe(PointId::ClientReadReady));
-            post.extend([PointId::ClientReadEnd, PointId::ClientDecodeEnd].map(probe));
-            (pre, post)
+            (
+                chain::client_request(Some(&probe), tx.points),
+                chain::client_response(Some(&probe), rx.points),
+            )
         } else {
-            let mut all = with_read_ready(rx.points, probe(PointId::ServerReadReady));
-            all.extend(
-                [
-                    PointId::ServerReadEnd,
-                    PointId::ServerDecodeEnd,
-                    PointId::ServerHandlerBegin,
-                    PointId::ServerHandlerEnd,
-                    PointId::ServerEncodeEnd,
-                    PointId::ServerWriteBegin,
-                ]
-                .map(probe),
-            );
-            all.extend(tx.points);
-            (all, Vec::new())
+            (
+                chain::server(Some(&probe), rx.points, tx.points),
+                Vec::new(),
+            )
         };
         let request = if client { g.tx_msg } else { g.rx_msg };
         self.done.push(Half {
@@ -402,7 +384,7 @@ impl NodeJoiner {
         }
         self.recvs_by_tid.retain(|_, q| !q.is_empty());
         let stale_before = self.frontier_ns.saturating_sub(4 * self.window_ns);
-        let mut stale: Vec<(u64, (String, bool))> = self
+        let mut stale: Vec<(u64, GroupKey)> = self
             .groups
             .iter()
             .filter(|(_, g)| g.last_ns < stale_before && g.tx_deadline.is_none_or(|d| d < cutoff))
@@ -420,7 +402,7 @@ impl NodeJoiner {
     /// End of input: every deadline is due, every group and turn finishes.
     pub fn finish_all(&mut self) {
         self.run_deadlines(u64::MAX);
-        let mut keys: Vec<(u64, (String, bool))> = self
+        let mut keys: Vec<(u64, GroupKey)> = self
             .groups
             .iter()
             .map(|(k, g)| (g.last_ns, k.clone()))

@@ -3,27 +3,32 @@
 //!
 //! Data flow: [`input`] (files, nodes, clock samples, skew) -> [`stream`] (per node, time order
 //! through a bounded reorder window; records reduced by [`reduce`]) -> [`join`] (kernel
-//! [`index`], [`conns`], probe groups, kernel-only [`turns`]) -> [`pipeline`] (pairs client and
-//! server halves across nodes) -> [`attribution`] (the [`segments`] catalog under the clock
-//! rules of [`time`] and [`clock`]) -> merged NDJSON ([`cli`]). [`synth`] generates two-node
+//! [`index`], [`conns`], probe groups, kernel-only [`turns`], each building a node's [`half`]
+//! along the point order of [`chain`]) -> [`pipeline`] (pairs client and server halves across
+//! nodes) -> [`attribution`] (the [`segments`] catalog under the clock rules of [`time`] and
+//! [`clock`]) -> merged NDJSON ([`cli`]). [`synth`] generates two-node
 //! traffic for tests and benchmarks.
 
-pub mod attribution;
+// `cli`, `pipeline::Options` and `segments` (the segment table docs/segments.md mirrors) are
+// the merge's interface; everything else is internal.
+pub(crate) mod attribution;
+pub(crate) mod chain;
 pub mod cli;
-pub mod clock;
-pub mod conns;
-pub mod event;
-pub mod half;
-pub mod index;
-pub mod input;
-pub mod join;
+pub(crate) mod clock;
+pub(crate) mod conns;
+pub(crate) mod event;
+pub(crate) mod half;
+pub(crate) mod index;
+pub(crate) mod input;
+pub(crate) mod join;
+pub(crate) mod message;
 pub mod pipeline;
-pub mod reduce;
+pub(crate) mod reduce;
 pub mod segments;
-pub mod stream;
+pub(crate) mod stream;
 pub mod synth;
-pub mod time;
-pub mod turns;
+pub(crate) mod time;
+pub(crate) mod turns;
 
 use crate::ndjson::NdjsonError;
 

@@ -15,10 +15,12 @@ use crate::schema::{ClockId, MergeSummary, ProbeEvent, Record};
 
 use super::MergeError;
 use super::attribution::{Names, attribute};
-use super::event::Role;
+use super::chain::Point;
+use super::event::{Role, Stamp};
 use super::half::{Half, LinkKey};
 use super::input::Plan;
 use super::join::NodeJoiner;
+use super::segments::PointId;
 use super::stream::NodeStream;
 use super::time::NodeId;
 
@@ -71,47 +73,19 @@ pub struct Options {
 
 /// Runs the merge over `plan`, sending each output record (requests, timeline lines; not the
 /// merge_info header) to `sink`. Returns the summary.
-pub fn run(
+pub(crate) fn run(
     plan: &Plan,
     opts: &Options,
     sink: &mut dyn FnMut(Record) -> std::io::Result<()>,
 ) -> Result<MergeSummary, MergeError> {
     let n = plan.nodes.len();
-    let mut streams = Vec::with_capacity(n);
-    let mut joiners = Vec::with_capacity(n);
-    for i in 0..n {
-        let node = NodeId(i as u16);
-        streams.push(NodeStream::open(plan, node, opts.window_ns)?);
-        let kernel_only = !plan.has_probes(node);
-        joiners.push(NodeJoiner::new(
-            node,
-            plan.nodes[i].clone(),
-            opts.window_ns,
-            kernel_only,
-            plan.kernel_recorded[i],
-        ));
-    }
+    let (mut streams, mut joiners) = open_nodes(plan, opts)?;
     let files: Vec<String> = plan.files.iter().map(|f| f.display.clone()).collect();
     let names = Names {
         nodes: &plan.nodes,
         files: &files,
     };
-    let mut st = State {
-        clients: Pending::default(),
-        servers: Pending::default(),
-        next_id: 0,
-        offset: vec![None; n],
-        pending_per_node: vec![0; n],
-        summary: MergeSummary {
-            requests: 0,
-            complete: 0,
-            incomplete: 0,
-            errors: Vec::new(),
-            dropped_per_node: plan.dropped.clone(),
-        },
-        extra_errors: 0,
-        timeline: opts.timeline,
-    };
+    let mut st = State::new(n, plan, opts.timeline);
     let mut exhausted = vec![false; n];
     let mut read = vec![0u64; n];
     while let Some(i) = pick(&exhausted, &st, &joiners, &read) {
@@ -141,23 +115,31 @@ pub fn run(
         }
     }
     st.evict_all(&names, sink)?;
-    for (j, s) in joiners.iter_mut().zip(&streams) {
-        for e in j.errors.drain(..) {
-            st.error(e);
-        }
-        if let Some(first) = &s.first_late {
-            st.error(format!(
-                "node {}: {} events were out of order by more than --window; first: {first}",
-                j.name, s.late
-            ));
-        }
-    }
-    if st.extra_errors > 0 {
-        st.summary
-            .errors
-            .push(format!("... and {} more errors", st.extra_errors));
-    }
+    st.collect_node_errors(&mut joiners, &streams);
     Ok(st.summary)
+}
+
+/// Every node's time-ordered stream and its joiner (kernel-only when it has no probe file).
+fn open_nodes(
+    plan: &Plan,
+    opts: &Options,
+) -> Result<(Vec<NodeStream>, Vec<NodeJoiner>), MergeError> {
+    let n = plan.nodes.len();
+    let mut streams = Vec::with_capacity(n);
+    let mut joiners = Vec::with_capacity(n);
+    for i in 0..n {
+        let node = NodeId(i as u16);
+        streams.push(NodeStream::open(plan, node, opts.window_ns)?);
+        let kernel_only = !plan.has_probes(node);
+        joiners.push(NodeJoiner::new(
+            node,
+            plan.nodes[i].clone(),
+            opts.window_ns,
+            kernel_only,
+            plan.kernel_recorded[i],
+        ));
+    }
+    Ok((streams, joiners))
 }
 
 fn pick(exhausted: &[bool], st: &State, joiners: &[NodeJoiner], read: &[u64]) -> Option<usize> {
@@ -186,12 +168,51 @@ struct State {
     timeline: bool,
 }
 
-fn first_seen(points: &[super::index::Point], last: bool) -> Option<u64> {
+fn first_seen(points: &[Point], last: bool) -> Option<u64> {
     let mut it = points.iter().filter_map(|p| p.stamp.map(|s| s.ns()));
     if last { it.next_back() } else { it.next() }
 }
 
 impl State {
+    fn new(nodes: usize, plan: &Plan, timeline: bool) -> State {
+        State {
+            clients: Pending::default(),
+            servers: Pending::default(),
+            next_id: 0,
+            offset: vec![None; nodes],
+            pending_per_node: vec![0; nodes],
+            summary: MergeSummary {
+                requests: 0,
+                complete: 0,
+                incomplete: 0,
+                errors: Vec::new(),
+                dropped_per_node: plan.dropped.clone(),
+            },
+            extra_errors: 0,
+            timeline,
+        }
+    }
+
+    /// End of input: the joiners' errors and late events, then the count of errors not listed.
+    fn collect_node_errors(&mut self, joiners: &mut [NodeJoiner], streams: &[NodeStream]) {
+        for (j, s) in joiners.iter_mut().zip(streams) {
+            for e in j.errors.drain(..) {
+                self.error(e);
+            }
+            if let Some(first) = &s.first_late {
+                self.error(format!(
+                    "node {}: {} events were out of order by more than --window; first: {first}",
+                    j.name, s.late
+                ));
+            }
+        }
+        if self.extra_errors > 0 {
+            self.summary
+                .errors
+                .push(format!("... and {} more errors", self.extra_errors));
+        }
+    }
+
     fn error(&mut self, e: String) {
         if self.summary.errors.len() < MAX_ERRORS {
             self.summary.errors.push(e);
@@ -275,28 +296,7 @@ impl State {
         }
         if self.timeline {
             for (node, id, stamp) in &attributed.timeline {
-                sink(Record::Probe(ProbeEvent {
-                    node: Some(node.clone()),
-                    process: if id.is_probe() {
-                        id.name().split('.').next().unwrap_or("").to_owned()
-                    } else {
-                        "kernel".to_owned()
-                    },
-                    pid: 0,
-                    tid: 0,
-                    ts_ns: stamp.ns(),
-                    clock: ClockId::Monotonic,
-                    trace_id: req.trace_id.clone(),
-                    point: if id.is_probe() {
-                        id.name().to_owned()
-                    } else {
-                        format!("kernel.{}", id.name())
-                    },
-                    conn: None,
-                    dir: None,
-                    offset: None,
-                    len: None,
-                }))?;
+                sink(timeline_record(node, *id, stamp, &req.trace_id))?;
             }
         }
         sink(Record::Request(req))?;
@@ -348,14 +348,7 @@ impl State {
         let id = half
             .trace_id
             .clone()
-            .or_else(|| {
-                half.link.as_ref().map(|l| {
-                    format!(
-                        "{}:{}>{}:{}@{}",
-                        l.client.addr, l.client.port, l.server.addr, l.server.port, l.request_start
-                    )
-                })
-            })
+            .or_else(|| half.link.as_ref().map(LinkKey::to_string))
             .unwrap_or_default();
         self.error(format!(
             "server half {id} on node {node} matched no client request"
@@ -391,6 +384,31 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// A kept chain point of a request as a probe-shaped line (`merge --timeline`), on its
+/// node's CLOCK_MONOTONIC; kernel points are named `kernel.HOOK`.
+fn timeline_record(node: &str, id: PointId, stamp: &Stamp, trace_id: &str) -> Record {
+    let (process, point) = if id.is_probe() {
+        let role = id.name().split('.').next().unwrap_or("");
+        (role.to_owned(), id.name().to_owned())
+    } else {
+        ("kernel".to_owned(), format!("kernel.{}", id.name()))
+    };
+    Record::Probe(ProbeEvent {
+        node: Some(node.to_owned()),
+        process,
+        pid: 0,
+        tid: 0,
+        ts_ns: stamp.ns(),
+        clock: ClockId::Monotonic,
+        trace_id: trace_id.to_owned(),
+        point,
+        conn: None,
+        dir: None,
+        offset: None,
+        len: None,
+    })
 }
 
 /// Counts per node for the summary log line.

@@ -1,13 +1,11 @@
 //! Reduction of one validated record to the merge's [`Item`]: node check, `--inject-skew`,
 //! clock conversion of probe timestamps, and field errors naming file, line and field.
 
-use crate::schema::{KernelEvent, ProbeEvent, Record};
+use crate::schema::{Hook, InputKind, KernelEvent, ProbeEvent, Record};
 
 use super::MergeError;
-use super::event::{
-    Endpoint, Established, Hook, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp,
-};
-use super::input::{FileKind, Plan, parse_err, shift, type_name};
+use super::event::{Endpoint, Established, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp};
+use super::input::{Plan, parse_err, shift};
 use super::time::{NodeId, NodeTime};
 
 /// Reduces one record of `file` (already parsed) to an item of `node`, or `None` when the
@@ -34,7 +32,7 @@ pub fn to_item(
         )
     };
     match (f.kind, record) {
-        (FileKind::Kernel, Record::Kernel(k)) => {
+        (InputKind::Kernel, Record::Kernel(k)) => {
             if k.node != *node_name {
                 return Err(bad(
                     "kernel",
@@ -46,16 +44,16 @@ pub fn to_item(
                 .map(Some)
                 .map_err(|(field, what)| bad("kernel", field, what))
         }
-        (FileKind::Kernel, Record::Probe(_)) => Err(bad(
+        (InputKind::Kernel, Record::Probe(_)) => Err(bad(
             "probe",
             "type",
             "a probe record inside a kernel recording".into(),
         )),
-        (FileKind::Kernel, Record::Startup(_)) if line > 1 => {
+        (InputKind::Kernel, Record::Startup(_)) if line > 1 => {
             Err(bad("startup", "type", "a second startup record".into()))
         }
-        (FileKind::Kernel, _) => Ok(None),
-        (FileKind::Probe, Record::Probe(p)) => {
+        (InputKind::Kernel, _) => Ok(None),
+        (InputKind::Probe, Record::Probe(p)) => {
             let this = p.node.as_ref().or(f.node.as_ref());
             if this != Some(node_name) {
                 return Ok(None);
@@ -64,8 +62,8 @@ pub fn to_item(
                 .map(|p| p.map(|p| Item::Probe(Box::new(p))))
                 .map_err(|(field, what)| bad("probe", field, what))
         }
-        (FileKind::Probe, other) => Err(bad(
-            &type_name(&other),
+        (InputKind::Probe, other) => Err(bad(
+            other.type_name(),
             "type",
             "expected a `probe` record in a probe file".into(),
         )),
@@ -84,45 +82,23 @@ fn kernel_item(
     let moved = |field: &'static str, v: u64| {
         shift(v, skew).ok_or_else(|| (field, format!("--inject-skew {skew} moves {v} below zero")))
     };
-    let hook = Hook::from_name(&k.hook);
+    let hook = k.hook;
     let ts = moved("ts_ns", k.ts_ns)?;
     let established = if hook == Hook::SockEstablished {
-        let need = |v: Option<String>, f: &'static str| {
-            v.ok_or((f, "required for sock_established".to_owned()))
-        };
-        let needp = |v: Option<u16>, f: &'static str| {
-            v.ok_or((f, "required for sock_established".to_owned()))
-        };
-        k.cookie
-            .ok_or(("cookie", "required for sock_established".to_owned()))?;
-        Some(Box::new(Established {
-            local: Endpoint::new(need(k.saddr, "saddr")?, needp(k.sport, "sport")?),
-            remote: Endpoint::new(need(k.daddr, "daddr")?, needp(k.dport, "dport")?),
-            active: k
-                .active
-                .ok_or(("active", "required for sock_established".to_owned()))?,
-        }))
+        Some(Box::new(established(&k)?))
     } else {
         None
     };
-    if hook.needs_offset() && k.offset.is_some() && k.dir.is_none() {
+    if hook.byte_position().is_some() && k.offset.is_some() && k.dir.is_none() {
         return Err(("dir", "required when `offset` is set".into()));
     }
     let rx = if hook == Hook::NetifReceiveSkb {
         let devs = &plan.nic_irq_devs[usize::from(node.0)];
+        let moved_opt = |field, v: Option<u64>| v.map(|v| moved(field, v)).transpose();
         Some(Box::new(RxContext {
-            irq_entry_ns: k
-                .irq_entry_ns
-                .map(|v| moved("irq_entry_ns", v))
-                .transpose()?,
-            softirq_raise_ns: k
-                .softirq_raise_ns
-                .map(|v| moved("softirq_raise_ns", v))
-                .transpose()?,
-            softirq_entry_ns: k
-                .softirq_entry_ns
-                .map(|v| moved("softirq_entry_ns", v))
-                .transpose()?,
+            irq_entry_ns: moved_opt("irq_entry_ns", k.irq_entry_ns)?,
+            softirq_raise_ns: moved_opt("softirq_raise_ns", k.softirq_raise_ns)?,
+            softirq_entry_ns: moved_opt("softirq_entry_ns", k.softirq_entry_ns)?,
             irq_expected: k.dev.as_ref().is_some_and(|d| devs.contains(d)),
         }))
     } else {
@@ -136,7 +112,6 @@ fn kernel_item(
             sample: u32::MAX,
             origin,
         },
-        pid: k.pid,
         tid: k.tid,
         cookie: k.cookie,
         dir: k.dir,
@@ -147,6 +122,20 @@ fn kernel_item(
         rx,
         established,
     }))
+}
+
+/// The connection a `sock_established` event opens; every field it needs is required.
+fn established(k: &KernelEvent) -> Result<Established, FieldError> {
+    fn need<T: Clone>(v: &Option<T>, field: &'static str) -> Result<T, FieldError> {
+        v.clone()
+            .ok_or((field, "required for sock_established".to_owned()))
+    }
+    need(&k.cookie, "cookie")?;
+    Ok(Established {
+        local: Endpoint::new(need(&k.saddr, "saddr")?, need(&k.sport, "sport")?),
+        remote: Endpoint::new(need(&k.daddr, "daddr")?, need(&k.dport, "dport")?),
+        active: need(&k.active, "active")?,
+    })
 }
 
 fn probe_item(
@@ -200,10 +189,8 @@ fn probe_item(
             sample: converted.sample,
             origin,
         },
-        pid: p.pid,
         tid: p.tid,
         conn: p.conn,
-        dir: p.dir,
         offset: p.offset,
         len: p.len,
     }))

@@ -148,8 +148,4 @@ impl NodeStream {
         self.last_out_ns = self.last_out_ns.max(q.ns);
         Ok(Some(q.item))
     }
-
-    pub fn buffered(&self) -> usize {
-        self.heap.len()
-    }
 }

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use crate::schema::{
-    ClockId, ClockSample, ConnRef, Filters, KernelEvent, NicIrqInfo, ProbeEvent, Record, Startup,
-    Summary,
+    ClockId, ClockSample, ConnRef, Filters, Hook, KernelEvent, NicIrqInfo, ProbeEvent, Record,
+    Startup, Summary,
 };
 
 /// Durations of one request's stages, in path order (ns).
@@ -102,7 +102,7 @@ pub struct GenConfig {
     pub retransmit_every: Option<usize>,
     pub rto_ns: u64,
     /// Leave out the kernel event of `hook` on node (`"A"`/`"B"`) for request index `n`.
-    pub drop: Option<(&'static str, &'static str, usize)>,
+    pub drop: Option<(&'static str, Hook, usize)>,
     /// Reverse every run of 3 event lines (out-of-order input within the window).
     pub disorder: bool,
     /// Random stage times (a factor in [0.5, 2) per stage and request) from this seed.
@@ -374,15 +374,12 @@ fn rng_for(cfg: &GenConfig) -> Option<StdRng> {
     cfg.jitter_seed.map(StdRng::seed_from_u64)
 }
 
-fn kernel(node: usize, hook: &str, ts: u64, tid: u32) -> KernelEvent {
+fn kernel(node: usize, hook: Hook, ts: u64, tid: u32) -> KernelEvent {
     KernelEvent {
-        node: NODES[node].into(),
-        hook: hook.into(),
-        ts_ns: ts,
         cpu: 1,
         pid: tid,
         tid,
-        ..Default::default()
+        ..KernelEvent::new(NODES[node].into(), hook, ts)
     }
 }
 

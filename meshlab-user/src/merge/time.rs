@@ -79,10 +79,6 @@ pub fn with_clock<R>(node: NodeId, f: impl for<'n> FnOnce(NodeClock<'n>) -> R) -
 }
 
 impl<'n> NodeClock<'n> {
-    pub fn node(&self) -> NodeId {
-        self.node
-    }
-
     /// Admits a timestamp of this clock's node; a timestamp of another node is refused.
     pub fn at(&self, t: NodeTime) -> Result<Instant<'n>, TimeError> {
         if t.node != self.node {

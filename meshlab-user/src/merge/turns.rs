@@ -13,11 +13,12 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::schema::JoinMethod;
 
+use super::chain::{self, RX_KERNEL, Stages};
 use super::conns::Conns;
 use super::event::{Role, Stamp};
-use super::half::Half;
-use super::index::{NodeIndex, Stages};
-use super::join::{MsgRef, SendCall};
+use super::half::{Half, stage_notes};
+use super::index::NodeIndex;
+use super::message::{MsgRef, SendCall};
 use super::time::NodeId;
 
 struct Turn {
@@ -58,18 +59,19 @@ pub struct Turns {
 
 impl Turns {
     pub fn send_call(&mut self, conns: &Conns, call: SendCall, window_ns: u64) {
-        let Some(est) = conns.by_cookie.get(&call.cookie) else {
+        let msg = call.msg;
+        let Some(est) = conns.by_cookie.get(&msg.cookie) else {
             return;
         };
         let now = call.stamp.ns();
-        if est.active && self.open.get(&call.cookie).is_some_and(|t| t.replied()) {
-            self.close(call.cookie, window_ns);
+        if est.active && self.open.get(&msg.cookie).is_some_and(|t| t.replied()) {
+            self.close(msg.cookie, window_ns);
         }
-        if !est.active && !self.open.contains_key(&call.cookie) {
+        if !est.active && !self.open.contains_key(&msg.cookie) {
             return; // a server speaking first: no request to attribute it to
         }
-        let turn = self.open.entry(call.cookie).or_insert_with(|| Turn {
-            cookie: call.cookie,
+        let turn = self.open.entry(msg.cookie).or_insert_with(|| Turn {
+            cookie: msg.cookie,
             client: true,
             tx: None,
             rx: None,
@@ -77,7 +79,7 @@ impl Turns {
             last_tx_ns: now,
             last_ns: now,
         });
-        extend(&mut turn.tx, call.start, call.end);
+        extend(&mut turn.tx, msg.start, msg.end);
         turn.last_tx_ns = now;
         turn.last_ns = now;
     }
@@ -166,21 +168,19 @@ fn finish(
 ) -> Option<Half> {
     let (tx_start, tx_end) = turn.tx?;
     let tx = index.tx_stages(turn.cookie, tx_start, tx_end);
-    let rx = turn.rx_stages.unwrap_or_else(|| Stages {
-        points: super::half::absent(super::segments::RX_KERNEL),
-        ..Default::default()
-    });
+    let rx = turn.rx_stages.unwrap_or_else(|| Stages::absent(&RX_KERNEL));
     let request_start = if turn.client { tx_start } else { turn.rx?.0 };
     let mut notes = Vec::new();
     let (req, resp) = if turn.client { (&tx, &rx) } else { (&rx, &tx) };
-    notes.extend(super::half::stage_notes(node_name, "request", req));
-    notes.extend(super::half::stage_notes(node_name, "response", resp));
+    notes.extend(stage_notes(node_name, "request", req));
+    notes.extend(stage_notes(node_name, "response", resp));
     let (points, post) = if turn.client {
-        (tx.points, rx.points)
+        (
+            chain::client_request(None, tx.points),
+            chain::client_response(None, rx.points),
+        )
     } else {
-        let mut all = rx.points;
-        all.extend(tx.points);
-        (all, Vec::new())
+        (chain::server(None, rx.points, tx.points), Vec::new())
     };
     Some(Half {
         role: if turn.client {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::ndjson::{NdjsonError, RecordReader};
-use crate::schema::{JoinMethod, Kind, Layer, MergeInfo, MergeSummary, MergedRequest, Record};
+use crate::schema::{Kind, Layer, MergeInfo, MergeSummary, MergedRequest, Record};
 
 use super::order::PathOrder;
 use super::quantile::Samples;
@@ -120,7 +120,7 @@ impl Aggregate {
                     return Err(ReportError::NotMerged {
                         file: path.into(),
                         line: reader.line(),
-                        found: record_type(&other).into(),
+                        found: other.type_name().into(),
                     });
                 }
             }
@@ -155,7 +155,7 @@ impl Aggregate {
         for stage in &req.missing {
             *c.missing.entry(stage.clone()).or_default() += 1;
         }
-        *c.joins.entry(join_name(req.join).into()).or_default() += 1;
+        *c.joins.entry(req.join.as_str().into()).or_default() += 1;
         let total: u128 = req.segments.iter().map(|s| u128::from(s.dur_ns)).sum();
         if total != u128::from(req.e2e_ns) {
             c.sum_mismatch += 1;
@@ -241,43 +241,4 @@ fn group_keys(key: &SegmentKey) -> [GroupKey; 3] {
         GroupKey::NodeUnit(node, key.layer, key.unit.clone()),
         GroupKey::Kind(key.kind),
     ]
-}
-
-pub fn join_name(j: JoinMethod) -> &'static str {
-    match j {
-        JoinMethod::Offset => "offset",
-        JoinMethod::PidTidTime => "pid_tid_time",
-        JoinMethod::KernelOnly => "kernel_only",
-    }
-}
-
-pub fn kind_name(k: Kind) -> &'static str {
-    match k {
-        Kind::Compute => "compute",
-        Kind::Wait => "wait",
-        Kind::Queue => "queue",
-        Kind::Network => "network",
-    }
-}
-
-pub fn layer_name(l: Layer) -> &'static str {
-    match l {
-        Layer::Process => "process",
-        Layer::Kernel => "kernel",
-        Layer::Network => "network",
-    }
-}
-
-fn record_type(r: &Record) -> &'static str {
-    match r {
-        Record::Startup(_) => "startup",
-        Record::Clock(_) => "clock",
-        Record::Kernel(_) => "kernel",
-        Record::Drops(_) => "drops",
-        Record::Summary(_) => "summary",
-        Record::Probe(_) => "probe",
-        Record::MergeInfo(_) => "merge_info",
-        Record::Request(_) => "request",
-        Record::MergeSummary(_) => "merge_summary",
-    }
 }

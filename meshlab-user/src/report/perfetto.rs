@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use crate::schema::MergedRequest;
 
-use super::aggregate::{kind_name, layer_name};
 use super::layout::place;
 
 /// Placement note carried by every display-only event.
@@ -128,8 +127,8 @@ impl<W: Write> TraceWriter<W> {
         for p in place(req) {
             let s = &req.segments[p.segment];
             let mut args = json!({
-                "trace_id": req.trace_id, "segment": s.name, "layer": layer_name(s.layer),
-                "unit": s.unit, "kind": kind_name(s.kind), "dur_ns": s.dur_ns,
+                "trace_id": req.trace_id, "segment": s.name, "layer": s.layer.as_str(),
+                "unit": s.unit, "kind": s.kind.as_str(), "dur_ns": s.dur_ns,
             });
             let own_clock = s.derived.is_none() && s.node.is_some() && s.start_ns.is_some();
             let (pid, track, ts, dur) = if own_clock {
@@ -139,7 +138,7 @@ impl<W: Write> TraceWriter<W> {
                 args["start_ns"] = json!(start);
                 (
                     self.pid(node)?,
-                    format!("{}: {}", layer_name(s.layer), s.unit),
+                    format!("{}: {}", s.layer.as_str(), s.unit),
                     i128::from(start),
                     i128::from(s.dur_ns),
                 )
@@ -160,7 +159,7 @@ impl<W: Write> TraceWriter<W> {
                 (client, track, i128::from(req.start_ns) + p.x0, p.x1 - p.x0)
             };
             let tid = self.lane(pid, &track, ts, ts + dur)?;
-            let cat = format!("{},{}", layer_name(s.layer), kind_name(s.kind));
+            let cat = format!("{},{}", s.layer.as_str(), s.kind.as_str());
             self.emit(
                 &json!({"ph": "X", "name": s.name, "cat": cat, "pid": pid, "tid": tid,
                               "ts": micros(ts), "dur": micros(dur), "args": args}),

@@ -99,11 +99,10 @@ impl RunReport {
             };
             let (label, list) = match key {
                 GroupKey::Node(n) => (n.clone(), &mut by_node),
-                GroupKey::NodeUnit(n, l, u) => (
-                    format!("{n} / {} / {u}", super::aggregate::layer_name(*l)),
-                    &mut by_unit,
-                ),
-                GroupKey::Kind(k) => (super::aggregate::kind_name(*k).to_owned(), &mut by_kind),
+                GroupKey::NodeUnit(n, l, u) => {
+                    (format!("{n} / {} / {u}", l.as_str()), &mut by_unit)
+                }
+                GroupKey::Kind(k) => (k.as_str().to_owned(), &mut by_kind),
             };
             list.push(GroupRow {
                 group: label,

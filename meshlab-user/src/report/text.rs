@@ -5,7 +5,6 @@ use std::io::{self, Write};
 
 use crate::schema::AttachStatus;
 
-use super::aggregate::{kind_name, layer_name};
 use super::summary::{GroupRow, RunReport};
 use super::table::{Align, Table, percent, us, us_f};
 
@@ -49,9 +48,9 @@ pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
         };
         t.row(vec![
             s.node.clone(),
-            layer_name(s.layer).into(),
+            s.layer.as_str().into(),
             s.unit.clone(),
-            kind_name(s.kind).into(),
+            s.kind.as_str().into(),
             name,
             s.stats.n.to_string(),
             us(s.stats.p50_ns),

@@ -11,7 +11,7 @@ use meshlab_user::merge::cli::merge_to;
 use meshlab_user::merge::pipeline::Options;
 use meshlab_user::merge::synth::{GenConfig, ProbeConn, generate};
 use meshlab_user::ndjson::RecordReader;
-use meshlab_user::schema::{MergeInfo, MergeSummary, MergedRequest, Record};
+use meshlab_user::schema::{Hook, MergeInfo, MergeSummary, MergedRequest, Record};
 
 pub struct Output {
     pub info: MergeInfo,
@@ -80,7 +80,7 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
         (
             "dropped_event",
             GenConfig {
-                drop: Some(("B", "tcp_probe", 0)),
+                drop: Some(("B", Hook::TcpProbe, 0)),
                 ..d()
             },
         ),

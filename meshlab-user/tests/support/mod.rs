@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use meshlab_user::ndjson::RecordReader;
-use meshlab_user::schema::{KernelEvent, Record, Startup, Summary};
+use meshlab_user::schema::{Hook, KernelEvent, Record, Startup, Summary};
 
 /// True when the test may run; false (after a loud message) when it must skip. In CI
 /// (MESHLAB_REQUIRE_PRIVILEGED=1) a skip is a failure.
@@ -137,7 +137,7 @@ impl Recording {
             .any(|e| e.hook == hook && e.status == meshlab_user::schema::AttachStatus::Attached)
     }
 
-    pub fn of(&self, hook: &str, cookie: u64) -> Vec<&KernelEvent> {
+    pub fn of(&self, hook: Hook, cookie: u64) -> Vec<&KernelEvent> {
         self.events
             .iter()
             .filter(|e| e.hook == hook && e.cookie == Some(cookie))
@@ -148,7 +148,7 @@ impl Recording {
     pub fn assert_exact_accounting(&self) {
         for (hook, c) in &self.summary.per_hook {
             assert_eq!(c.received + c.dropped, c.hits, "hook {hook}: {c:?}");
-            let written = self.events.iter().filter(|e| &e.hook == hook).count() as u64;
+            let written = self.events.iter().filter(|e| e.hook.name() == hook).count() as u64;
             assert_eq!(
                 written, c.received,
                 "hook {hook}: lines written vs received"

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use rand::rngs::StdRng;
 
-use crate::schema::{ConnRef, Direction, KernelEvent, ProbeEvent, Record};
+use crate::schema::{ConnRef, Direction, Hook, KernelEvent, ProbeEvent, Record};
 
 use super::{
     CLIENT_ADDR, CLIENT_TID, CLOCK_PERIOD_NS, GenConfig, MONO_BASE, ProbeConn, SERVER_ADDR,
@@ -154,7 +154,7 @@ impl<'c> Writer<'c> {
         for c in 0..self.cfg.connections {
             let mut a = kernel(
                 0,
-                "sock_established",
+                Hook::SockEstablished,
                 MONO_BASE[0] + 100 + c as u64,
                 CLIENT_TID,
             );
@@ -169,7 +169,7 @@ impl<'c> Writer<'c> {
             self.k(0, a);
             let mut b = kernel(
                 1,
-                "sock_established",
+                Hook::SockEstablished,
                 MONO_BASE[1] + 200 + c as u64,
                 SERVER_TID,
             );
@@ -256,7 +256,7 @@ impl<'c> Writer<'c> {
         lost: bool,
     ) -> u64 {
         let Flow { node, ck, tid } = f;
-        let mut ev = kernel(node, "tcp_sendmsg", sendmsg, tid);
+        let mut ev = kernel(node, Hook::TcpSendmsg, sendmsg, tid);
         (ev.cookie, ev.dir, ev.offset, ev.len) =
             (Some(ck), Some(Direction::Tx), Some(off), Some(len as u32));
         self.k(node, ev);
@@ -296,9 +296,9 @@ impl<'c> Writer<'c> {
         let start = queue + s.tx_qdisc;
         let xmit = start + s.tx_driver;
         for (hook, ts) in [
-            ("net_dev_queue", queue),
-            ("net_dev_start_xmit", start),
-            ("net_dev_xmit", xmit),
+            (Hook::NetDevQueue, queue),
+            (Hook::NetDevStartXmit, start),
+            (Hook::NetDevXmit, xmit),
         ] {
             let mut ev = kernel(node, hook, ts, tid);
             (ev.cookie, ev.dir, ev.offset, ev.len, ev.retrans) = (
@@ -309,7 +309,7 @@ impl<'c> Writer<'c> {
                 retrans,
             );
             ev.dev = Some(if self.cfg.nic_irq { "eth0" } else { "veth0" }.into());
-            if hook == "net_dev_xmit" {
+            if hook == Hook::NetDevXmit {
                 ev.value = Some(0);
             }
             self.k(node, ev);
@@ -344,7 +344,7 @@ impl<'c> Writer<'c> {
         let n = skbs.len() as u64;
         for (j, (o, l)) in skbs.into_iter().enumerate() {
             let back = (n - 1 - j as u64) * SKB_GAP_NS;
-            let mut ev = kernel(node, "netif_receive_skb", netif - back, 0);
+            let mut ev = kernel(node, Hook::NetifReceiveSkb, netif - back, 0);
             (ev.cookie, ev.dir, ev.offset, ev.len) =
                 (Some(ck), Some(Direction::Rx), Some(o), Some(l as u32));
             ev.dev = Some(if self.cfg.nic_irq { "eth0" } else { "veth0" }.into());
@@ -355,7 +355,7 @@ impl<'c> Writer<'c> {
                 ev.softirq_entry_ns,
             ) = (irq.map(|_| 40), irq, raise, Some(softirq));
             self.k(node, ev);
-            let mut ev = kernel(node, "tcp_probe", tcp - back, 0);
+            let mut ev = kernel(node, Hook::TcpProbe, tcp - back, 0);
             (ev.cookie, ev.dir, ev.offset, ev.len) =
                 (Some(ck), Some(Direction::Rx), Some(o), Some(l as u32));
             self.k(node, ev);
@@ -365,20 +365,20 @@ impl<'c> Writer<'c> {
         let switch = wakeup + s.rx_sched_delay;
         let copy = switch + s.poll_return + s.rx_recv_entry;
         let ret = copy + s.rx_copy;
-        let mut ev = kernel(node, "sk_data_ready", ready, 0);
+        let mut ev = kernel(node, Hook::SkDataReady, ready, 0);
         (ev.cookie, ev.dir, ev.offset) = (Some(ck), Some(Direction::Rx), Some(off + len));
         self.k(node, ev);
-        let mut ev = kernel(node, "sched_wakeup", wakeup, tid);
+        let mut ev = kernel(node, Hook::SchedWakeup, wakeup, tid);
         (ev.cookie, ev.aux) = (Some(ck), Some(7));
         self.k(node, ev);
-        let mut ev = kernel(node, "sched_switch", switch, tid);
+        let mut ev = kernel(node, Hook::SchedSwitch, switch, tid);
         ev.value = Some(1);
         self.k(node, ev);
-        let mut ev = kernel(node, "skb_copy_datagram", copy, tid);
+        let mut ev = kernel(node, Hook::SkbCopyDatagram, copy, tid);
         (ev.cookie, ev.dir, ev.offset, ev.len) =
             (Some(ck), Some(Direction::Rx), Some(off), Some(len as u32));
         self.k(node, ev);
-        let mut ev = kernel(node, "recv_return", ret, tid);
+        let mut ev = kernel(node, Hook::RecvReturn, ret, tid);
         (ev.cookie, ev.dir, ev.offset, ev.value) = (
             Some(ck),
             Some(Direction::Rx),
@@ -390,7 +390,7 @@ impl<'c> Writer<'c> {
     }
 
     fn send_return(&mut self, node: usize, c: usize, tid: u32, end_off: u64, len: u64, at: u64) {
-        let mut ev = kernel(node, "send_return", at, tid);
+        let mut ev = kernel(node, Hook::SendReturn, at, tid);
         (ev.cookie, ev.dir, ev.offset, ev.value) = (
             Some(cookie(node, c)),
             Some(Direction::Tx),

@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 
 use crate::schema::Kind;
 
-use super::super::aggregate::kind_name;
 use super::super::table::us;
 use super::svg::{KINDS, Scale, escape, kind_color, log_ticks, nice_ticks, tick_label, x_axis};
 
@@ -78,7 +77,7 @@ pub fn stacked_bars(rows: &[StackRow]) -> String {
             escape(&row.label)
         );
         for (k, x, w, v) in stack_pieces(row, &scale) {
-            let name = kind_name(k);
+            let name = k.as_str();
             let _ = write!(
                 s,
                 "<rect class=\"bar {name}\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{BAR_H}\" fill=\"{}\">\
@@ -120,7 +119,7 @@ fn legend(s: &mut String, x: f64, y: f64) {
             y - 10.0,
             kind_color(*k),
             lx + 16.0,
-            kind_name(*k)
+            k.as_str()
         );
     }
 }

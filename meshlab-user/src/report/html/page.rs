@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::schema::AttachStatus;
 
-use super::super::aggregate::{Aggregate, kind_name, layer_name};
+use super::super::aggregate::Aggregate;
 use super::super::summary::RunReport;
 use super::super::table::{percent, us, us_f};
 use super::svg::{escape, kind_color};
@@ -55,7 +55,7 @@ pub fn kind_legend(out: &mut String) {
             out,
             "<span><span class=\"swatch\" style=\"background:{}\"></span>{}</span>",
             kind_color(k),
-            kind_name(k)
+            k.as_str()
         );
     }
     out.push_str(
@@ -75,10 +75,10 @@ pub fn segment_table(out: &mut String, r: &RunReport) {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>\
              <td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&s.node),
-            layer_name(s.layer),
+            s.layer.as_str(),
             escape(&s.unit),
             kind_color(s.kind),
-            kind_name(s.kind),
+            s.kind.as_str(),
             escape(&s.name),
             if s.derived { " <em>(derived)</em>" } else { "" },
             s.stats.n,
@@ -118,7 +118,7 @@ pub fn provenance(out: &mut String, r: &RunReport, agg: &Aggregate) {
                         "{} ({}, {})",
                         escape(&i.file),
                         escape(&i.node),
-                        escape(&i.kind)
+                        i.kind.as_str()
                     )
                 })
                 .collect();

@@ -104,7 +104,7 @@ pub fn defs() -> String {
             "<pattern id=\"hatch-{name}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" \
              patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"{c}\" fill-opacity=\"0.35\"/>\
              <line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"{c}\" stroke-width=\"3\"/></pattern>",
-            name = super::super::aggregate::kind_name(k),
+            name = k.as_str(),
             c = kind_color(k)
         );
     }

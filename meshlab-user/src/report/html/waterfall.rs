@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 
 use crate::schema::MergedRequest;
 
-use super::super::aggregate::kind_name;
 use super::super::layout::{DERIVED_LANE, Placed, lanes, place};
 use super::super::table::us;
 use super::svg::{Scale, defs, escape, kind_color, nice_ticks, x_axis};
@@ -166,7 +165,7 @@ pub fn svg(req: &MergedRequest, client_first_note: &str) -> String {
     for bar in &g.bars {
         let seg = &req.segments[bar.placed.segment];
         let y = row_y(&g, bar.row);
-        let kind = kind_name(seg.kind);
+        let kind = seg.kind.as_str();
         let fill = if seg.derived.is_some() {
             format!("url(#hatch-{kind})")
         } else {

@@ -513,7 +513,10 @@ fn merge_sampled(exe: &Path, inputs: &[PathBuf], out: &Path, events: u64) -> Res
     if !child.wait()?.success() {
         let stderr = std::fs::read_to_string(&log).unwrap_or_default();
         let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-        bail!("meshlab merge failed on the soak recording: {}", tail.join(" | "));
+        bail!(
+            "meshlab merge failed on the soak recording: {}",
+            tail.join(" | ")
+        );
     }
     let input_mib = inputs
         .iter()

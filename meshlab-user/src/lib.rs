@@ -6,6 +6,7 @@ pub mod kernel;
 pub mod lab;
 pub mod merge;
 pub mod ndjson;
+pub mod output;
 pub mod report;
 pub mod schema;
 pub mod units;

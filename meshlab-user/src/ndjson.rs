@@ -4,7 +4,12 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::schema::Record;
+use crate::schema::{Record, SCHEMA_VERSION};
+
+/// Schema versions this build reads. A `startup` (recording) or `merge_info` (merged file)
+/// naming another one is refused with both in the message: the format has no compatibility
+/// rules across versions, so guessing would misattribute time silently.
+pub const READABLE_SCHEMA_VERSIONS: &[u32] = &[SCHEMA_VERSION];
 
 /// A line that could not be read or understood.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +33,23 @@ pub enum NdjsonError {
     /// A binary capture read as a recording (crate::capture::source).
     #[error(transparent)]
     Capture(#[from] crate::capture::CaptureError),
+    #[error(
+        "{file}:{line}: in a `{record}` record: field `{field}` is {read}, but this meshlab ({}) reads schema version {}; use a meshlab release that reads version {read}, or record again with this one",
+        env!("CARGO_PKG_VERSION"),
+        list(READABLE_SCHEMA_VERSIONS)
+    )]
+    Version {
+        file: PathBuf,
+        line: u64,
+        record: &'static str,
+        field: String,
+        read: u64,
+    },
+}
+
+fn list(versions: &[u32]) -> String {
+    let names: Vec<String> = versions.iter().map(u32::to_string).collect();
+    names.join(", ")
 }
 
 /// Iterates over the records of one NDJSON file, skipping blank lines.
@@ -90,13 +112,77 @@ impl<R: BufRead> Iterator for RecordReader<R> {
             if text.is_empty() {
                 continue;
             }
-            return Some(serde_json::from_str(text).map_err(|e| NdjsonError::Parse {
+            let parsed = serde_json::from_str(text);
+            let version = match &parsed {
+                Ok(record) => versions_of(record),
+                // A newer version may add fields: name the version rather than the field.
+                Err(_) => versions_in_text(text),
+            };
+            if let Some((record, field, read)) = version
+                .into_iter()
+                .find(|(_, _, v)| !READABLE_SCHEMA_VERSIONS.iter().any(|r| u64::from(*r) == *v))
+            {
+                return Some(Err(NdjsonError::Version {
+                    file: self.file.clone(),
+                    line: self.line,
+                    record,
+                    field,
+                    read,
+                }));
+            }
+            return Some(parsed.map_err(|e| NdjsonError::Parse {
                 file: self.file.clone(),
                 line: self.line,
                 message: describe_json_error(text, &e),
             }));
         }
     }
+}
+
+/// (record type, field, version) of every schema version a record carries: a recording's
+/// `startup`, and a merged file's `merge_info` with the startups of its nodes.
+fn versions_of(record: &Record) -> Vec<(&'static str, String, u64)> {
+    match record {
+        Record::Startup(s) => vec![("startup", "schema_version".into(), s.schema_version.into())],
+        Record::MergeInfo(m) => {
+            let nodes = m.nodes.iter().enumerate().map(|(i, s)| {
+                let field = format!("nodes[{i}].schema_version");
+                ("merge_info", field, u64::from(s.schema_version))
+            });
+            std::iter::once((
+                "merge_info",
+                "schema_version".into(),
+                m.schema_version.into(),
+            ))
+            .chain(nodes)
+            .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The same for a line that did not parse, read from its JSON as far as it goes.
+fn versions_in_text(text: &str) -> Vec<(&'static str, String, u64)> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        return Vec::new();
+    };
+    let record = match value.get("type").and_then(|t| t.as_str()) {
+        Some("startup") => "startup",
+        Some("merge_info") => "merge_info",
+        _ => return Vec::new(),
+    };
+    let version = |v: &serde_json::Value| v.get("schema_version").and_then(|n| n.as_u64());
+    let mut found: Vec<_> = version(&value)
+        .map(|v| (record, "schema_version".to_string(), v))
+        .into_iter()
+        .collect();
+    let nodes = value.get("nodes").and_then(|n| n.as_array());
+    for (i, node) in nodes.into_iter().flatten().enumerate() {
+        if let Some(v) = version(node) {
+            found.push((record, format!("nodes[{i}].schema_version"), v));
+        }
+    }
+    found
 }
 
 /// serde_json reports "unknown variant" for a bad `type` tag and names fields for the rest;
@@ -162,6 +248,44 @@ mod tests {
         );
         assert!(err.contains("expected u64"), "{err}");
         assert!(r.next().is_none());
+    }
+
+    const RECORDING: &str = include_str!("../tests/fixtures/merge/plain/A.kernel.ndjson");
+
+    fn startup_line() -> String {
+        let line = RECORDING.lines().next().unwrap().to_owned();
+        assert!(line.contains("\"schema_version\":1,"), "{line}");
+        line
+    }
+
+    fn first_error(text: &str) -> String {
+        let mut r = RecordReader::new("in.ndjson".into(), text.as_bytes());
+        r.next().unwrap().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_unknown_schema_version_names_the_version_read_and_the_ones_supported() {
+        let future = startup_line().replace("\"schema_version\":1,", "\"schema_version\":999,");
+        let err = first_error(&future);
+        assert!(
+            err.starts_with("in.ndjson:1: in a `startup` record: field `schema_version` is 999"),
+            "{err}"
+        );
+        assert!(err.contains("reads schema version 1;"), "{err}");
+        // A newer version with fields this build does not know: still the version is named.
+        let newer = future.replacen('{', "{\"new_field\":true,", 1);
+        assert!(first_error(&newer).contains("is 999"), "{newer}");
+        let merged = format!(
+            "{{\"type\":\"merge_info\",\"schema_version\":1,\"nodes\":[{}]}}",
+            future
+        );
+        let err = first_error(&merged);
+        assert!(
+            err.contains("`merge_info` record: field `nodes[0].schema_version` is 999"),
+            "{err}"
+        );
+        let mut ok = RecordReader::new("in.ndjson".into(), RECORDING.as_bytes());
+        assert!(ok.all(|r| r.is_ok()));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! Machines are noisy: modes are interleaved round by round, repeated, and compared by their
 //! medians, side by side in one run.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,14 +35,15 @@ pub enum BenchTask {
     Merge(crate::bench_merge::MergeBenchArgs),
     /// The recorder's own CPU per event, binary capture vs NDJSON output (bench_recorder.rs).
     RecorderCpu(crate::bench_recorder::RecorderCpuArgs),
-    /// Records loopback RPC load for N minutes and samples the recorder's RSS.
+    /// Records lab RPC load for N minutes, sampling the recorder's RSS, descriptors and BPF
+    /// maps; checks the recording's accounting and merges it with the probe files.
     Soak {
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 30)]
         minutes: u64,
         #[arg(long, default_value_t = 2)]
         concurrency: usize,
-        /// Total request rate (keeps the machine usable while soaking; 0 = unlimited).
-        #[arg(long, default_value_t = 2000)]
+        /// Total request rate (keeps the machine usable and the recording near 1 MB/s).
+        #[arg(long, default_value_t = 200)]
         qps: u64,
     },
 }
@@ -141,12 +142,14 @@ fn spawn_recorder(exe: &Path, dir: &Path, name: &str, port: u16) -> Result<Proc>
         .args([
             "record",
             "-o",
-            "/dev/null",
+            "-",
             "--port",
             &port.to_string(),
             "--ready-file",
         ])
         .arg(&ready)
+        // Recorded lines are thrown away: `record` refuses to open a device as its output.
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .context("starting meshlab record")?;
@@ -283,10 +286,44 @@ fn rss_kib(pid: u32) -> Result<u64> {
         .parse()?)
 }
 
+/// One sample of a process: RSS, open descriptors, BPF maps among them.
+#[derive(Clone, Copy)]
+struct Sample {
+    rss_kib: u64,
+    fds: usize,
+    bpf_maps: usize,
+}
+
+fn sample(pid: u32) -> Result<Sample> {
+    let mut fds = 0;
+    let mut bpf_maps = 0;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))? {
+        fds += 1;
+        let info = std::fs::read_to_string(entry?.path()).unwrap_or_default();
+        if info.lines().any(|l| l.starts_with("map_id:")) {
+            bpf_maps += 1;
+        }
+    }
+    Ok(Sample {
+        rss_kib: rss_kib(pid)?,
+        fds,
+        bpf_maps,
+    })
+}
+
+/// Samples taken after the warm-up must stay within these bounds of the first of them.
+const RSS_TOLERANCE: f64 = 0.05;
+const WARMUP_SAMPLES: usize = 6;
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+
+/// The recorder, the lab server and client (both writing probe files) for `minutes`; then
+/// the recording is checked (exact accounting) and merged with the probes while merge's
+/// memory is sampled.
 fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
     let dir = tempdir()?;
-    let _server = spawn_server(exe, &dir)?;
-    let recorder = spawn_recorder(exe, &dir, "soak", PORT_TRACED)?;
+    let server = spawn_traced_server(exe, &dir)?;
+    let recording = dir.join("soak.ndjson");
+    let recorder = spawn_soak_recorder(exe, &dir, &recording)?;
     let total = Duration::from_secs(minutes * 60);
     let mut client = Proc(
         Command::new(exe)
@@ -295,45 +332,215 @@ fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
                 "client",
                 "--connect",
                 &format!("127.0.0.1:{PORT_TRACED}"),
-                "--warmup",
-                "0s",
             ])
             .args([
+                "--warmup",
+                "0s",
                 "--duration",
                 &format!("{}s", total.as_secs()),
+            ])
+            .args([
                 "--concurrency",
                 &concurrency.to_string(),
+                "--qps",
+                &qps.to_string(),
             ])
+            .args(["--node", "soak", "--trace"])
+            .arg(dir.join("client.probe.ndjson"))
             .stderr(Stdio::null())
             .stdout(Stdio::null())
             .spawn()?,
     );
     let start = Instant::now();
     let mut samples = Vec::new();
-    while start.elapsed() < total {
-        std::thread::sleep(Duration::from_secs(10));
-        let rss = rss_kib(recorder.0.id())?;
-        println!("t={:>4}s recorder RSS {rss} KiB", start.elapsed().as_secs());
-        samples.push(rss);
-        if client.0.try_wait()?.is_some() {
-            break;
+    while start.elapsed() < total && client.0.try_wait()?.is_none() {
+        std::thread::sleep(SAMPLE_EVERY);
+        let s = sample(recorder.0.id())?;
+        println!(
+            "t={:>5}s recorder RSS {} KiB, {} fds, {} BPF maps",
+            start.elapsed().as_secs(),
+            s.rss_kib,
+            s.fds,
+            s.bpf_maps
+        );
+        samples.push(s);
+    }
+    let _ = client.0.wait();
+    // SIGINT: the recorder writes its final accounting, the server flushes its probe file.
+    drop(recorder);
+    drop(server);
+    println!("load: lab client c={concurrency}, {qps} req/s for {minutes} min");
+    check_flat("recorder", &samples)?;
+    let events = check_exact_accounting(&recording)?;
+    let inputs = [
+        recording,
+        dir.join("client.probe.ndjson"),
+        dir.join("server.probe.ndjson"),
+    ];
+    merge_sampled(exe, &inputs, &dir.join("merged.ndjson"), events)
+}
+
+fn spawn_traced_server(exe: &Path, dir: &Path) -> Result<Proc> {
+    let ready = dir.join("server.ready");
+    let child = Command::new(exe)
+        .args([
+            "lab",
+            "server",
+            "--listen",
+            &format!("127.0.0.1:{PORT_TRACED}"),
+        ])
+        .args(["--node", "soak", "--trace"])
+        .arg(dir.join("server.probe.ndjson"))
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting meshlab lab server")?;
+    let server = Proc(child);
+    wait_for(&ready)?;
+    Ok(server)
+}
+
+fn spawn_soak_recorder(exe: &Path, dir: &Path, out: &Path) -> Result<Proc> {
+    let ready = dir.join("soak.ready");
+    let child = Command::new(exe)
+        .args([
+            "record",
+            "--node",
+            "soak",
+            "--port",
+            &PORT_TRACED.to_string(),
+            // NDJSON: the accounting check below reads kernel lines by hook name.
+            "--format",
+            "ndjson",
+            "-o",
+        ])
+        .arg(out)
+        .arg("--ready-file")
+        .arg(&ready)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting meshlab record")?;
+    let rec = Proc(child);
+    wait_for(&ready)?;
+    Ok(rec)
+}
+
+/// After the warm-up: RSS within RSS_TOLERANCE of the first sample, fds and maps constant.
+fn check_flat(what: &str, samples: &[Sample]) -> Result<()> {
+    let Some(first) = samples.get(WARMUP_SAMPLES) else {
+        bail!("{what}: soak too short: need more than {WARMUP_SAMPLES} samples");
+    };
+    let later = &samples[WARMUP_SAMPLES..];
+    let (lo, hi) = later.iter().fold((u64::MAX, 0), |(lo, hi), s| {
+        (lo.min(s.rss_kib), hi.max(s.rss_kib))
+    });
+    let pct = |v: u64| (v as f64 / first.rss_kib as f64 - 1.0) * 100.0;
+    println!(
+        "{what} RSS after warm-up {} KiB, then {lo}..{hi} KiB ({:+.1} %..{:+.1} %) over {} samples; fds {}, BPF maps {}",
+        first.rss_kib,
+        pct(lo),
+        pct(hi),
+        later.len(),
+        first.fds,
+        first.bpf_maps
+    );
+    if pct(hi) > RSS_TOLERANCE * 100.0 || pct(lo) < -RSS_TOLERANCE * 100.0 {
+        bail!(
+            "{what}: RSS not flat within ±{:.0} %",
+            RSS_TOLERANCE * 100.0
+        );
+    }
+    if let Some(s) = later
+        .iter()
+        .find(|s| s.fds != first.fds || s.bpf_maps != first.bpf_maps)
+    {
+        bail!(
+            "{what}: descriptors or maps changed: {} fds / {} maps, then {} / {}",
+            first.fds,
+            first.bpf_maps,
+            s.fds,
+            s.bpf_maps
+        );
+    }
+    Ok(())
+}
+
+/// The summary's books must balance: per hook received + dropped == hits, and as many
+/// kernel lines as received. Returns the number of kernel events.
+fn check_exact_accounting(recording: &Path) -> Result<u64> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(recording)?;
+    let mut lines_per_hook = std::collections::BTreeMap::<String, u64>::new();
+    let mut summary = None;
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        if line.starts_with("{\"type\":\"kernel\"") {
+            // Only the hook name is needed: a substring, not a JSON parse of a gigabyte.
+            let hook = line
+                .split_once("\"hook\":\"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map_or("?", |(hook, _)| hook);
+            *lines_per_hook.entry(hook.to_owned()).or_default() += 1;
+        } else if line.starts_with("{\"type\":\"summary\"") {
+            summary = Some(serde_json::from_str::<serde_json::Value>(&line)?);
         }
     }
-    let events_note = format!("load: c={concurrency}, {qps} req/s for {minutes} min");
-    let _ = client.0.wait();
-    println!("{events_note}");
-    // After the first minute (allocator and map warm-up) the RSS must stay flat.
-    let warm = samples
-        .get(5)
-        .copied()
-        .context("soak too short: need at least a minute")?;
-    let peak = samples[5..].iter().copied().max().unwrap_or(warm);
-    println!(
-        "recorder RSS after 1 min {warm} KiB, peak afterwards {peak} KiB ({:+.1} %)",
-        (peak as f64 / warm as f64 - 1.0) * 100.0
-    );
-    if peak > warm + warm / 10 + 2048 {
-        bail!("recorder memory grew from {warm} KiB to {peak} KiB under steady load");
+    let summary = summary.context("the recording has no summary")?;
+    let per_hook = summary["per_hook"]
+        .as_object()
+        .context("summary.per_hook")?;
+    for (hook, c) in per_hook {
+        let n = |k: &str| c[k].as_u64().unwrap_or(u64::MAX);
+        let written = lines_per_hook.get(hook).copied().unwrap_or(0);
+        if n("received") + n("dropped") != n("hits") || written != n("received") {
+            bail!("{hook}: accounting does not balance: {c} with {written} lines written");
+        }
     }
+    let events: u64 = lines_per_hook.values().sum();
+    println!(
+        "recording: {events} kernel events, {} dropped, accounting exact for {} hooks",
+        summary["dropped"],
+        per_hook.len()
+    );
+    Ok(events)
+}
+
+/// `meshlab merge` over the soak's files, its RSS sampled every 100 ms.
+fn merge_sampled(exe: &Path, inputs: &[PathBuf], out: &Path, events: u64) -> Result<()> {
+    let log = out.with_extension("stderr");
+    let mut child = Command::new(exe)
+        .arg("merge")
+        .args(inputs)
+        .arg("-o")
+        .arg(out)
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    while child.try_wait()?.is_none() {
+        if let Ok(s) = sample(child.id()) {
+            samples.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !child.wait()?.success() {
+        let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+        bail!(
+            "meshlab merge failed on the soak recording: {}",
+            tail.join(" | ")
+        );
+    }
+    let input_mib = inputs
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .sum::<u64>()
+        / (1 << 20);
+    let peak = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+    println!(
+        "merge: {input_mib} MiB of input ({events} kernel events) in {:.1} s, peak RSS {peak} KiB",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

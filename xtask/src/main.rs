@@ -6,6 +6,7 @@ mod bench_merge;
 mod bench_recorder;
 mod bpffloor;
 mod bpfstats;
+mod fuzz;
 mod ladder;
 mod ladder_doc;
 mod ladder_plan;
@@ -49,6 +50,8 @@ enum Task {
         #[arg(long)]
         nic_only: bool,
     },
+    /// Fuzz every parser (cargo-fuzz on nightly), 10 minutes per target by default.
+    Fuzz(fuzz::FuzzArgs),
     /// Benchmarks on the real kernel. Without a sub-task: the cost ladder, written to
     /// docs/benchmarks.md and docs/benchmarks.json.
     Bench {
@@ -82,6 +85,10 @@ fn main() -> Result<()> {
         Task::Demo { args } => demo(&args),
         Task::Vm(args) => vm::run(args),
         Task::VmScenarios { ci, nic_only } => vm_scenarios::run(ci, nic_only),
+        Task::Fuzz(args) => {
+            setup::run()?;
+            fuzz::run(&args)
+        }
         Task::Bench { task, quick } => {
             setup::run()?;
             match task {
@@ -156,6 +163,12 @@ fn test(args: TestArgs) -> Result<()> {
     )?;
     // Seconds: the merge benchmark's smoke run (capture and NDJSON inputs) on the debug build.
     run_cmd(Command::new(std::env::current_exe()?).args(["bench", "merge", "--quick"]))?;
+    // Every parser's fuzz target for a few seconds, after replaying the kept regressions.
+    fuzz::run(&fuzz::FuzzArgs {
+        seconds: None,
+        quick: true,
+        targets: Vec::new(),
+    })?;
     if !args.no_vm {
         vm_tests(args.ci)?;
     }

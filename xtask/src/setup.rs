@@ -125,5 +125,5 @@ pub fn run() -> Result<()> {
         )
         .context("installing bpf-linker")?;
     }
-    Ok(())
+    crate::fuzz::setup()
 }

@@ -3,12 +3,10 @@
 //! decoded by the same [`Decoder`] the recorder uses.
 
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
-
-use anyhow::Context;
+use std::path::PathBuf;
 
 use crate::kernel::decode::Decoder;
-use crate::kernel::record::open_capture_output;
+use crate::output::{Policy, create_output};
 
 use super::reader::CaptureReader;
 use super::source::parse_json_record;
@@ -18,7 +16,7 @@ use super::{CaptureError, RecordKind};
 pub struct ExportArgs {
     /// A binary capture written by `meshlab record`.
     pub input: PathBuf,
-    /// Output NDJSON file (default: stdout). Written to OUT.partial and renamed when complete.
+    /// Output NDJSON file (default: stdout). Written beside OUT and renamed over it when complete.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: Option<PathBuf>,
 }
@@ -31,15 +29,11 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
             export(&mut reader, stdout)?;
         }
         Some(out) => {
-            let partial = partial_path(out);
-            let sink = open_capture_output(&partial)?;
-            let written = export(&mut reader, sink);
-            if let Err(e) = written {
-                let _ = std::fs::remove_file(&partial);
-                return Err(e);
-            }
-            std::fs::rename(&partial, out)
-                .with_context(|| format!("renaming {} to {}", partial.display(), out.display()))?;
+            // Atomic: a temporary file beside OUT, renamed over it only when complete
+            // (crate::output's rules: no symlink followed, no foreign file replaced).
+            let mut sink = create_output(out, Policy::Atomic)?;
+            export(&mut reader, &mut sink)?;
+            sink.commit()?;
         }
     }
     if let Some(at) = reader.truncated_at() {
@@ -49,12 +43,6 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn partial_path(out: &Path) -> PathBuf {
-    let mut name = out.as_os_str().to_owned();
-    name.push(".partial");
-    PathBuf::from(name)
 }
 
 /// Writes every record of `reader` as NDJSON lines to `out`; returns the number of lines.

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod loader;
 pub mod output;
 pub mod plan;
+pub mod privilege;
 pub mod record;
 pub mod session;
 pub mod setup;

@@ -1,7 +1,6 @@
 //! `meshlab record`: load the kernel programs, attach them tier by tier, and stream events
 //! into a binary capture (or NDJSON) until --duration, Ctrl-C or SIGTERM.
 
-use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -13,7 +12,9 @@ use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::output::{OutputFormat, RecordingOutput};
 use super::plan::{HOOKS, HookSpec};
-use super::{clock, loader, session, setup, sysinfo};
+use super::{clock, loader, privilege, session, setup, sysinfo};
+use crate::ndjson::is_broken_pipe;
+use crate::output::{Policy, create_output};
 use crate::schema::{AttachEntry, AttachStatus, Filters, Record, SCHEMA_VERSION, Startup};
 
 #[derive(Debug, clap::Args)]
@@ -108,7 +109,10 @@ fn parse_sample(s: &str) -> Result<u32, String> {
 }
 
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
-    setup::require_root("meshlab record")?;
+    privilege::require("meshlab record", privilege::RECORD_NEEDS)?;
+    if args.netns.is_some() {
+        privilege::require("meshlab record --netns", privilege::NETNS_NEEDS)?;
+    }
     if !args.ring_bytes.is_power_of_two() || args.ring_bytes < 4096 {
         bail!(
             "--ring-bytes {}: must be a power of two and at least 4096",
@@ -225,12 +229,24 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let mut session = session::Session::new(ebpf, attached, node, out)?;
     session.write_record(&Record::Startup(startup))?;
     session.flush()?;
-    let summary = session.run(
+    let run = session.run(
         args.duration,
         Duration::from_secs(args.clock_every_secs.max(1)),
         args.ready_file.as_deref(),
-    )?;
-    eprintln!("{summary}");
+    );
+    // The session is gone by now, and with it every program, link and map: say what ended it.
+    match run {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(e) if is_broken_pipe(&e) => {
+            log::info!("output closed by its reader: recording stopped, programs detached");
+        }
+        Err(e) => {
+            return Err(e.context(format!(
+                "recording to {} stopped; programs detached; the file holds every record up to its last complete line",
+                args.output.display()
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -265,23 +281,15 @@ fn install_filters(ebpf: &mut aya::Ebpf, args: &RecordArgs) -> anyhow::Result<()
     Ok(())
 }
 
-/// The output file (created, truncated) or stdout. Under sudo the file is handed to the
-/// invoking user, so a recording can be merged and deleted without root. Every file
-/// `record` and `export` write is opened here (one place to harden).
+/// The output file or stdout (every file `record` and `export` write is opened here). The file is opened under crate::output's rules (no symlink, no
+/// foreign file, handed to the invoking user under sudo so a recording can be merged and
+/// deleted without root) and streamed: a killed recorder leaves every complete line.
 pub fn open_capture_output(path: &std::path::Path) -> anyhow::Result<Box<dyn Write + Send>> {
     if path.as_os_str() == "-" {
         return Ok(Box::new(std::io::stdout()));
     }
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    if let (Some(uid), Some(gid)) = (env_id("SUDO_UID"), env_id("SUDO_GID")) {
-        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))
-            .with_context(|| format!("handing {} to uid {uid}", path.display()))?;
-    }
+    let file = create_output(path, Policy::Stream)?.commit()?;
     Ok(Box::new(file))
-}
-
-fn env_id(name: &str) -> Option<u32> {
-    std::env::var(name).ok()?.parse().ok()
 }
 
 #[cfg(test)]

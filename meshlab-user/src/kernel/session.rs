@@ -69,7 +69,7 @@ impl Session {
         self.out.flush()
     }
 
-    /// Records until `duration`, SIGINT or SIGTERM; returns a one-line summary for stderr.
+    /// Records until `duration`, SIGINT, SIGTERM or SIGHUP; returns a one-line summary for stderr.
     /// `ready_file` is created once the signal handlers are in place, so a controller that
     /// waits for it can stop the recording with a signal at any time after.
     pub fn run(
@@ -158,10 +158,15 @@ impl Session {
                 .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
+        // A closed terminal or `kill -HUP` stops like SIGTERM, with the final accounting.
+        let mut sighup = signal(SignalKind::hangup())?;
         if let Some(ready) = ready_file {
-            std::fs::File::create(ready)
-                .with_context(|| format!("creating ready file {}", ready.display()))?;
+            crate::output::create_output(ready, crate::output::Policy::Stream)?.commit()?;
         }
+        // Everything is attached and every file is open: nothing from here on needs a
+        // capability (kernel/privilege.rs).
+        super::privilege::drop_all().context("dropping capabilities after attaching")?;
+        log::debug!("capabilities dropped");
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut drain = tokio::time::interval(DRAIN_EVERY);
@@ -201,6 +206,7 @@ impl Session {
                 }
                 _ = sigint.recv() => break "sigint",
                 _ = sigterm.recv() => break "sigterm",
+                _ = sighup.recv() => break "sighup",
                 _ = sleep_until(deadline) => break "duration",
             }
         };

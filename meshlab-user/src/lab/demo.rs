@@ -196,7 +196,7 @@ fn run_topology(
     let summary: LatencySummary =
         serde_json::from_slice(&client_stdout).context("parse the client's --json summary")?;
     let summary_file = dir.join("client-summary.json");
-    std::fs::write(&summary_file, &client_stdout)?;
+    crate::output::write_output(&summary_file, &client_stdout)?;
     outcome.summary = Some(summary);
     for (node, mut recorder) in ["A", "B"].into_iter().zip(recorders) {
         let status = recorder.stop()?;
@@ -398,11 +398,9 @@ fn run_step(
     match result {
         Ok(out) if out.status.success() => {
             if let Some(file) = stdout_file
-                && let Err(e) = std::fs::write(file, &out.stdout)
+                && let Err(e) = crate::output::write_output(file, &out.stdout)
             {
-                outcome
-                    .failures
-                    .push(format!("{what}: write {}: {e}", file.display()));
+                outcome.failures.push(format!("{what}: {e}"));
                 return false;
             }
             true

@@ -29,7 +29,7 @@ pub(super) fn print_outcomes(out: &Path, outcomes: &[TopologyOutcome]) -> anyhow
     }
     let table = ladder_table(outcomes);
     writeln!(stdout, "\n{table}")?;
-    std::fs::write(out.join("summary.md"), &table)?;
+    crate::output::write_output(&out.join("summary.md"), table.as_bytes())?;
     let failures: Vec<_> = outcomes
         .iter()
         .flat_map(|o| {

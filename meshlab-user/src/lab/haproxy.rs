@@ -72,8 +72,8 @@ impl Haproxy {
             .context("haproxy is not installed (Debian: apt-get install -y haproxy)")?;
         let stats_socket = dir.join(format!("{name}.stats"));
         let config_path = dir.join(format!("{name}.cfg"));
-        std::fs::write(&config_path, config(listen, upstream, &stats_socket))
-            .with_context(|| format!("write {}", config_path.display()))?;
+        let text = config(listen, upstream, &stats_socket);
+        crate::output::write_output(&config_path, text.as_bytes())?;
         let mut cmd = Command::new(program);
         cmd.arg("-db").arg("-f").arg(&config_path);
         cmd.stdin(Stdio::null()).stdout(Stdio::null());

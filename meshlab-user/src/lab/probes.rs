@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use anyhow::Context;
 
 use crate::ndjson::RecordWriter;
+use crate::output::{Policy, create_output};
 use crate::schema::{ClockId, ConnRef, Direction, ProbeEvent, Record};
 
 /// The probe-point catalog: name, layer (always the process: these are userland points) and
@@ -83,7 +84,7 @@ impl ProbeSink {
         node: Option<String>,
         process: &str,
     ) -> anyhow::Result<Self> {
-        let file = File::create(path).with_context(|| format!("create {}", path.display()))?;
+        let file = create_output(path, Policy::Stream)?.commit()?;
         Ok(Self {
             writer: Mutex::new(RecordWriter::new(file)),
             path: path.to_owned(),

@@ -2,14 +2,12 @@
 //! leaves half a file at `-o`), and the merge_info / merge_summary framing.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context;
-
 use crate::ndjson::RecordWriter;
+use crate::output::{Output, Policy, create_output};
 use crate::schema::{InputKind, MergeInfo, MergeInput, MergeSummary, Record, SCHEMA_VERSION};
 use crate::units::{parse_duration, parse_offset_ns};
 
@@ -100,30 +98,16 @@ pub fn run(args: MergeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes through a temporary file next to `out` and renames it into place only on success.
+/// Writes through a temporary file next to `out` (crate::output's rules) and renames it into
+/// place only on success.
 fn write_atomically<T>(
     out: &Path,
-    body: impl FnOnce(File) -> anyhow::Result<T>,
+    body: impl FnOnce(&mut Output) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let dir = out
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = out
-        .file_name()
-        .context("-o: not a file name")?
-        .to_string_lossy();
-    let tmp = dir.join(format!(".{name}.partial-{}", std::process::id()));
-    let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let result = body(file).and_then(|v| {
-        std::fs::rename(&tmp, out)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
-        Ok(v)
-    });
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    let mut file = create_output(out, Policy::Atomic)?;
+    let value = body(&mut file)?;
+    file.commit()?;
+    Ok(value)
 }
 
 /// The whole merge into `out`: merge_info, requests (and timeline lines), merge_summary.

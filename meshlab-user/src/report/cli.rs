@@ -1,11 +1,11 @@
 //! `meshlab report`.
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 
+use crate::output::{Output, Policy, create_output, write_output};
 use crate::schema::MergedRequest;
 
 use super::aggregate::Aggregate;
@@ -74,7 +74,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
 }
 
 /// A Perfetto trace being written to a temporary file beside its destination.
-type OpenTrace<'a> = (TraceWriter<BufWriter<File>>, TempOutput, &'a PathBuf);
+type OpenTrace<'a> = (TraceWriter<BufWriter<Output>>, &'a PathBuf);
 
 fn write_files(
     args: &ReportArgs,
@@ -97,7 +97,7 @@ fn write_files(
         last,
         |i| i < perfetto_max || i == median_at || i == p99_at,
         |i, req| {
-            if let Some((w, _, _)) = trace.as_mut() {
+            if let Some((w, _)) = trace.as_mut() {
                 let label = match (i == median_at, i == p99_at) {
                     (true, true) => Some("median and p99"),
                     (true, false) => Some("median"),
@@ -143,17 +143,12 @@ fn open_trace<'a>(args: &'a ReportArgs, agg: &Aggregate) -> anyhow::Result<Optio
         .iter()
         .flat_map(|i| i.nodes.iter().map(|n| n.node.clone()))
         .collect();
-    let tmp = TempOutput::beside(file);
-    let f = File::create(&tmp.0).with_context(|| format!("{}: cannot create", tmp.0.display()))?;
-    Ok(Some((
-        TraceWriter::new(BufWriter::new(f), &nodes)?,
-        tmp,
-        file,
-    )))
+    let out = create_output(file, Policy::Atomic)?;
+    Ok(Some((TraceWriter::new(BufWriter::new(out), &nodes)?, file)))
 }
 
 fn finish_trace(
-    (w, tmp, file): OpenTrace,
+    (w, file): OpenTrace,
     path: &Path,
     representatives: &Representatives,
 ) -> anyhow::Result<()> {
@@ -168,8 +163,7 @@ fn finish_trace(
     w.finish(other)?
         .into_inner()
         .map_err(|e| e.into_error())?
-        .sync_all()?;
-    tmp.publish(file)?;
+        .commit()?;
     log::info!("wrote {} ({events} trace events)", file.display());
     Ok(())
 }
@@ -181,9 +175,7 @@ fn write_html(
     representatives: &Representatives,
 ) -> anyhow::Result<()> {
     let page = html::render(report, agg, representatives);
-    let tmp = TempOutput::beside(file);
-    std::fs::write(&tmp.0, page).with_context(|| format!("{}: cannot write", tmp.0.display()))?;
-    tmp.publish(file)?;
+    write_output(file, page.as_bytes())?;
     log::info!("wrote {}", file.display());
     Ok(())
 }
@@ -225,37 +217,4 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
-}
-
-/// Output is written to a temporary file beside its destination and renamed into place when
-/// complete, so an earlier file of that name is never left half-overwritten; on any failure
-/// (or panic) the temporary file is removed.
-struct TempOutput(PathBuf);
-
-impl TempOutput {
-    fn beside(file: &Path) -> Self {
-        let mut name = file
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_default();
-        name.push(format!(".tmp-{}", std::process::id()));
-        TempOutput(file.with_file_name(name))
-    }
-
-    fn publish(self, file: &Path) -> anyhow::Result<()> {
-        std::fs::rename(&self.0, file).with_context(|| {
-            format!(
-                "{}: cannot move {} into place",
-                file.display(),
-                self.0.display()
-            )
-        })
-    }
-}
-
-impl Drop for TempOutput {
-    fn drop(&mut self) {
-        // After a successful rename the path no longer exists; NotFound is the normal case.
-        let _ = std::fs::remove_file(&self.0);
-    }
 }

@@ -1,6 +1,8 @@
 //! Shared helpers for privileged integration tests.
 #![allow(dead_code)]
 
+pub mod bpf_objects;
+
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -49,6 +51,10 @@ impl Recorder {
             std::thread::sleep(Duration::from_millis(20));
         }
         rec
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
     /// Interrupts the recorder like Ctrl-C and returns its parsed output.

@@ -62,12 +62,8 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         }
     };
     if let Some(path) = &args.ready_file {
-        // Write then rename: whoever waits for the file never sees it empty.
-        let mut partial = path.clone().into_os_string();
-        partial.push(".partial");
-        std::fs::write(&partial, bound.to_string())
-            .and_then(|()| std::fs::rename(&partial, path))
-            .with_context(|| format!("write {}", path.display()))?;
+        // Written then renamed into place: whoever waits for the file never sees it empty.
+        crate::output::write_output(path, bound.to_string().as_bytes())?;
     }
     log::info!("echo server ({:?}) listening on {bound}", args.proto);
     let fd = match &listener {

@@ -8,7 +8,7 @@ use std::io::{BufWriter, Write};
 use std::time::Instant;
 
 use meshlab_common::{EVENT_FLAG_TUPLE, Event, Hook};
-use meshlab_user::kernel::decode::Decoder;
+use meshlab_user::decode::Decoder;
 
 /// One request/response turn as one node records it (TX of the request, RX of the response).
 const TURN: [Hook; 12] = [

@@ -2,11 +2,13 @@
 //! probes cannot see. The binary `meshlab` is a thin CLI over this library.
 
 pub mod capture;
+pub mod decode;
 pub mod kernel;
 pub mod lab;
 pub mod merge;
 pub mod ndjson;
 pub mod output;
+pub mod records;
 pub mod report;
 pub mod schema;
 pub mod units;

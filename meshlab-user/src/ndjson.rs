@@ -30,7 +30,7 @@ pub enum NdjsonError {
         line: u64,
         message: String,
     },
-    /// A binary capture read as a recording (crate::capture::source).
+    /// A binary capture read as a recording (crate::records).
     #[error(transparent)]
     Capture(#[from] crate::capture::CaptureError),
     #[error(

@@ -16,9 +16,9 @@ use meshlab_common::{
 use meshlab_testkit::synth::GenConfig;
 use meshlab_user::capture::export::export;
 use meshlab_user::capture::reader::CaptureReader;
-use meshlab_user::capture::source::RecordSource;
 use meshlab_user::capture::{FILE_HEADER_LEN, RECORD_HEADER_LEN, RecordKind};
 use meshlab_user::kernel::output::{OutputFormat, RecordingOutput};
+use meshlab_user::records::RecordSource;
 use meshlab_user::schema::{ClockSample, Drops, Record, Summary};
 
 fn v4(a: [u8; 4]) -> [u8; 16] {

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use meshlab_user::lab::netns::NamedNetns;
+use meshlab_user::records::RecordSource;
 use meshlab_user::schema::Record;
 use rand::Rng;
 use support::bpf_objects::BpfObjects;
@@ -70,21 +71,14 @@ fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitSt
     }
 }
 
-/// Parses every complete line of a recording; returns their records (a torn last line, as a
-/// full disk leaves, is not a record).
+/// Reads every complete record of a recording (a binary capture, the default): a record torn
+/// by a full disk or a kill is not one, and the reader stops before it; anything else that
+/// does not parse fails the test.
 fn complete_records(path: &Path) -> Vec<Record> {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    let complete = match bytes.iter().rposition(|b| *b == b'\n') {
-        Some(end) => &bytes[..=end],
-        None => &[],
-    };
-    let text = std::str::from_utf8(complete).expect("UTF-8 recording");
-    text.lines()
-        .enumerate()
-        .map(|(i, line)| {
-            serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{}:{}: {e}: {line}", path.display(), i + 1))
-        })
+    let source = RecordSource::open(path)
+        .unwrap_or_else(|e| panic!("{}: cannot open recording: {e}", path.display()));
+    source
+        .map(|r| r.unwrap_or_else(|e| panic!("{}: {e}", path.display())))
         .collect()
 }
 

@@ -250,7 +250,7 @@ fn a_killed_recorder_leaves_a_capture_valid_up_to_its_last_write() {
     let output = recorder.output.clone();
     recorder.kill_hard();
 
-    let mut records = meshlab_user::capture::source::RecordSource::open(&output).unwrap();
+    let mut records = meshlab_user::records::RecordSource::open(&output).unwrap();
     let first = records.next().unwrap().unwrap();
     assert!(matches!(first, meshlab_user::schema::Record::Startup(_)));
     let mut sends = 0;

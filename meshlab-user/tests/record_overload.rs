@@ -7,7 +7,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use meshlab_user::capture::source::RecordSource;
+use meshlab_user::records::RecordSource;
 use meshlab_user::schema::Record;
 use support::{LoopbackRecording, loopback_recording, privileged_or_skip};
 

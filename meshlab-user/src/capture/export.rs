@@ -5,7 +5,7 @@
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use crate::kernel::decode::Decoder;
+use crate::decode::Decoder;
 use crate::output::{Policy, create_output};
 
 use super::reader::CaptureReader;

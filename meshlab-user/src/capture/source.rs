@@ -1,23 +1,14 @@
-//! A recording in either format as a stream of [`Record`]s: NDJSON lines, or a binary capture
-//! whose events are decoded without JSON. The format is detected from the file's first bytes;
-//! either is read on a second thread, so reading overlaps with whatever consumes the records.
+//! A binary capture as [`Record`]s: events decoded without JSON, the other records parsed from
+//! their JSON payloads. crate::records reads either format through this.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use crate::kernel::decode::Decoder;
-use crate::ndjson::{NdjsonError, RecordReader};
+use crate::decode::Decoder;
 use crate::schema::Record;
 
 use super::reader::{CaptureReader, RawRecord};
-use super::{CaptureError, MAGIC, RecordKind, is_capture};
-
-/// Records per message between the decoding thread and the consumer.
-const BATCH: usize = 1024;
-/// Batches in flight: bounds the memory the decoding thread may run ahead by.
-const BATCHES_IN_FLIGHT: usize = 4;
+use super::{CaptureError, RecordKind};
 
 /// A capture's records in order, events decoded into `kernel` records.
 pub struct CaptureRecords<R> {
@@ -90,108 +81,6 @@ pub fn parse_json_record(raw: &RawRecord<'_>) -> Result<Record, String> {
     Ok(record)
 }
 
-type Numbered = Result<(u64, Record), NdjsonError>;
-
-/// Either format, detected from the first bytes; yields records with their line (NDJSON) or
-/// record number (capture). Parsing or decoding runs on its own thread, a bounded number of
-/// batches ahead of the consumer: the merge joins on one core while the input is read on the
-/// other.
-pub struct RecordSource {
-    batches: Receiver<Vec<Numbered>>,
-    current: std::vec::IntoIter<Numbered>,
-    position: u64,
-}
-
-impl RecordSource {
-    pub fn open(path: &Path) -> Result<Self, NdjsonError> {
-        let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
-        let spawned = if file_is_capture(path)? {
-            let mut records = CaptureRecords::new(CaptureReader::open(path)?);
-            let next = move || match records.next_record() {
-                Ok(r) => r.map(|r| Ok((records.number(), r))),
-                Err(e) => Some(Err(e.into())),
-            };
-            spawn_reader(path, next, tx)
-        } else {
-            let mut reader = RecordReader::open(path)?;
-            let next = move || {
-                let r = reader.next()?;
-                Some(r.map(|r| (reader.line(), r)))
-            };
-            spawn_reader(path, next, tx)
-        };
-        spawned.map_err(|source| NdjsonError::Open {
-            file: path.into(),
-            source,
-        })?;
-        Ok(RecordSource {
-            batches: rx,
-            current: Vec::new().into_iter(),
-            position: 0,
-        })
-    }
-
-    /// Line (NDJSON) or record number (capture) of the record returned last.
-    pub fn position(&self) -> u64 {
-        self.position
-    }
-}
-
-/// The reading thread: sends batches until the end, the first error, or the consumer is gone.
-fn spawn_reader(
-    path: &Path,
-    mut next: impl FnMut() -> Option<Numbered> + Send + 'static,
-    tx: SyncSender<Vec<Numbered>>,
-) -> std::io::Result<()> {
-    let name = format!("read {}", path.display());
-    let body = move || {
-        loop {
-            let mut batch = Vec::with_capacity(BATCH);
-            let mut finished = false;
-            while batch.len() < BATCH {
-                match next() {
-                    Some(item) => {
-                        finished = item.is_err();
-                        batch.push(item);
-                        if finished {
-                            break;
-                        }
-                    }
-                    None => {
-                        finished = true;
-                        break;
-                    }
-                }
-            }
-            if tx.send(batch).is_err() || finished {
-                return;
-            }
-        }
-    };
-    // Thread names are limited to 15 bytes by the kernel; std truncates, keep it readable.
-    std::thread::Builder::new()
-        .name(name.chars().take(15).collect())
-        .spawn(body)
-        .map(drop)
-}
-
-impl Iterator for RecordSource {
-    type Item = Result<Record, NdjsonError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some(item) = self.current.next() {
-                return Some(item.map(|(n, record)| {
-                    self.position = n;
-                    record
-                }));
-            }
-            // A closed channel after the last batch is the end.
-            self.current = self.batches.recv().ok()?.into_iter();
-        }
-    }
-}
-
 /// The non-event records of a capture (startup, clock, drops, summary) with their numbers,
 /// read without decoding a single event: a few records per second of recording.
 pub fn non_event_records(path: &Path) -> Result<Vec<(u64, Record)>, CaptureError> {
@@ -206,16 +95,4 @@ pub fn non_event_records(path: &Path) -> Result<Vec<(u64, Record)>, CaptureError
         out.push((raw.number, record));
     }
     Ok(out)
-}
-
-/// True when the file at `path` starts with the capture magic.
-pub fn file_is_capture(path: &Path) -> Result<bool, NdjsonError> {
-    let mut head = [0u8; MAGIC.len()];
-    let got = File::open(path)
-        .and_then(|mut f| f.read(&mut head))
-        .map_err(|source| NdjsonError::Open {
-            file: path.into(),
-            source,
-        })?;
-    Ok(is_capture(&head[..got]))
 }

@@ -2,7 +2,6 @@
 
 pub mod btf_offsets;
 pub mod clock;
-pub mod decode;
 pub mod doctor;
 pub mod loader;
 pub mod output;

@@ -8,9 +8,9 @@ use std::io::{BufWriter, Write};
 
 use meshlab_common::{Event, HOOK_COUNT};
 
-use super::decode::{Decoder, HookTally};
 use crate::capture::Meta;
 use crate::capture::writer::CaptureWriter;
+use crate::decode::{Decoder, HookTally};
 use crate::schema::Record;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -14,35 +14,16 @@
 //! carried the message). Those are counted in `merge_summary.unplaced_points`, never silently
 //! dropped.
 
-use std::sync::{Mutex, OnceLock};
-
 use crate::schema::{ConnRef, Direction};
 
 use super::chain::Point;
+use super::custom_points;
 use super::event::Stamp;
 use super::segments::PointId;
 
-/// Interned names of custom points (append-only; a few hundred per catalog).
-fn names() -> &'static Mutex<Vec<&'static str>> {
-    static NAMES: OnceLock<Mutex<Vec<&'static str>>> = OnceLock::new();
-    NAMES.get_or_init(|| Mutex::new(Vec::new()))
-}
-
 /// The point id of a custom point name (`ROLE.NAME`); `None` past 65 536 distinct names.
 pub fn intern(name: &str) -> Option<PointId> {
-    let mut names = names().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = names.iter().position(|n| *n == name) {
-        return Some(PointId::Custom(i as u16));
-    }
-    let i = u16::try_from(names.len()).ok()?;
-    names.push(Box::leak(name.to_owned().into_boxed_str()));
-    Some(PointId::Custom(i))
-}
-
-/// The name of an interned custom point.
-pub fn name(i: u16) -> &'static str {
-    let names = names().lock().unwrap_or_else(|e| e.into_inner());
-    names.get(usize::from(i)).copied().unwrap_or("custom.?")
+    custom_points::intern(name).map(PointId::Custom)
 }
 
 /// A probe point outside the standard chains, waiting to be placed into its node's chain.

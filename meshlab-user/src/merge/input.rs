@@ -6,8 +6,9 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use crate::capture::source::{RecordSource, file_is_capture, non_event_records};
+use crate::capture::source::non_event_records;
 use crate::ndjson::NdjsonError;
+use crate::records::{RecordSource, file_is_capture};
 use crate::schema::{ClockId, ClockSample, InputKind, Record, Startup};
 
 use super::MergeError;

@@ -17,6 +17,7 @@ pub(crate) mod chain;
 pub mod cli;
 pub(crate) mod clock;
 pub(crate) mod conns;
+pub(crate) mod custom_points;
 pub(crate) mod event;
 pub(crate) mod half;
 pub(crate) mod hops;

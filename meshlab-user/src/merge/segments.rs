@@ -47,7 +47,7 @@ pub enum PointId {
     UdsDataReady,
     UdsRecvReturn,
     /// A probe point outside the standard chains (any catalog: `ROLE.NAME`), interned by
-    /// [`super::catalog::intern`].
+    /// [`super::custom_points::intern`].
     Custom(u16),
 }
 
@@ -84,7 +84,7 @@ impl PointId {
             RecvReturn => "recv_return",
             UdsDataReady => "uds_data_ready",
             UdsRecvReturn => "uds_recv_return",
-            Custom(i) => super::catalog::name(i),
+            Custom(i) => super::custom_points::name(i),
         }
     }
 

@@ -3,7 +3,7 @@
 //! node has been read a window past it, so lines out of order by less than the window come out
 //! in order, and the buffer holds about a window of events, whatever the input size.
 
-use crate::capture::source::RecordSource;
+use crate::records::RecordSource;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -15,7 +15,7 @@ use super::time::NodeId;
 
 struct Source {
     file: usize,
-    /// NDJSON or binary capture (crate::capture::source).
+    /// NDJSON or binary capture (crate::records).
     reader: RecordSource,
     /// Latest timestamp read from this file.
     high_ns: u64,

@@ -1,7 +1,7 @@
 //! Turning kernel NDJSON back into the raw events a recorder would have received, so the
 //! synthetic recordings of the merge tests (and of `cargo xtask bench merge`, through
 //! examples/capture_from_ndjson.rs) exist as binary captures too. The inverse of
-//! `meshlab_user::kernel::decode::Decoder` for the fields recordings carry.
+//! `meshlab_user::decode::Decoder` for the fields recordings carry.
 #![allow(dead_code)]
 
 use std::collections::HashMap;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use meshlab_user::capture::source::RecordSource;
+use meshlab_user::records::RecordSource;
 use meshlab_user::schema::{Hook, KernelEvent, Record, Startup, Summary};
 
 pub use meshlab_testkit::privileged::privileged_or_skip;

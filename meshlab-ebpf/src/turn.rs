@@ -6,6 +6,7 @@ use meshlab_common::{ConnInfo, TURN_TX, message_sampled};
 
 use crate::globals::config;
 use crate::maps::TRACED_CONNS;
+use crate::prefilter::turn_decided;
 
 /// Payload of `cookie`'s connection flows in `direction` (TURN_TX or TURN_RX) from sequence
 /// number `seq`. A change of direction starts a new turn; a request turn decides by the stream
@@ -32,6 +33,7 @@ pub fn payload_sampled(cookie: u64, direction: u8, seq: u32) -> bool {
             let offset = seq.wrapping_sub(base);
             info.turn.sampled = u8::from(message_sampled(info.sample_hash, offset, every));
         }
+        turn_decided(cookie, info.turn.sampled);
     }
     info.turn.sampled != 0
 }

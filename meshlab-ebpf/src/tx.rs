@@ -7,12 +7,12 @@ use meshlab_common::{ConnInfo, Hook, TURN_TX};
 
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
-use crate::kread::{parse_tcp, read, skb_ifindex, traced_sock};
+use crate::kread::{parse_tcp, read, sampled_sock, skb_ifindex, traced_sock};
 use crate::maps::{
     INFLIGHT_TX, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE, XmitState,
 };
 use crate::prefilter::{no_socket_traced, nothing_traced, thread_added, thread_may_be_tracked};
-use crate::turn::{payload_sampled, turn_sampled};
+use crate::turn::payload_sampled;
 
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
@@ -105,12 +105,9 @@ fn on_send_return(sk: u64, ret: i32) -> Option<()> {
     if no_socket_traced() {
         return None;
     }
-    let Some((cookie, info)) = traced_sock(sk) else {
+    let Some((cookie, info)) = sampled_sock(sk) else {
         return crate::unix::on_unix(Hook::SendReturn, sk, ret);
     };
-    if !turn_sampled(&info) {
-        return None;
-    }
     emit(Hook::SendReturn, |ev| {
         ev.cookie = cookie;
         ev.value = ret;
@@ -145,10 +142,7 @@ fn traced_tx_skb(skb: u64) -> Option<TxSkb> {
         return None;
     }
     let sk: u64 = read(skb, offset!(sk_buff_sk))?;
-    let (cookie, info) = traced_sock(sk)?;
-    if !turn_sampled(&info) {
-        return None;
-    }
+    let (cookie, info) = sampled_sock(sk)?;
     let seg = parse_tcp(skb)?;
     if seg.len == 0 {
         return None;

@@ -8,7 +8,9 @@ use crate::emit::{TpArgs, emit, now_ns, tp_entries};
 use crate::globals::offset;
 use crate::kread::read;
 use crate::maps::{CPU_STATE, TRACED_CONNS, TRACKED_THREADS};
-use crate::prefilter::{nothing_traced, thread_may_be_tracked, thread_removed};
+use crate::prefilter::{
+    nothing_traced, thread_may_be_tracked, thread_removed, turn_known_unsampled,
+};
 use crate::turn::turn_sampled;
 
 /// How long after a traced sk_data_ready on this CPU a sched_waking still belongs to it. The
@@ -48,6 +50,9 @@ fn tracked_cookie(tid: u32) -> Option<u64> {
     }
     // SAFETY: value copied out at once.
     let cookie = *unsafe { TRACKED_THREADS.get(&tid) }?;
+    if turn_known_unsampled(cookie) {
+        return None;
+    }
     // SAFETY: the value is only read here.
     let Some(info) = (unsafe { TRACED_CONNS.get(&cookie) }) else {
         let _ = TRACKED_THREADS.remove(&tid);

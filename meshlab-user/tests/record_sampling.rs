@@ -136,8 +136,8 @@ fn merge(run: &Run) -> (u64, u64) {
     let out = run.dir.path().join("merged.ndjson");
     let status = Command::new(env!("CARGO_BIN_EXE_meshlab"))
         .arg("merge")
-        .arg(&run.rec_a_path())
-        .arg(&run.rec_b_path())
+        .arg(run.rec_a_path())
+        .arg(run.rec_b_path())
         .arg("-o")
         .arg(&out)
         .status()

@@ -39,6 +39,7 @@ pub fn traced_sock(sk: u64) -> Option<(u64, ConnInfo)> {
 
 /// [`traced_sock`] for the hooks that only read a turn's sampling decision (all but the first
 /// of a message): `None` also between sampled turns, from the prefilter slot when it can tell.
+/// Hooks with a unix-socket fallback then try it, which a TCP socket fails on its family.
 #[inline(always)]
 pub fn sampled_sock(sk: u64) -> Option<(u64, ConnInfo)> {
     let cookie = sock_cookie(sk);

@@ -66,6 +66,11 @@ pub struct Config {
     /// submitted without a wakeup and the reader drains on its timer (fewer wakeups per event
     /// at moderate rates). 0 = wake on every event.
     pub wakeup_bytes: u32,
+    /// Trace one request turn in `sample_messages_every` (and the response that answers it) on
+    /// every traced connection, by [`message_sampled`]; 0 or 1 = every message.
+    pub sample_messages_every: u32,
+    /// Keeps the struct free of implicit padding (it is copied as bytes into .rodata).
+    pub _pad: u32,
 }
 
 /// `Config::filter_flags`: the PORTS map restricts traced connections.
@@ -130,7 +135,35 @@ pub struct ConnInfo {
     pub snd_base: u32,
     /// `rcv_nxt` at ESTABLISHED: the sequence number of stream offset 0 of received data.
     pub rcv_base: u32,
+    /// [`conn_sample_hash`] of the 4-tuple: the per-connection seed of [`message_sampled`].
+    pub sample_hash: u32,
+    /// The connection's message sampling state, updated in place by the payload hooks.
+    pub turn: Turn,
 }
+
+/// Which way a connection's bytes last flowed, and whether that turn is sampled.
+///
+/// A request turn starts when bytes flow from the active opener after bytes flowed the other
+/// way (or first); its first byte decides. A response turn inherits the decision of the
+/// request turn before it, so a request and its answer are sampled together.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Turn {
+    /// `TURN_NONE`, `TURN_TX` or `TURN_RX`: the direction of the current turn.
+    pub direction: u8,
+    /// Non-zero when the current turn (and so every event of it) is sampled.
+    pub sampled: u8,
+    /// Non-zero on the active opener's side: its sends are requests.
+    pub requests_are_sent: u8,
+    pub _pad: u8,
+}
+
+/// `Turn::direction`: no payload yet.
+pub const TURN_NONE: u8 = 0;
+/// `Turn::direction`: this end is sending.
+pub const TURN_TX: u8 = 1;
+/// `Turn::direction`: this end is receiving.
+pub const TURN_RX: u8 = 2;
 
 /// Value of the NIC IRQ map (key: IRQ number), filled from /proc/interrupts and sysfs.
 #[repr(C)]
@@ -159,8 +192,8 @@ mod pod {
     unsafe impl aya::Pod for super::Event {}
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 32);
+const _: () = assert!(core::mem::size_of::<Config>() == 40);
 const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 25 * 4);
 const _: () = assert!(core::mem::size_of::<TupleKey>() == 40);
-const _: () = assert!(core::mem::size_of::<ConnInfo>() == 48);
+const _: () = assert!(core::mem::size_of::<ConnInfo>() == 56);
 const _: () = assert!(core::mem::size_of::<NicIrq>() == 8);

@@ -46,6 +46,23 @@ pub fn conn_sampled(hash: u32, every: u32) -> bool {
     every <= 1 || hash.is_multiple_of(every)
 }
 
+/// Whether the request turn whose first byte is at ISN-relative stream offset `offset` of the
+/// connection with [`conn_sample_hash`] `conn_hash` is in the 1-in-`every` message sample.
+///
+/// Both ends compute the same value without talking: the sender takes `write_seq - snd_base`
+/// at the turn's first send, the receiver `seq - rcv_base` of the turn's first segment, and
+/// those name the same byte. The murmur3 finaliser spreads consecutive offsets over the range.
+#[inline(always)]
+pub fn message_sampled(conn_hash: u32, offset: u32, every: u32) -> bool {
+    let mut h = conn_hash ^ offset.wrapping_mul(0x9e37_79b1);
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    every <= 1 || h.is_multiple_of(every)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +80,17 @@ mod tests {
         }
         // 10 000 connections sampled 1/10: a fair hash keeps 1000 +- a few percent.
         assert!((900..=1100).contains(&kept), "kept {kept} of 10000");
+    }
+
+    #[test]
+    fn message_sampling_keeps_about_one_in_n_of_a_connections_requests() {
+        // A connection's requests at offsets 0, 37, 74, ...: a fair hash keeps ~1/10 of them,
+        // and every offset is kept at 1/1.
+        let hash = 0x1234_5678;
+        let kept = (0..10_000u32)
+            .filter(|k| message_sampled(hash, k * 37, 10))
+            .count();
+        assert!((900..=1100).contains(&kept), "kept {kept} of 10000");
+        assert!((0..100u32).all(|k| message_sampled(hash, k, 1)));
     }
 }

@@ -5,7 +5,8 @@ use meshlab_common::{ConnInfo, TupleKey};
 
 use crate::globals::offset;
 use crate::maps::TRACED_CONNS;
-use crate::prefilter::cookie_may_be_traced;
+use crate::prefilter::{cookie_may_be_traced, turn_known_unsampled};
+use crate::turn::turn_sampled;
 
 /// Reads a `T` at `base + off` of kernel memory. Errors (unmapped memory) become `None`.
 #[inline(always)]
@@ -34,6 +35,20 @@ pub fn traced_sock(sk: u64) -> Option<(u64, ConnInfo)> {
     // because map values stay valid for the duration of the RCU read section we run in.
     let info = unsafe { TRACED_CONNS.get(&cookie) }?;
     Some((cookie, *info))
+}
+
+/// [`traced_sock`] for the hooks that only read a turn's sampling decision (all but the first
+/// of a message): `None` also between sampled turns, from the prefilter slot when it can tell.
+/// Hooks with a unix-socket fallback then try it, which a TCP socket fails on its family.
+#[inline(always)]
+pub fn sampled_sock(sk: u64) -> Option<(u64, ConnInfo)> {
+    let cookie = sock_cookie(sk);
+    if !cookie_may_be_traced(cookie) || turn_known_unsampled(cookie) {
+        return None;
+    }
+    // SAFETY: as in traced_sock.
+    let info = *unsafe { TRACED_CONNS.get(&cookie) }?;
+    turn_sampled(&info).then_some((cookie, info))
 }
 
 /// TCP segment facts parsed from an skb's headers.

@@ -116,6 +116,12 @@ pub static TRACED_LIVE: Array<u64> = Array::with_max_entries(1, 0);
 #[map]
 pub static COOKIE_SLOTS: Array<u64> = Array::with_max_entries(PREFILTER_SLOTS, 0);
 
+/// Next to COOKIE_SLOTS: non-zero when the current turn of the connection whose cookie the slot
+/// holds is sampled (`--sample-messages`; see turn.rs). Lets the hooks that only read a turn's
+/// decision skip an unsampled message without the TRACED_CONNS lookup.
+#[map]
+pub static TURN_SLOTS: Array<u8> = Array::with_max_entries(PREFILTER_SLOTS, 0);
+
 /// Prefilter in front of TRACKED_THREADS, like COOKIE_SLOTS (slot `tid & mask`).
 #[map]
 pub static TID_SLOTS: Array<u32> = Array::with_max_entries(PREFILTER_SLOTS, 0);

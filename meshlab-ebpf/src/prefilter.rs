@@ -18,7 +18,7 @@ use meshlab_common::{PREFILTER_COLLIDED_COOKIE, PREFILTER_COLLIDED_TID, PREFILTE
 
 use crate::emit::atomic_add;
 use crate::globals::config;
-use crate::maps::{COOKIE_SLOTS, LOCAL_PORT_BITS, TID_SLOTS, TRACED_LIVE};
+use crate::maps::{COOKIE_SLOTS, LOCAL_PORT_BITS, TID_SLOTS, TRACED_LIVE, TURN_SLOTS};
 
 const SLOT_MASK: u32 = PREFILTER_SLOTS - 1;
 
@@ -44,6 +44,26 @@ pub fn cookie_may_be_traced(cookie: u64) -> bool {
         return false;
     };
     cookie != 0 && (*slot == cookie || *slot == PREFILTER_COLLIDED_COOKIE)
+}
+
+/// Whether `cookie` (already past [`cookie_may_be_traced`]) is a traced connection whose
+/// current turn is certainly not sampled: its slot names it alone and says so. `false` means
+/// "ask TRACED_CONNS" (a collided slot, or sampling off: the slot stays 0 then).
+#[inline(always)]
+pub fn turn_known_unsampled(cookie: u64) -> bool {
+    let index = cookie as u32 & SLOT_MASK;
+    config!(sample_messages_every) > 1
+        && COOKIE_SLOTS.get(index).is_some_and(|slot| *slot == cookie)
+        && TURN_SLOTS.get(index).is_some_and(|sampled| *sampled == 0)
+}
+
+/// The current turn of traced connection `cookie` is (not) sampled.
+#[inline(always)]
+pub fn turn_decided(cookie: u64, sampled: u8) {
+    if let Some(slot) = TURN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK) {
+        // SAFETY: valid array value; only the connection owning the cookie slot reads it.
+        unsafe { *slot = sampled };
+    }
 }
 
 /// Whether thread `tid` may be in TRACKED_THREADS; `false` is definite.
@@ -76,6 +96,7 @@ pub fn conn_added(cookie: u64, port: u16) {
         cookie,
         PREFILTER_COLLIDED_COOKIE,
     );
+    turn_decided(cookie, 0);
     if let Some(bits) = LOCAL_PORT_BITS.get_ptr_mut(u32::from(port >> 6)) {
         // SAFETY: valid array value; bits are only ever set, a lost race re-sets at next open.
         unsafe { *bits |= 1u64 << (port & 63) };

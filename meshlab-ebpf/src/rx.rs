@@ -1,13 +1,16 @@
 //! RX path: netif_receive_skb -> tcp_probe -> sk_data_ready -> (wakeup) ->
 //! skb_copy_datagram_iovec -> recv return.
 
-use meshlab_common::{EVENT_FLAG_TUPLE, Event, Hook};
+use meshlab_common::{EVENT_FLAG_TUPLE, Event, Hook, TURN_RX};
 
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
-use crate::kread::{parse_tcp, read, rx_tuple_key, skb_ifindex, tcp_skb_cb_range, traced_sock};
+use crate::kread::{
+    parse_tcp, read, rx_tuple_key, sampled_sock, skb_ifindex, tcp_skb_cb_range, traced_sock,
+};
 use crate::maps::{CPU_STATE, TUPLES};
 use crate::prefilter::{local_port_may_be_traced, no_socket_traced, nothing_traced};
+use crate::turn::payload_sampled;
 use crate::tx::track_thread;
 
 /// Copies this CPU's IRQ/softirq context into an RX event, so a message's RX path is complete
@@ -40,6 +43,9 @@ fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
     let ifindex = skb_ifindex(skb);
     let wanted = config!(ifindex);
     if wanted != 0 && wanted != ifindex {
+        return None;
+    }
+    if !payload_sampled(cookie, TURN_RX, seg.seq) {
         return None;
     }
     emit(Hook::NetifReceiveSkb, |ev| {
@@ -75,7 +81,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(1);
     let (seq, end_seq) = tcp_skb_cb_range(skb)?;
     let len = end_seq.wrapping_sub(seq);
-    if len == 0 {
+    if len == 0 || !payload_sampled(cookie, TURN_RX, seq) {
         return None;
     }
     emit(Hook::TcpProbe, |ev| {
@@ -98,7 +104,7 @@ fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let sk = ctx.arg_u64(0);
-    let Some((cookie, info)) = traced_sock(sk) else {
+    let Some((cookie, info)) = sampled_sock(sk) else {
         return crate::unix::on_unix(Hook::SkDataReady, sk, 0);
     };
     let rcv_nxt: u32 = read(sk, offset!(tcp_sock_rcv_nxt))?;
@@ -131,7 +137,7 @@ fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
     }
     let skb = ctx.arg_u64(0);
     let sk: u64 = read(skb, offset!(sk_buff_sk))?;
-    let (cookie, info) = traced_sock(sk)?;
+    let (cookie, info) = sampled_sock(sk)?;
     let seq = tcp_skb_cb_range(skb).map(|(seq, _)| seq).unwrap_or(0);
     let len = ctx.arg_u64(1) as u32;
     emit(Hook::SkbCopyDatagram, |ev| {
@@ -172,7 +178,7 @@ fn on_recv_return(sk: u64, ret: i32) -> Option<()> {
     if no_socket_traced() {
         return None;
     }
-    let Some((cookie, info)) = traced_sock(sk) else {
+    let Some((cookie, info)) = sampled_sock(sk) else {
         return crate::unix::on_unix(Hook::RecvReturn, sk, ret);
     };
     let copied_seq: u32 = read(sk, offset!(tcp_sock_copied_seq))?;

@@ -8,7 +8,10 @@ use crate::emit::{TpArgs, emit, now_ns, tp_entries};
 use crate::globals::offset;
 use crate::kread::read;
 use crate::maps::{CPU_STATE, TRACED_CONNS, TRACKED_THREADS};
-use crate::prefilter::{nothing_traced, thread_may_be_tracked, thread_removed};
+use crate::prefilter::{
+    nothing_traced, thread_may_be_tracked, thread_removed, turn_known_unsampled,
+};
+use crate::turn::turn_sampled;
 
 /// How long after a traced sk_data_ready on this CPU a sched_waking still belongs to it. The
 /// wakeup runs synchronously inside sock_def_readable, so microseconds suffice; the bound only
@@ -38,7 +41,8 @@ fn data_ready_cookie() -> Option<u64> {
 }
 
 /// The traced socket thread `tid` last used, if the thread is tracked and that connection is
-/// still traced; a thread whose connection closed is forgotten here, so it stops costing events.
+/// still traced and in a sampled turn; a thread whose connection closed is forgotten here, so
+/// it stops costing events.
 #[inline(always)]
 fn tracked_cookie(tid: u32) -> Option<u64> {
     if !thread_may_be_tracked(tid) {
@@ -46,13 +50,16 @@ fn tracked_cookie(tid: u32) -> Option<u64> {
     }
     // SAFETY: value copied out at once.
     let cookie = *unsafe { TRACKED_THREADS.get(&tid) }?;
-    // SAFETY: presence check only.
-    if unsafe { TRACED_CONNS.get(&cookie) }.is_none() {
+    if turn_known_unsampled(cookie) {
+        return None;
+    }
+    // SAFETY: the value is only read here.
+    let Some(info) = (unsafe { TRACED_CONNS.get(&cookie) }) else {
         let _ = TRACKED_THREADS.remove(&tid);
         thread_removed(tid);
         return None;
-    }
-    Some(cookie)
+    };
+    turn_sampled(info).then_some(cookie)
 }
 
 /// sched:sched_waking(p): fires in the waker's context (unlike sched_wakeup, which may run on

@@ -6,8 +6,8 @@ use aya_ebpf::helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie};
 use aya_ebpf::macros::sock_ops;
 use aya_ebpf::programs::SockOpsContext;
 use meshlab_common::{
-    AF_INET, AF_INET6, EVENT_FLAG_ACTIVE_OPEN, FILTER_ADDRS, FILTER_PORTS, Hook, TupleKey,
-    conn_sample_hash, conn_sampled,
+    AF_INET, AF_INET6, EVENT_FLAG_ACTIVE_OPEN, FILTER_ADDRS, FILTER_PORTS, Hook, TURN_NONE,
+    TupleKey, Turn, conn_sample_hash, conn_sampled,
 };
 
 use crate::emit::{emit_without_task, set_conn_tuple};
@@ -98,12 +98,13 @@ fn ip6_bytes(words: [u32; 4]) -> [u8; 16] {
     out
 }
 
-/// The in-kernel filters: namespace, ports, addresses, then 1/N connection sampling.
-fn wanted(ctx: &SockOpsContext, tuple: &TupleKey) -> bool {
+/// The in-kernel filters: namespace, ports, addresses, then 1/N connection sampling. `Some`:
+/// traced, with the connection's sample hash (also the seed of message sampling).
+fn wanted(ctx: &SockOpsContext, tuple: &TupleKey) -> Option<u32> {
     let netns = config!(netns_cookie);
     // SAFETY: sock_ops may call bpf_get_netns_cookie with its context (5.15+).
     if netns != 0 && unsafe { bpf_get_netns_cookie(ctx.as_ptr()) } != netns {
-        return false;
+        return None;
     }
     let flags = config!(filter_flags);
     // SAFETY (map gets): only presence is checked.
@@ -111,13 +112,13 @@ fn wanted(ctx: &SockOpsContext, tuple: &TupleKey) -> bool {
         && unsafe { FILTER_PORT_SET.get(&tuple.local_port) }.is_none()
         && unsafe { FILTER_PORT_SET.get(&tuple.remote_port) }.is_none()
     {
-        return false;
+        return None;
     }
     if flags & FILTER_ADDRS != 0
         && unsafe { FILTER_ADDR_SET.get(&tuple.local_addr) }.is_none()
         && unsafe { FILTER_ADDR_SET.get(&tuple.remote_addr) }.is_none()
     {
-        return false;
+        return None;
     }
     let hash = conn_sample_hash(
         &tuple.local_addr,
@@ -125,7 +126,10 @@ fn wanted(ctx: &SockOpsContext, tuple: &TupleKey) -> bool {
         &tuple.remote_addr,
         tuple.remote_port,
     );
-    conn_sampled(hash, config!(sample_every))
+    if !conn_sampled(hash, config!(sample_every)) {
+        return None;
+    }
+    Some(hash)
 }
 
 fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
@@ -134,9 +138,13 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
     // for the duration of the program, so nothing else on this CPU uses it meanwhile.
     let info = unsafe { &mut *info };
     fill_tuple(ctx, &mut info.tuple)?;
-    if !wanted(ctx, &info.tuple) {
-        return None;
-    }
+    info.sample_hash = wanted(ctx, &info.tuple)?;
+    info.turn = Turn {
+        direction: TURN_NONE,
+        sampled: 0,
+        requests_are_sent: u8::from(active),
+        _pad: 0,
+    };
     // Also makes the kernel assign the cookie, so tracepoints that read sk_cookie see it.
     // SAFETY: helper valid for sock_ops contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };

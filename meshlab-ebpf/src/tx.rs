@@ -3,15 +3,16 @@
 
 use aya_ebpf::macros::{fentry, fexit, kprobe, tracepoint};
 use aya_ebpf::programs::{FEntryContext, FExitContext, ProbeContext, TracePointContext};
-use meshlab_common::{ConnInfo, Hook};
+use meshlab_common::{ConnInfo, Hook, TURN_TX};
 
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
-use crate::kread::{parse_tcp, read, skb_ifindex, traced_sock};
+use crate::kread::{parse_tcp, read, sampled_sock, skb_ifindex, traced_sock};
 use crate::maps::{
     INFLIGHT_TX, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE, XmitState,
 };
 use crate::prefilter::{no_socket_traced, nothing_traced, thread_added, thread_may_be_tracked};
+use crate::turn::payload_sampled;
 
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
@@ -35,9 +36,13 @@ fn on_tcp_sendmsg(sk: u64, bytes: u64) -> Option<()> {
         return None;
     }
     let (cookie, info) = traced_sock(sk)?;
+    let write_seq: u32 = read(sk, offset!(tcp_sock_write_seq))?;
+    if !payload_sampled(cookie, TURN_TX, write_seq) {
+        return None;
+    }
     emit(Hook::TcpSendmsg, |ev| {
         ev.cookie = cookie;
-        ev.seq = read(sk, offset!(tcp_sock_write_seq))?;
+        ev.seq = write_seq;
         ev.len = bytes as u32;
         set_conn_tuple(ev, &info);
         track_thread(ev.tid, cookie);
@@ -100,7 +105,7 @@ fn on_send_return(sk: u64, ret: i32) -> Option<()> {
     if no_socket_traced() {
         return None;
     }
-    let Some((cookie, info)) = traced_sock(sk) else {
+    let Some((cookie, info)) = sampled_sock(sk) else {
         return crate::unix::on_unix(Hook::SendReturn, sk, ret);
     };
     emit(Hook::SendReturn, |ev| {
@@ -137,7 +142,7 @@ fn traced_tx_skb(skb: u64) -> Option<TxSkb> {
         return None;
     }
     let sk: u64 = read(skb, offset!(sk_buff_sk))?;
-    let (cookie, info) = traced_sock(sk)?;
+    let (cookie, info) = sampled_sock(sk)?;
     let seg = parse_tcp(skb)?;
     if seg.len == 0 {
         return None;

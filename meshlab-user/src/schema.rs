@@ -129,7 +129,15 @@ pub struct Filters {
     pub device: Option<String>,
     /// One connection in `sample_every` is traced (1 = all).
     pub sample_every: u32,
+    /// One request turn in `sample_messages_every` (with its response) is traced on each traced
+    /// connection (`record --sample-messages`; 0 or 1, written as absent = every message).
+    #[serde(default, skip_serializing_if = "every_message")]
+    pub sample_messages_every: u32,
     pub raw_irq_stream: bool,
+}
+
+fn every_message(every: &u32) -> bool {
+    *every <= 1
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

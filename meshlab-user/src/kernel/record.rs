@@ -51,6 +51,10 @@ pub struct RecordArgs {
     /// Trace one connection in N, chosen by a hash of the 4-tuple both ends agree on ("1/N").
     #[arg(long, value_parser = parse_sample, default_value = "1/1")]
     pub sample_conns: u32,
+    /// On each traced connection, trace one request in N and the response answering it, chosen
+    /// by a hash of the connection and the request's stream offset both ends agree on ("1/N").
+    #[arg(long, value_parser = parse_sample, default_value = "1/1")]
+    pub sample_messages: u32,
     /// Also record unix stream sockets (sidecar legs): send/recv returns and data-ready, keyed
     /// by socket address. Use with --netns: without it every unix socket of the host is traced.
     #[arg(long)]
@@ -161,6 +165,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         raw_irq_stream: u32::from(args.raw_irq),
         trace_unix: u32::from(args.unix),
         wakeup_bytes: args.ring_bytes / WAKEUP_FRACTION,
+        sample_messages_every: args.sample_messages,
+        _pad: 0,
     };
     let nic_irqs = sysinfo::nic_irqs();
     let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, &nic_irqs)?;
@@ -218,6 +224,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
             cgroup: cgroup_path.display().to_string(),
             device: args.device.clone(),
             sample_every: args.sample_conns,
+            sample_messages_every: args.sample_messages,
             raw_irq_stream: args.raw_irq,
         },
         ring_buffer_bytes: args.ring_bytes,

@@ -157,10 +157,10 @@ fn merge(run: &Run) -> (u64, u64) {
 
 impl Run {
     fn rec_a_path(&self) -> std::path::PathBuf {
-        self.dir.path().join("a.ndjson")
+        self.dir.path().join("a.capture")
     }
     fn rec_b_path(&self) -> std::path::PathBuf {
-        self.dir.path().join("b.ndjson")
+        self.dir.path().join("b.capture")
     }
 }
 

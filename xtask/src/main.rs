@@ -13,6 +13,8 @@ mod ladder_plan;
 mod procs;
 mod redis_lab;
 mod setup;
+mod truth;
+mod truth_lab;
 mod vm;
 mod vm_scenarios;
 
@@ -62,6 +64,8 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
+    /// Inject known causes into a two-namespace lab; print where the attribution puts them.
+    Truth(truth::TruthArgs),
 }
 
 #[derive(clap::Args)]
@@ -95,6 +99,10 @@ fn main() -> Result<()> {
                 Some(task) => bench::run(task),
                 None => bench::ladder(quick),
             }
+        }
+        Task::Truth(args) => {
+            setup::run()?;
+            truth::run(args)
         }
     }
 }

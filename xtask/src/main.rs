@@ -165,6 +165,7 @@ fn test(args: TestArgs) -> Result<()> {
     }
     test.args(&args.cargo_args);
     run_cmd(&mut test)?;
+    truth_quick(args.ci)?;
     // The cost ladder's smoke test: every bench code path once, no thresholds (~1 min).
     run_cmd(
         setup::as_root(&std::env::current_exe()?.to_string_lossy()).args(["bench", "--quick"]),
@@ -181,6 +182,19 @@ fn test(args: TestArgs) -> Result<()> {
         vm_tests(args.ci)?;
     }
     Ok(())
+}
+
+/// `cargo xtask truth --quick`: the attribution-truth table without thresholds (~1 min).
+/// It needs root; outside CI a non-root run skips it, in CI that is a failure.
+fn truth_quick(ci: bool) -> Result<()> {
+    if !setup::is_root() {
+        if ci {
+            bail!("cargo xtask truth --quick needs root and --ci forbids skipping it");
+        }
+        eprintln!("SKIP xtask truth --quick: not root");
+        return Ok(());
+    }
+    run_cmd(Command::new(std::env::current_exe()?).args(["truth", "--quick"]))
 }
 
 /// The stock Debian kernels under qemu (prepared before `cargo test`): see vm_scenarios.rs.

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use crate::bpfstats::{self, StatsEnabled};
 use crate::truth_lab::{CpuHogs, Proc, TbfQdisc, TruthNetns, run_quiet};
 use crate::{run_cmd, workspace_root};
 
@@ -134,6 +135,10 @@ struct RunStats {
     /// Median per (node, segment name), to name where an unrecovered share went.
     per_segment_p50_ns: BTreeMap<String, f64>,
     requests: usize,
+    /// Run time of both recorders' BPF programs during the run, per request of the run: the
+    /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
+    /// switch of every process, so a busy machine raises it.
+    bpf_ns_per_request: f64,
 }
 
 pub fn run(args: TruthArgs) -> Result<()> {
@@ -149,6 +154,8 @@ pub fn run(args: TruthArgs) -> Result<()> {
     let exe = workspace_root().join("target/release/meshlab");
     let scratch = Scratch::new(args.keep.clone())?;
     let netns = TruthNetns::create(&args.prefix)?;
+    // Global switch, set back on drop (also on failure).
+    let _stats = StatsEnabled::on()?;
     eprintln!(
         "truth: namespaces {} ({}) and {} ({}); {rounds} round(s) x {seconds}s per run",
         netns.a, netns.addr_a, netns.b, netns.addr_b
@@ -162,14 +169,17 @@ pub fn run(args: TruthArgs) -> Result<()> {
                 let dir = scratch.run_dir(round, cause, with_cause)?;
                 let stats = one_run(&exe, &netns, cause, with_cause, seconds, &dir)
                     .with_context(|| format!("round {round}, {} ({with_cause})", cause.name()))?;
+                // Recordings take ~16 MB per run: keep only what was asked for.
+                scratch.done_with(&dir);
                 eprintln!(
-                    "truth: round {round} {:<28} {:<7} e2e p50 {:>9.1} us, {} {:>9.1} us ({} requests)",
+                    "truth: round {round} {:<28} {:<7} e2e p50 {:>9.1} us, {} {:>9.1} us ({} requests, meshlab BPF {:.1} us/request)",
                     cause.name(),
                     if with_cause { "cause" } else { "without" },
                     stats.e2e_p50_ns / 1e3,
                     cause.target_name(),
                     stats.target_p50_ns / 1e3,
-                    stats.requests
+                    stats.requests,
+                    stats.bpf_ns_per_request / 1e3
                 );
                 results.entry((cause, with_cause)).or_default().push(stats);
             }
@@ -201,6 +211,7 @@ fn one_run(
         (Cause::CpuHogs, true) => Some(CpuHogs::start(3, SERVER_CPU)?),
         _ => None,
     };
+    let bpf_before = recorder_bpf_ns(&recorders)?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     let output = TruthNetns::exec_pinned(&netns.a, CLIENT_CPU, exe)
         .args(["lab", "client", "--connect"])
@@ -219,6 +230,7 @@ fn one_run(
         );
     }
     server.stop()?;
+    let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
     for mut recorder in recorders {
         recorder.stop()?;
     }
@@ -230,7 +242,22 @@ fn one_run(
             .arg("-o")
             .arg(&merged),
     )?;
-    run_stats(&merged, cause)
+    let mut stats = run_stats(&merged, cause)?;
+    stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
+    Ok(stats)
+}
+
+/// Total BPF program run time so far of the recorders' programs (kernel.bpf_stats_enabled).
+fn recorder_bpf_ns(recorders: &[Proc]) -> Result<u64> {
+    let mut total = 0;
+    for recorder in recorders {
+        let pid = recorder.pid().context("recorder already stopped")?;
+        total += bpfstats::snapshot(pid)?
+            .values()
+            .map(|c| c.run_time_ns)
+            .sum::<u64>();
+    }
+    Ok(total)
 }
 
 fn start_recorder(exe: &Path, node: &str, ns: &str, file: &Path, dir: &Path) -> Result<Proc> {
@@ -337,6 +364,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         requests: e2e.len(),
         e2e_p50_ns: median(e2e),
         target_p50_ns: median(target),
+        bpf_ns_per_request: 0.0,
         per_segment_p50_ns: per_segment
             .into_iter()
             .map(|(k, v)| (k, median(v)))
@@ -386,12 +414,13 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
          round(s) x {seconds}s per run, medians (us)"
     );
     println!(
-        "(share: recovered / added; n/a when the cause added less than {:.0} % of the p50)",
+        "(share: recovered / added; n/a when the cause added less than {:.0} % of the p50; \
+         BPF/req: both recorders' BPF program run time per request, with the cause)",
         MIN_ADDED_FRACTION * 100.0
     );
     println!(
-        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7}  largest other growth",
-        "cause", "e2e off", "e2e on", "added", "segment", "recovered", "share"
+        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7} {:>8}  largest other growth",
+        "cause", "e2e off", "e2e on", "added", "segment", "recovered", "share", "BPF/req"
     );
     for cause in CAUSES {
         let (Some(off), Some(on)) = (results.get(&(cause, false)), results.get(&(cause, true)))
@@ -409,13 +438,14 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
             format!("{:>7}", "n/a")
         };
         println!(
-            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share}  {}",
+            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {:>8.1}  {}",
             cause.name(),
             e2e(off),
             e2e(on),
             added,
             cause.target_name(),
             recovered,
+            condition_median(on, |r| r.bpf_ns_per_request) / 1e3,
             largest_other_growth(cause, off, on)
         );
     }
@@ -447,6 +477,14 @@ impl Scratch {
         ));
         std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
         Ok(dir)
+    }
+}
+
+impl Scratch {
+    fn done_with(&self, run_dir: &Path) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(run_dir);
+        }
     }
 }
 

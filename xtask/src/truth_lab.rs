@@ -116,6 +116,10 @@ impl Proc {
         })
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Waits for `ready` to appear; fails early if the child exits first.
     pub fn wait_ready(&mut self, ready: &Path, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;

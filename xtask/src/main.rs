@@ -15,6 +15,7 @@ mod redis_lab;
 mod setup;
 mod truth;
 mod truth_lab;
+mod truth_reference;
 mod vm;
 mod vm_scenarios;
 

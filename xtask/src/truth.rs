@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::bpfstats::{self, StatsEnabled};
 use crate::truth_lab::{CpuHogs, Proc, TbfQdisc, TruthNetns, run_quiet};
+use crate::truth_reference::{self, Reference};
 use crate::{run_cmd, workspace_root};
 
 #[derive(clap::Args)]
@@ -139,6 +140,8 @@ struct RunStats {
     /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
     /// switch of every process, so a busy machine raises it.
     bpf_ns_per_request: f64,
+    /// bpftrace's per-stage medians, in the runs the reference watched.
+    reference: Option<BTreeMap<&'static str, f64>>,
 }
 
 pub fn run(args: TruthArgs) -> Result<()> {
@@ -186,6 +189,12 @@ pub fn run(args: TruthArgs) -> Result<()> {
         }
     }
     print_table(&results, rounds, seconds);
+    let reference_runs: Vec<_> = results
+        .values()
+        .flatten()
+        .filter_map(|r| Some((r.reference.clone()?, r.per_segment_p50_ns.clone())))
+        .collect();
+    truth_reference::print_comparison(&reference_runs);
     Ok(())
 }
 
@@ -204,11 +213,16 @@ fn one_run(
         recorders.push(start_recorder(exe, node, ns, file, dir)?);
     }
     let _qdisc = match (cause, with_cause) {
-        (Cause::TbfRateLimit, true) => Some(TbfQdisc::add(&netns.a, "veth-a", "2mbit")?),
+        (Cause::TbfRateLimit, true) => Some(TbfQdisc::add(&netns.a, &netns.dev_a, "2mbit")?),
         _ => None,
     };
     let _hogs = match (cause, with_cause) {
         (Cause::CpuHogs, true) => Some(CpuHogs::start(3, SERVER_CPU)?),
+        _ => None,
+    };
+    // The reference watches the plain 64-byte runs (without a cause).
+    let reference = match (cause, with_cause) {
+        (Cause::SlowHandler, false) => Some(Reference::start(&netns.dev_a, dir)?),
         _ => None,
     };
     let bpf_before = recorder_bpf_ns(&recorders)?;
@@ -231,6 +245,7 @@ fn one_run(
     }
     server.stop()?;
     let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
+    let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
         recorder.stop()?;
     }
@@ -244,6 +259,7 @@ fn one_run(
     )?;
     let mut stats = run_stats(&merged, cause)?;
     stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
+    stats.reference = reference;
     Ok(stats)
 }
 
@@ -304,7 +320,7 @@ fn start_server(
     Ok(server)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -365,6 +381,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         e2e_p50_ns: median(e2e),
         target_p50_ns: median(target),
         bpf_ns_per_request: 0.0,
+        reference: None,
         per_segment_p50_ns: per_segment
             .into_iter()
             .map(|(k, v)| (k, median(v)))

@@ -27,11 +27,14 @@ pub fn run_quiet(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Namespaces `PREFIX-PID-a` (client) and `PREFIX-PID-b` (server) with `veth-a`/`veth-b`
-/// between them, in 10.202.S.0/24; deleted on drop.
+/// Namespaces `PREFIX-PID-a` (client) and `PREFIX-PID-b` (server) with a veth pair
+/// `traPID`/`trbPID` between them (names unique on the machine, so the bpftrace reference can
+/// pick the device by name), in 10.202.S.0/24; deleted on drop.
 pub struct TruthNetns {
     pub a: String,
     pub b: String,
+    pub dev_a: String,
+    pub dev_b: String,
     pub addr_a: String,
     pub addr_b: String,
 }
@@ -44,6 +47,8 @@ impl TruthNetns {
         let ns = Self {
             a: format!("{prefix}-{pid}-a"),
             b: format!("{prefix}-{pid}-b"),
+            dev_a: format!("tra{pid}"),
+            dev_b: format!("trb{pid}"),
             addr_a: format!("10.202.{subnet}.1"),
             addr_b: format!("10.202.{subnet}.2"),
         };
@@ -57,12 +62,22 @@ impl TruthNetns {
 
     fn configure(&self) -> Result<()> {
         run_quiet(Command::new("ip").args([
-            "-n", &self.a, "link", "add", "veth-a", "type", "veth", "peer", "name", "veth-b",
-            "netns", &self.b,
+            "-n",
+            &self.a,
+            "link",
+            "add",
+            &self.dev_a,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &self.dev_b,
+            "netns",
+            &self.b,
         ]))?;
         for (ns, dev, addr) in [
-            (&self.a, "veth-a", &self.addr_a),
-            (&self.b, "veth-b", &self.addr_b),
+            (&self.a, &self.dev_a, &self.addr_a),
+            (&self.b, &self.dev_b, &self.addr_b),
         ] {
             run_quiet(
                 Command::new("ip")

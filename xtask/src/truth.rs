@@ -141,7 +141,7 @@ struct RunStats {
     /// switch of every process, so a busy machine raises it.
     bpf_ns_per_request: f64,
     /// bpftrace's per-stage medians, in the runs the reference watched.
-    reference: Option<BTreeMap<&'static str, f64>>,
+    reference: Option<truth_reference::StageMedians>,
 }
 
 pub fn run(args: TruthArgs) -> Result<()> {

@@ -15,6 +15,12 @@ use crate::workspace_root;
 /// The stages the script times, as it prints them (and as meshlab names them).
 pub const STAGES: [&str; 2] = ["tx_qdisc", "tx_driver"];
 
+/// Stage -> median interval (ns) measured by bpftrace in one run.
+pub type StageMedians = BTreeMap<&'static str, f64>;
+
+/// One watched run: bpftrace's medians and meshlab's ("NODE segment" -> median ns).
+pub type ReferenceRun = (StageMedians, BTreeMap<String, f64>);
+
 pub struct Reference {
     proc: Proc,
     output: PathBuf,
@@ -46,7 +52,7 @@ impl Reference {
     }
 
     /// Stops bpftrace; per stage the median of its intervals, in nanoseconds.
-    pub fn finish(mut self) -> Result<BTreeMap<&'static str, f64>> {
+    pub fn finish(mut self) -> Result<StageMedians> {
         self.proc.stop()?;
         let text = std::fs::read_to_string(&self.output)?;
         let mut samples: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
@@ -69,7 +75,7 @@ impl Reference {
 }
 
 /// The reference table: per stage, meshlab's and bpftrace's medians over the reference runs.
-pub fn print_comparison(runs: &[(BTreeMap<&'static str, f64>, BTreeMap<String, f64>)]) {
+pub fn print_comparison(runs: &[ReferenceRun]) {
     if runs.is_empty() {
         return;
     }

@@ -152,21 +152,26 @@ impl Proc {
         Ok(())
     }
 
-    /// SIGINT, wait; an exit other than success is an error naming the process.
+    /// SIGINT, wait up to 5 s; an exit other than success is an error naming the process.
     pub fn stop(&mut self) -> Result<()> {
+        self.stop_within(Duration::from_secs(5))
+    }
+
+    /// SIGINT, wait up to `grace` (then SIGKILL and an error).
+    pub fn stop_within(&mut self, grace: Duration) -> Result<()> {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
         // SAFETY: kill(2) on our own child, not yet reaped.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + grace;
         let status = loop {
             if let Some(status) = child.try_wait()? {
                 break status;
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                bail!("{} did not stop within 5 s after SIGINT", self.name);
+                bail!("{} did not stop within {grace:?} after SIGINT", self.name);
             }
             std::thread::sleep(Duration::from_millis(10));
         };

@@ -116,6 +116,14 @@ impl Cause {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunKind {
+    Without,
+    WithCause,
+    /// Without the cause, watched by the bpftrace reference; not part of the table.
+    Reference,
+}
+
 #[derive(Clone, Copy)]
 struct Workload {
     payload: usize,
@@ -164,13 +172,19 @@ pub fn run(args: TruthArgs) -> Result<()> {
         netns.a, netns.addr_a, netns.b, netns.addr_b
     );
     let mut results: BTreeMap<(Cause, bool), Vec<RunStats>> = BTreeMap::new();
+    let mut reference_runs = Vec::new();
     for round in 0..rounds {
         for cause in CAUSES {
             // Alternate which condition goes first, so drift favours neither.
             for k in 0..2 {
                 let with_cause = (round + k) % 2 == 1;
                 let dir = scratch.run_dir(round, cause, with_cause)?;
-                let stats = one_run(&exe, &netns, cause, with_cause, seconds, &dir)
+                let kind = if with_cause {
+                    RunKind::WithCause
+                } else {
+                    RunKind::Without
+                };
+                let stats = one_run(&exe, &netns, cause, kind, seconds, &dir)
                     .with_context(|| format!("round {round}, {} ({with_cause})", cause.name()))?;
                 // Recordings take ~16 MB per run: keep only what was asked for.
                 scratch.done_with(&dir);
@@ -187,13 +201,28 @@ pub fn run(args: TruthArgs) -> Result<()> {
                 results.entry((cause, with_cause)).or_default().push(stats);
             }
         }
+        let dir = scratch
+            .run_dir(round, Cause::SlowHandler, false)?
+            .join("reference");
+        std::fs::create_dir_all(&dir)?;
+        // The plain 64-byte workload, no cause, watched by bpftrace.
+        let stats = one_run(
+            &exe,
+            &netns,
+            Cause::SlowHandler,
+            RunKind::Reference,
+            seconds,
+            &dir,
+        )
+        .with_context(|| format!("round {round}, reference run"))?;
+        scratch.done_with(&dir);
+        reference_runs.extend(
+            stats
+                .reference
+                .map(|r| (r, stats.per_segment_p50_ns.clone())),
+        );
     }
     print_table(&results, rounds, seconds);
-    let reference_runs: Vec<_> = results
-        .values()
-        .flatten()
-        .filter_map(|r| Some((r.reference.clone()?, r.per_segment_p50_ns.clone())))
-        .collect();
     truth_reference::print_comparison(&reference_runs);
     Ok(())
 }
@@ -202,10 +231,11 @@ fn one_run(
     exe: &Path,
     netns: &TruthNetns,
     cause: Cause,
-    with_cause: bool,
+    run_kind: RunKind,
     seconds: u64,
     dir: &Path,
 ) -> Result<RunStats> {
+    let with_cause = run_kind == RunKind::WithCause;
     let workload = cause.workload();
     let kernel = [dir.join("kernel-A.ndjson"), dir.join("kernel-B.ndjson")];
     let mut recorders = Vec::new();
@@ -220,9 +250,10 @@ fn one_run(
         (Cause::CpuHogs, true) => Some(CpuHogs::start(3, SERVER_CPU)?),
         _ => None,
     };
-    // The reference watches the plain 64-byte runs (without a cause).
-    let reference = match (cause, with_cause) {
-        (Cause::SlowHandler, false) => Some(Reference::start(&netns.dev_a, dir)?),
+    // Its own runs: bpftrace's programs slow the traffic they watch, so a watched run must not
+    // be a baseline of the table.
+    let reference = match run_kind {
+        RunKind::Reference => Some(Reference::start(&netns.dev_a, dir)?),
         _ => None,
     };
     let bpf_before = recorder_bpf_ns(&recorders)?;

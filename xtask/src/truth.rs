@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::bpfstats::{self, StatsEnabled};
-use crate::truth_lab::{CpuHogs, Proc, TbfQdisc, TruthNetns, run_quiet};
+use crate::truth_lab::{CpuHogs, Proc, TbfQdisc, TruthNetns, median, run_quiet};
 use crate::truth_reference::{self, Reference};
 use crate::{run_cmd, workspace_root};
 
@@ -349,14 +349,6 @@ fn start_server(
     let mut server = Proc::spawn("meshlab lab server", &mut cmd)?;
     server.wait_ready(&ready, Duration::from_secs(10))?;
     Ok(server)
-}
-
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn parse_segment(v: &serde_json::Value) -> Option<Segment> {

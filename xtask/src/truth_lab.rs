@@ -283,3 +283,12 @@ fn pin_current_thread(cpu: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// The middle value (the upper one of an even count); NaN for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-use crate::truth_lab::Proc;
+use crate::truth_lab::{Proc, median};
 use crate::workspace_root;
 
 /// The stages the script times, as it prints them (and as meshlab names them).
@@ -70,7 +70,7 @@ impl Reference {
         }
         Ok(samples
             .into_iter()
-            .map(|(stage, v)| (stage, crate::truth::median(v)))
+            .map(|(stage, v)| (stage, median(v)))
             .collect())
     }
 }
@@ -90,12 +90,12 @@ pub fn print_comparison(runs: &[ReferenceRun]) {
         "stage", "meshlab", "bpftrace", "diff"
     );
     for stage in STAGES {
-        let meshlab = crate::truth::median(
+        let meshlab = median(
             runs.iter()
                 .filter_map(|(_, m)| m.get(&format!("A {stage}")).copied())
                 .collect(),
         );
-        let reference = crate::truth::median(
+        let reference = median(
             runs.iter()
                 .filter_map(|(r, _)| r.get(stage).copied())
                 .collect(),

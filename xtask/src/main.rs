@@ -13,6 +13,9 @@ mod ladder_plan;
 mod procs;
 mod redis_lab;
 mod setup;
+mod truth;
+mod truth_lab;
+mod truth_reference;
 mod vm;
 mod vm_scenarios;
 
@@ -62,6 +65,8 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
+    /// Inject known causes into a two-namespace lab; print where the attribution puts them.
+    Truth(truth::TruthArgs),
 }
 
 #[derive(clap::Args)]
@@ -95,6 +100,10 @@ fn main() -> Result<()> {
                 Some(task) => bench::run(task),
                 None => bench::ladder(quick),
             }
+        }
+        Task::Truth(args) => {
+            setup::run()?;
+            truth::run(args)
         }
     }
 }
@@ -157,6 +166,7 @@ fn test(args: TestArgs) -> Result<()> {
     }
     test.args(&args.cargo_args);
     run_cmd(&mut test)?;
+    truth_quick(args.ci)?;
     // The cost ladder's smoke test: every bench code path once, no thresholds (~1 min).
     run_cmd(
         setup::as_root(&std::env::current_exe()?.to_string_lossy()).args(["bench", "--quick"]),
@@ -173,6 +183,19 @@ fn test(args: TestArgs) -> Result<()> {
         vm_tests(args.ci)?;
     }
     Ok(())
+}
+
+/// `cargo xtask truth --quick`: the attribution-truth table without thresholds (~1 min).
+/// It needs root; outside CI a non-root run skips it, in CI that is a failure.
+fn truth_quick(ci: bool) -> Result<()> {
+    if !setup::is_root() {
+        if ci {
+            bail!("cargo xtask truth --quick needs root and --ci forbids skipping it");
+        }
+        eprintln!("SKIP xtask truth --quick: not root");
+        return Ok(());
+    }
+    run_cmd(Command::new(std::env::current_exe()?).args(["truth", "--quick"]))
 }
 
 /// The stock Debian kernels under qemu (prepared before `cargo test`): see vm_scenarios.rs.

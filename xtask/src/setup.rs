@@ -25,6 +25,10 @@ const PACKAGES: &[(&str, &str)] = &[
         "the lab's sidecar proxy (one-hop and two-hop topologies)",
     ),
     ("chromium", "renders the HTML report in a test"),
+    (
+        "bpftrace",
+        "the independent reference of `cargo xtask truth` (xtask/truth/reference.bt)",
+    ),
     ("iproute2", "`ip netns` listing in lab clean-up checks"),
     (
         "redis-server",

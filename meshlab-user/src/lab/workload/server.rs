@@ -37,8 +37,24 @@ pub struct ServerArgs {
     /// Written once listening: the bound address (`tcp:IP:PORT` or `unix:PATH`).
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
+    /// Busy-spin this many microseconds in the handler of every request: a known slow
+    /// handler for `cargo xtask truth` (the time belongs to the server process).
+    #[arg(long, default_value_t = 0)]
+    pub handler_spin_us: u64,
+    /// SO_RCVBUF of every accepted TCP connection (0 = the kernel's default): a known small
+    /// receive buffer for `cargo xtask truth`.
+    #[arg(long, default_value_t = 0)]
+    pub rcvbuf: u32,
     #[command(flatten)]
     pub trace: TraceArgs,
+}
+
+/// What the server does to each connection and request besides echoing.
+#[derive(Clone, Copy, Debug)]
+struct ServeOptions {
+    proto: Proto,
+    handler_spin: std::time::Duration,
+    rcvbuf: u32,
 }
 
 enum Listener {
@@ -70,7 +86,12 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         Listener::Tcp(l) => l.as_raw_fd(),
         Listener::Unix(l, _) => l.as_raw_fd(),
     };
-    let result = accept_loop(&listener, fd, args.proto, &probes);
+    let options = ServeOptions {
+        proto: args.proto,
+        handler_spin: std::time::Duration::from_micros(args.handler_spin_us),
+        rcvbuf: args.rcvbuf,
+    };
+    let result = accept_loop(&listener, fd, options, &probes);
     if let Listener::Unix(_, path) = &listener {
         let _ = std::fs::remove_file(path);
     }
@@ -83,7 +104,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
 fn accept_loop(
     listener: &Listener,
     fd: i32,
-    proto: Proto,
+    options: ServeOptions,
     probes: &Option<Arc<ProbeSink>>,
 ) -> anyhow::Result<()> {
     while !shutting_down() {
@@ -94,13 +115,16 @@ fn accept_loop(
             Listener::Tcp(l) => {
                 let (s, _) = l.accept()?;
                 s.set_nodelay(true)?;
+                if options.rcvbuf > 0 {
+                    set_rcvbuf(&s, options.rcvbuf)?;
+                }
                 (Conn::Tcp(s), None)
             }
             Listener::Unix(l, p) => (Conn::Unix(l.accept()?.0), Some(p.clone())),
         };
         let probes = probes.clone();
         std::thread::spawn(move || {
-            if let Err(e) = serve(conn, unix_path, proto, probes) {
+            if let Err(e) = serve(conn, unix_path, options, probes) {
                 log::warn!("connection ended: {e:#}");
             }
         });
@@ -112,9 +136,10 @@ fn accept_loop(
 fn serve(
     mut conn: Conn,
     unix_path: Option<PathBuf>,
-    proto: Proto,
+    options: ServeOptions,
     probes: Option<Arc<ProbeSink>>,
 ) -> anyhow::Result<()> {
+    let proto = options.proto;
     let conn_ref = conn.conn_ref(unix_path.as_ref());
     let tracing = probes.is_some();
     let (mut tx_offset, mut rx_offset) = (0u64, 0u64);
@@ -167,6 +192,7 @@ fn serve(
         rx_offset += frame_len as u64;
         hits.hit("server.decode_end");
         hits.hit("server.handler_begin");
+        spin_for(options.handler_spin);
         let mut reply = request.message;
         reply.kind = MessageKind::Reply;
         hits.hit("server.handler_end");
@@ -185,4 +211,33 @@ fn serve(
             sink.emit(id, &conn_ref, &hits.hits)?;
         }
     }
+}
+
+/// Busy-waits (on CPU, no sleep: a slow handler, not a blocked one).
+fn spin_for(duration: std::time::Duration) {
+    if duration.is_zero() {
+        return;
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < duration {
+        std::hint::spin_loop();
+    }
+}
+
+fn set_rcvbuf(stream: &std::net::TcpStream, bytes: u32) -> anyhow::Result<()> {
+    let value = bytes as libc::c_int;
+    // SAFETY: a valid socket fd and a c_int option value of the size passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("setsockopt SO_RCVBUF");
+    }
+    Ok(())
 }

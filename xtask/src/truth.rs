@@ -1,0 +1,537 @@
+//! `cargo xtask truth`: does the attribution find a cause where it was put? Each known cause is
+//! injected into a two-namespace lab (kernel-only recording: an unmodified echo server, no
+//! userland probes), runs with and without it are interleaved, and the table shows per cause
+//! the added end-to-end p50 and the share of it found in the segments where the cause lives.
+//!
+//! Medians: per run, the median over the run's complete requests; per condition, the median
+//! over its runs. "Recovered" is the added median of the per-request sum of the cause's
+//! segments; the share is recovered / added e2e p50.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use crate::bpfstats::{self, StatsEnabled};
+use crate::truth_lab::{CpuHogs, Proc, TbfQdisc, TruthNetns, median, run_quiet};
+use crate::truth_reference::{self, Reference};
+use crate::{run_cmd, workspace_root};
+
+#[derive(clap::Args)]
+pub struct TruthArgs {
+    /// One round of 1 s runs, for CI: prints the table, checks no share.
+    #[arg(long)]
+    quick: bool,
+    /// Interleaved rounds (each: one run without and one with every cause).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 2)]
+    seconds: u64,
+    /// Name prefix of the namespaces (`PREFIX-PID-a`, `-b`).
+    #[arg(long, default_value = "mltruth")]
+    prefix: String,
+    /// Keep the run directories (recordings, merged files) in this directory.
+    #[arg(long)]
+    keep: Option<PathBuf>,
+}
+
+/// The client runs on CPU 0, the server (and the hogs) on CPU 1.
+const CLIENT_CPU: usize = 0;
+const SERVER_CPU: usize = 1;
+const PORT: u16 = 9000;
+/// A share is shown only when the cause added more than this fraction of the p50 without it.
+const MIN_ADDED_FRACTION: f64 = 0.1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Cause {
+    /// TBF rate limit on the client's veth -> the client's tx_qdisc.
+    TbfRateLimit,
+    /// Three spinning threads pinned to the server's CPU -> the server's scheduler segments.
+    CpuHogs,
+    /// The server spins in its handler -> server_app (the server process, kernel-only mode).
+    SlowHandler,
+    /// A small SO_RCVBUF on the server's connection -> the server's socket queue.
+    SmallRcvbuf,
+}
+
+const CAUSES: [Cause; 4] = [
+    Cause::TbfRateLimit,
+    Cause::CpuHogs,
+    Cause::SlowHandler,
+    Cause::SmallRcvbuf,
+];
+
+impl Cause {
+    fn name(self) -> &'static str {
+        match self {
+            Cause::TbfRateLimit => "tbf 2mbit on client veth",
+            Cause::CpuHogs => "3 CPU hogs on server CPU",
+            Cause::SlowHandler => "server handler spins 200us",
+            Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB",
+        }
+    }
+
+    /// Where the cause lives, as shown in the table.
+    fn target_name(self) -> &'static str {
+        match self {
+            Cause::TbfRateLimit => "A tx_qdisc",
+            Cause::CpuHogs => "B unit=scheduler",
+            Cause::SlowHandler => "B server_app",
+            Cause::SmallRcvbuf => "B rx_socket_queue",
+        }
+    }
+
+    fn is_target(self, seg: &Segment) -> bool {
+        match self {
+            Cause::TbfRateLimit => seg.node == "A" && seg.name == "tx_qdisc",
+            Cause::CpuHogs => seg.node == "B" && seg.unit == "scheduler",
+            Cause::SlowHandler => seg.node == "B" && seg.name == "server_app",
+            Cause::SmallRcvbuf => seg.node == "B" && seg.name.starts_with("rx_socket_queue"),
+        }
+    }
+
+    /// The workload for this cause's runs, with and without it (the same for both).
+    fn workload(self) -> Workload {
+        match self {
+            // ~650-byte frames at 1000 req/s need more than a 2 mbit/s bucket refills between
+            // two requests: every request waits for tokens.
+            Cause::TbfRateLimit => Workload {
+                payload: 512,
+                qps: 1000,
+            },
+            // 4 KiB requests against a 4 KiB SO_RCVBUF: the advertised window is smaller than
+            // a request. (At 16 KiB and above kernel-only merge loses the copy stage of most
+            // messages: no complete request to measure.)
+            Cause::SmallRcvbuf => Workload {
+                payload: 4096,
+                qps: 500,
+            },
+            Cause::CpuHogs | Cause::SlowHandler => Workload {
+                payload: 64,
+                qps: 1000,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunKind {
+    Without,
+    WithCause,
+    /// Without the cause, watched by the bpftrace reference; not part of the table.
+    Reference,
+}
+
+#[derive(Clone, Copy)]
+struct Workload {
+    payload: usize,
+    qps: u64,
+}
+
+struct Segment {
+    name: String,
+    node: String,
+    unit: String,
+    dur_ns: u64,
+}
+
+/// One run's per-request medians (complete requests only).
+struct RunStats {
+    e2e_p50_ns: f64,
+    target_p50_ns: f64,
+    /// Median per (node, segment name), to name where an unrecovered share went.
+    per_segment_p50_ns: BTreeMap<String, f64>,
+    requests: usize,
+    /// Run time of both recorders' BPF programs during the run, per request of the run: the
+    /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
+    /// switch of every process, so a busy machine raises it.
+    bpf_ns_per_request: f64,
+    /// bpftrace's per-stage medians, in the runs the reference watched.
+    reference: Option<truth_reference::StageMedians>,
+}
+
+pub fn run(args: TruthArgs) -> Result<()> {
+    if !crate::setup::is_root() {
+        bail!("cargo xtask truth needs root (network namespaces, qdiscs, eBPF): run it as root");
+    }
+    let (rounds, seconds) = if args.quick {
+        (1, 1)
+    } else {
+        (args.rounds.max(1), args.seconds.max(1))
+    };
+    run_cmd(crate::cargo().args(["build", "--release", "--bin", "meshlab"]))?;
+    let exe = workspace_root().join("target/release/meshlab");
+    let scratch = Scratch::new(args.keep.clone())?;
+    let netns = TruthNetns::create(&args.prefix)?;
+    // Global switch, set back on drop (also on failure).
+    let _stats = StatsEnabled::on()?;
+    eprintln!(
+        "truth: namespaces {} ({}) and {} ({}); {rounds} round(s) x {seconds}s per run",
+        netns.a, netns.addr_a, netns.b, netns.addr_b
+    );
+    let mut results: BTreeMap<(Cause, bool), Vec<RunStats>> = BTreeMap::new();
+    let mut reference_runs = Vec::new();
+    for round in 0..rounds {
+        for cause in CAUSES {
+            // Alternate which condition goes first, so drift favours neither.
+            for k in 0..2 {
+                let with_cause = (round + k) % 2 == 1;
+                let dir = scratch.run_dir(round, cause, with_cause)?;
+                let kind = if with_cause {
+                    RunKind::WithCause
+                } else {
+                    RunKind::Without
+                };
+                let stats = one_run(&exe, &netns, cause, kind, seconds, &dir)
+                    .with_context(|| format!("round {round}, {} ({with_cause})", cause.name()))?;
+                // Recordings take ~16 MB per run: keep only what was asked for.
+                scratch.done_with(&dir);
+                eprintln!(
+                    "truth: round {round} {:<28} {:<7} e2e p50 {:>9.1} us, {} {:>9.1} us ({} requests, meshlab BPF {:.1} us/request)",
+                    cause.name(),
+                    if with_cause { "cause" } else { "without" },
+                    stats.e2e_p50_ns / 1e3,
+                    cause.target_name(),
+                    stats.target_p50_ns / 1e3,
+                    stats.requests,
+                    stats.bpf_ns_per_request / 1e3
+                );
+                results.entry((cause, with_cause)).or_default().push(stats);
+            }
+        }
+        let dir = scratch
+            .run_dir(round, Cause::SlowHandler, false)?
+            .join("reference");
+        std::fs::create_dir_all(&dir)?;
+        // The plain 64-byte workload, no cause, watched by bpftrace.
+        let stats = one_run(
+            &exe,
+            &netns,
+            Cause::SlowHandler,
+            RunKind::Reference,
+            seconds,
+            &dir,
+        )
+        .with_context(|| format!("round {round}, reference run"))?;
+        scratch.done_with(&dir);
+        reference_runs.extend(
+            stats
+                .reference
+                .map(|r| (r, stats.per_segment_p50_ns.clone())),
+        );
+    }
+    print_table(&results, rounds, seconds);
+    truth_reference::print_comparison(&reference_runs);
+    Ok(())
+}
+
+fn one_run(
+    exe: &Path,
+    netns: &TruthNetns,
+    cause: Cause,
+    run_kind: RunKind,
+    seconds: u64,
+    dir: &Path,
+) -> Result<RunStats> {
+    let with_cause = run_kind == RunKind::WithCause;
+    let workload = cause.workload();
+    let kernel = [dir.join("kernel-A.ndjson"), dir.join("kernel-B.ndjson")];
+    let mut recorders = Vec::new();
+    for (node, ns, file) in [("A", &netns.a, &kernel[0]), ("B", &netns.b, &kernel[1])] {
+        recorders.push(start_recorder(exe, node, ns, file, dir)?);
+    }
+    let _qdisc = match (cause, with_cause) {
+        (Cause::TbfRateLimit, true) => Some(TbfQdisc::add(&netns.a, &netns.dev_a, "2mbit")?),
+        _ => None,
+    };
+    let _hogs = match (cause, with_cause) {
+        (Cause::CpuHogs, true) => Some(CpuHogs::start(3, SERVER_CPU)?),
+        _ => None,
+    };
+    // Its own runs: bpftrace's programs slow the traffic they watch, so a watched run must not
+    // be a baseline of the table.
+    let reference = match run_kind {
+        RunKind::Reference => Some(Reference::start(&netns.dev_a, dir)?),
+        _ => None,
+    };
+    let bpf_before = recorder_bpf_ns(&recorders)?;
+    let mut server = start_server(exe, netns, cause, with_cause, dir)?;
+    let output = TruthNetns::exec_pinned(&netns.a, CLIENT_CPU, exe)
+        .args(["lab", "client", "--connect"])
+        .arg(format!("{}:{PORT}", netns.addr_b))
+        .args(["--payload", &workload.payload.to_string()])
+        .args(["--qps", &workload.qps.to_string()])
+        .args(["--warmup", "300ms", "--duration", &format!("{seconds}s")])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running the lab client")?;
+    if !output.status.success() {
+        bail!(
+            "the lab client failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    server.stop()?;
+    let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
+    let reference = reference.map(Reference::finish).transpose()?;
+    for mut recorder in recorders {
+        recorder.stop()?;
+    }
+    let merged = dir.join("merged.ndjson");
+    run_quiet(
+        std::process::Command::new(exe)
+            .arg("merge")
+            .args(&kernel)
+            .arg("-o")
+            .arg(&merged),
+    )?;
+    let mut stats = run_stats(&merged, cause)?;
+    stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
+    stats.reference = reference;
+    Ok(stats)
+}
+
+/// Total BPF program run time so far of the recorders' programs (kernel.bpf_stats_enabled).
+fn recorder_bpf_ns(recorders: &[Proc]) -> Result<u64> {
+    let mut total = 0;
+    for recorder in recorders {
+        let pid = recorder.pid().context("recorder already stopped")?;
+        total += bpfstats::snapshot(pid)?
+            .values()
+            .map(|c| c.run_time_ns)
+            .sum::<u64>();
+    }
+    Ok(total)
+}
+
+fn start_recorder(exe: &Path, node: &str, ns: &str, file: &Path, dir: &Path) -> Result<Proc> {
+    let ready = dir.join(format!(".ready-{node}"));
+    // A kept directory may hold the file from an earlier run.
+    let _ = std::fs::remove_file(&ready);
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("record")
+        .arg("-o")
+        .arg(file)
+        .args(["--node", node, "--netns", &TruthNetns::path(ns)])
+        .arg("--ready-file")
+        .arg(&ready)
+        .args(["--duration", "600s"])
+        .stderr(std::fs::File::create(
+            dir.join(format!("record-{node}.log")),
+        )?);
+    let mut recorder = Proc::spawn(&format!("meshlab record (node {node})"), &mut cmd)?;
+    recorder.wait_ready(&ready, Duration::from_secs(60))?;
+    Ok(recorder)
+}
+
+fn start_server(
+    exe: &Path,
+    netns: &TruthNetns,
+    cause: Cause,
+    with_cause: bool,
+    dir: &Path,
+) -> Result<Proc> {
+    let ready = dir.join(".ready-server");
+    let _ = std::fs::remove_file(&ready);
+    let mut cmd = TruthNetns::exec_pinned(&netns.b, SERVER_CPU, exe);
+    cmd.args(["lab", "server", "--listen"])
+        .arg(format!("{}:{PORT}", netns.addr_b))
+        .arg("--ready-file")
+        .arg(&ready);
+    match (cause, with_cause) {
+        (Cause::SlowHandler, true) => cmd.args(["--handler-spin-us", "200"]),
+        (Cause::SmallRcvbuf, true) => cmd.args(["--rcvbuf", "4096"]),
+        _ => &mut cmd,
+    };
+    let mut server = Proc::spawn("meshlab lab server", &mut cmd)?;
+    server.wait_ready(&ready, Duration::from_secs(10))?;
+    Ok(server)
+}
+
+fn parse_segment(v: &serde_json::Value) -> Option<Segment> {
+    Some(Segment {
+        name: v["name"].as_str()?.to_owned(),
+        node: v["node"].as_str().unwrap_or("").to_owned(),
+        unit: v["unit"].as_str()?.to_owned(),
+        dur_ns: v["dur_ns"].as_u64()?,
+    })
+}
+
+/// Reads a merged file: medians over its complete requests.
+fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
+    let text =
+        std::fs::read_to_string(merged).with_context(|| format!("reading {}", merged.display()))?;
+    let (mut e2e, mut target) = (Vec::new(), Vec::new());
+    let mut per_segment: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", merged.display(), i + 1))?;
+        if v["type"] != "request" || v["complete"] != true {
+            continue;
+        }
+        let e2e_ns = v["e2e_ns"]
+            .as_u64()
+            .with_context(|| format!("{}:{}: request without e2e_ns", merged.display(), i + 1))?;
+        let segments = v["segments"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        let mut sums: BTreeMap<String, u64> = BTreeMap::new();
+        let mut target_ns = 0;
+        for seg in segments.iter().filter_map(parse_segment) {
+            *sums
+                .entry(format!("{} {}", seg.node, seg.name))
+                .or_default() += seg.dur_ns;
+            if cause.is_target(&seg) {
+                target_ns += seg.dur_ns;
+            }
+        }
+        // A segment absent from a request (an optional stage) counts as 0 there.
+        for (key, _) in per_segment.iter_mut() {
+            sums.entry(key.clone()).or_default();
+        }
+        for (key, ns) in sums {
+            per_segment.entry(key).or_default().push(ns as f64);
+        }
+        e2e.push(e2e_ns as f64);
+        target.push(target_ns as f64);
+    }
+    if e2e.is_empty() {
+        bail!("{}: no complete request", merged.display());
+    }
+    Ok(RunStats {
+        requests: e2e.len(),
+        e2e_p50_ns: median(e2e),
+        target_p50_ns: median(target),
+        bpf_ns_per_request: 0.0,
+        reference: None,
+        per_segment_p50_ns: per_segment
+            .into_iter()
+            .map(|(k, v)| (k, median(v)))
+            .collect(),
+    })
+}
+
+fn condition_median(runs: &[RunStats], f: impl Fn(&RunStats) -> f64) -> f64 {
+    median(runs.iter().map(f).collect())
+}
+
+/// The segment (other than the cause's own) whose median grew most.
+fn largest_other_growth(cause: Cause, without: &[RunStats], with: &[RunStats]) -> String {
+    let keys: Vec<&String> = with
+        .iter()
+        .flat_map(|r| r.per_segment_p50_ns.keys())
+        .collect();
+    let mut best: Option<(f64, &String)> = None;
+    for key in keys {
+        let (node, name) = key.split_once(' ').unwrap_or(("", key));
+        let probe = Segment {
+            name: name.to_owned(),
+            node: node.to_owned(),
+            unit: String::new(),
+            dur_ns: 0,
+        };
+        if cause.is_target(&probe) {
+            continue;
+        }
+        let at = |runs: &[RunStats]| {
+            condition_median(runs, |r| {
+                r.per_segment_p50_ns.get(key).copied().unwrap_or(0.0)
+            })
+        };
+        let growth = at(with) - at(without);
+        if best.is_none_or(|(g, _)| growth > g) {
+            best = Some((growth, key));
+        }
+    }
+    best.map(|(g, k)| format!("{k} {:+.1}", g / 1e3))
+        .unwrap_or_default()
+}
+
+fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, seconds: u64) {
+    println!(
+        "\nattribution truth: kernel-only recording, two namespaces, c=1, {rounds} interleaved \
+         round(s) x {seconds}s per run, medians (us)"
+    );
+    println!(
+        "(share: recovered / added; n/a when the cause added less than {:.0} % of the p50; \
+         BPF/req: both recorders' BPF program run time per request, with the cause)",
+        MIN_ADDED_FRACTION * 100.0
+    );
+    println!(
+        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7} {:>8}  largest other growth",
+        "cause", "e2e off", "e2e on", "added", "segment", "recovered", "share", "BPF/req"
+    );
+    for cause in CAUSES {
+        let (Some(off), Some(on)) = (results.get(&(cause, false)), results.get(&(cause, true)))
+        else {
+            continue;
+        };
+        let e2e = |runs: &[RunStats]| condition_median(runs, |r| r.e2e_p50_ns) / 1e3;
+        let target = |runs: &[RunStats]| condition_median(runs, |r| r.target_p50_ns) / 1e3;
+        let added = e2e(on) - e2e(off);
+        let recovered = target(on) - target(off);
+        // A share of a difference inside the run-to-run noise would be a random number.
+        let share = if added > e2e(off) * MIN_ADDED_FRACTION {
+            format!("{:>6.0}%", recovered / added * 100.0)
+        } else {
+            format!("{:>7}", "n/a")
+        };
+        println!(
+            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {:>8.1}  {}",
+            cause.name(),
+            e2e(off),
+            e2e(on),
+            added,
+            cause.target_name(),
+            recovered,
+            condition_median(on, |r| r.bpf_ns_per_request) / 1e3,
+            largest_other_growth(cause, off, on)
+        );
+    }
+}
+
+/// Where run directories go: a kept directory, or a temporary one removed at the end.
+struct Scratch {
+    root: PathBuf,
+    keep: bool,
+}
+
+impl Scratch {
+    fn new(keep: Option<PathBuf>) -> Result<Self> {
+        let (root, keep) = match keep {
+            Some(dir) => (dir, true),
+            None => (
+                std::env::temp_dir().join(format!("meshlab-truth-{}", std::process::id())),
+                false,
+            ),
+        };
+        std::fs::create_dir_all(&root).with_context(|| format!("mkdir {}", root.display()))?;
+        Ok(Self { root, keep })
+    }
+
+    fn run_dir(&self, round: usize, cause: Cause, with_cause: bool) -> Result<PathBuf> {
+        let dir = self.root.join(format!(
+            "r{round}-{cause:?}-{}",
+            if with_cause { "on" } else { "off" }
+        ));
+        std::fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+        Ok(dir)
+    }
+}
+
+impl Scratch {
+    fn done_with(&self, run_dir: &Path) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(run_dir);
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The pieces `cargo xtask truth` builds its runs from: two network namespaces joined by a
+//! veth pair, child processes and injected causes (a TBF qdisc, CPU hogs), each removed on drop
+//! so that a failing or interrupted run leaves nothing behind.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// Runs a command quietly; fails with its stderr.
+pub fn run_quiet(cmd: &mut Command) -> Result<()> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Namespaces `PREFIX-PID-a` (client) and `PREFIX-PID-b` (server) with a veth pair
+/// `traPID`/`trbPID` between them (names unique on the machine, so the bpftrace reference can
+/// pick the device by name), in 10.202.S.0/24; deleted on drop.
+pub struct TruthNetns {
+    pub a: String,
+    pub b: String,
+    pub dev_a: String,
+    pub dev_b: String,
+    pub addr_a: String,
+    pub addr_b: String,
+}
+
+impl TruthNetns {
+    pub fn create(prefix: &str) -> Result<Self> {
+        let pid = std::process::id();
+        // The subnet differs from the lab's 10.201/16 and between concurrent harnesses.
+        let subnet = pid % 250 + 1;
+        let ns = Self {
+            a: format!("{prefix}-{pid}-a"),
+            b: format!("{prefix}-{pid}-b"),
+            dev_a: format!("tra{pid}"),
+            dev_b: format!("trb{pid}"),
+            addr_a: format!("10.202.{subnet}.1"),
+            addr_b: format!("10.202.{subnet}.2"),
+        };
+        for name in [&ns.a, &ns.b] {
+            run_quiet(Command::new("ip").args(["netns", "add", name]))?;
+        }
+        // From here on, drop removes whatever was made.
+        ns.configure()?;
+        Ok(ns)
+    }
+
+    fn configure(&self) -> Result<()> {
+        run_quiet(Command::new("ip").args([
+            "-n",
+            &self.a,
+            "link",
+            "add",
+            &self.dev_a,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &self.dev_b,
+            "netns",
+            &self.b,
+        ]))?;
+        for (ns, dev, addr) in [
+            (&self.a, &self.dev_a, &self.addr_a),
+            (&self.b, &self.dev_b, &self.addr_b),
+        ] {
+            run_quiet(
+                Command::new("ip")
+                    .args(["-n", ns, "addr", "add", &format!("{addr}/24")])
+                    .args(["dev", dev]),
+            )?;
+            run_quiet(Command::new("ip").args(["-n", ns, "link", "set", dev, "up"]))?;
+            run_quiet(Command::new("ip").args(["-n", ns, "link", "set", "lo", "up"]))?;
+        }
+        Ok(())
+    }
+
+    pub fn path(name: &str) -> String {
+        format!("/run/netns/{name}")
+    }
+
+    /// `ip netns exec NS taskset -c CPU PROGRAM`: a command inside a namespace on one CPU.
+    pub fn exec_pinned(ns: &str, cpu: usize, program: &Path) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns, "taskset", "-c", &cpu.to_string()])
+            .arg(program);
+        cmd
+    }
+}
+
+impl Drop for TruthNetns {
+    fn drop(&mut self) {
+        for name in [&self.a, &self.b] {
+            if let Err(e) = run_quiet(Command::new("ip").args(["netns", "del", name])) {
+                eprintln!("truth: removing namespace {name}: {e:#}");
+            }
+        }
+    }
+}
+
+/// A child stopped with SIGINT (SIGKILL after 5 s) and reaped on drop.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command) -> Result<Self> {
+        let child = cmd
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {name}: {cmd:?}"))?;
+        Ok(Self {
+            name: name.to_owned(),
+            child: Some(child),
+        })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Waits for `ready` to appear; fails early if the child exits first.
+    pub fn wait_ready(&mut self, ready: &Path, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while !ready.exists() {
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                bail!("{} exited with {status} before it was ready", self.name);
+            }
+            if Instant::now() > deadline {
+                bail!("{} was not ready within {timeout:?}", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// SIGINT, wait up to 5 s; an exit other than success is an error naming the process.
+    pub fn stop(&mut self) -> Result<()> {
+        self.stop_within(Duration::from_secs(5))
+    }
+
+    /// SIGINT, wait up to `grace` (then SIGKILL and an error).
+    pub fn stop_within(&mut self, grace: Duration) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: kill(2) on our own child, not yet reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+        let deadline = Instant::now() + grace;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("{} did not stop within {grace:?} after SIGINT", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if !status.success() {
+            bail!("{} exited with {status}", self.name);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.child.is_some()
+            && let Err(e) = self.stop()
+        {
+            eprintln!("truth: {e:#}");
+        }
+    }
+}
+
+/// A TBF rate limit on a device inside a namespace; deleted on drop.
+pub struct TbfQdisc {
+    ns: String,
+    dev: String,
+}
+
+impl TbfQdisc {
+    pub fn add(ns: &str, dev: &str, rate: &str) -> Result<Self> {
+        // burst: one full-size frame, so every packet beyond the bucket waits for tokens.
+        run_quiet(
+            Command::new("tc")
+                .args(["-n", ns, "qdisc", "add", "dev", dev])
+                .args([
+                    "root", "tbf", "rate", rate, "burst", "1600", "latency", "500ms",
+                ]),
+        )?;
+        Ok(Self {
+            ns: ns.to_owned(),
+            dev: dev.to_owned(),
+        })
+    }
+}
+
+impl Drop for TbfQdisc {
+    fn drop(&mut self) {
+        let del = Command::new("tc")
+            .args(["-n", &self.ns, "qdisc", "del", "dev", &self.dev, "root"])
+            .output();
+        if !matches!(del, Ok(ref out) if out.status.success()) {
+            eprintln!(
+                "truth: removing the tbf qdisc on {} in {}: {del:?}",
+                self.dev, self.ns
+            );
+        }
+    }
+}
+
+/// Threads of this process spinning on one CPU (so they die with it); stopped on drop.
+pub struct CpuHogs {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl CpuHogs {
+    pub fn start(count: usize, cpu: usize) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut hogs = Self {
+            stop: stop.clone(),
+            threads: Vec::new(),
+        };
+        for _ in 0..count {
+            let stop = stop.clone();
+            let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+            hogs.threads.push(std::thread::spawn(move || {
+                let pinned = pin_current_thread(cpu);
+                let ok = pinned.is_ok();
+                let _ = pinned_tx.send(pinned);
+                while ok && !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            }));
+            pinned_rx
+                .recv()
+                .context("hog thread ended before pinning")??;
+        }
+        Ok(hogs)
+    }
+}
+
+impl Drop for CpuHogs {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn pin_current_thread(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and sched_setaffinity(0, ...) act
+    // on it and on the calling thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("pin a hog thread to CPU {cpu}"));
+        }
+    }
+    Ok(())
+}
+
+/// The middle value (the upper one of an even count); NaN for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

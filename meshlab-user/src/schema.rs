@@ -83,6 +83,9 @@ pub struct Startup {
     pub ring_buffer_bytes: u32,
     /// NIC IRQs the kernel programs watch (from /proc/interrupts and sysfs).
     pub nic_irqs: Vec<NicIrqInfo>,
+    /// Settings of each traced network device at start-up, so an A/B run shows what differed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceContext>,
 }
 
 /// How one hook was attached (or why it was not).
@@ -148,6 +151,154 @@ pub struct NicIrqInfo {
     pub ifindex: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<u32>,
+}
+
+/// One network device's settings at start-up, read through ethtool's netlink interface, the
+/// ethtool ioctl (driver and firmware only; netlink has no driver info) and sysfs. A part that
+/// could not be read is absent and named in `unavailable` with the reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceContext {
+    pub dev: String,
+    pub ifindex: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
+    /// Bus address (`0000:3b:00.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_info: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<Channels>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rings: Option<Rings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce: Option<Coalesce>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offloads: Option<Offloads>,
+    /// Receive queues (sysfs `queues/rx-N`) with their RPS CPUs.
+    pub rx_queues: Vec<QueueCpus>,
+    /// Transmit queues (sysfs `queues/tx-N`) with their XPS CPUs.
+    pub tx_queues: Vec<QueueCpus>,
+    pub irqs: Vec<DeviceIrq>,
+    /// `part: reason` for every part that could not be read (e.g. `rings: Operation not supported`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<String>,
+}
+
+/// ethtool channel counts (`ethtool -l`): current and maximum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Channels {
+    pub rx: u32,
+    pub tx: u32,
+    pub other: u32,
+    pub combined: u32,
+    pub rx_max: u32,
+    pub tx_max: u32,
+    pub other_max: u32,
+    pub combined_max: u32,
+}
+
+/// Descriptor ring sizes (`ethtool -g`): current and maximum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rings {
+    pub rx: u32,
+    pub tx: u32,
+    pub rx_max: u32,
+    pub tx_max: u32,
+}
+
+/// Interrupt coalescing (`ethtool -c`); a field the driver does not report is absent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Coalesce {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_usecs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_max_frames: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_usecs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_max_frames: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_rx: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive_tx: Option<bool>,
+}
+
+/// The offloads that change where time is spent, as active now (`ethtool -k`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offloads {
+    /// `tx-tcp-segmentation`.
+    pub tso: bool,
+    /// `tx-generic-segmentation`.
+    pub gso: bool,
+    /// `rx-gro`.
+    pub gro: bool,
+    /// `rx-gro-hw`.
+    pub gro_hw: bool,
+    /// `rx-lro`.
+    pub lro: bool,
+    /// `rx-hashing` (the NIC computes the RSS hash).
+    pub rx_hash: bool,
+}
+
+/// A queue and the CPUs steered to it by RPS (rx) or XPS (tx); empty when steering is off.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueCpus {
+    pub queue: u32,
+    pub cpus: Vec<u32>,
+}
+
+/// One interrupt vector of a device, from sysfs `msi_irqs` and /proc/interrupts names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceIrq {
+    pub irq: u32,
+    /// The /proc/interrupts action name (empty when the vector has no handler yet).
+    pub name: String,
+    pub role: IrqRole,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
+    /// `/proc/irq/N/smp_affinity_list`.
+    pub affinity: Vec<u32>,
+    /// `/proc/irq/N/effective_affinity_list`: where the interrupt is delivered now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_affinity: Option<Vec<u32>>,
+}
+
+/// Which traffic a NIC vector's interrupts announce (see kernel/nic/irq_names.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IrqRole {
+    Rx,
+    Tx,
+    /// One vector per channel for both directions (`TxRx`, mlx5 completion EQs, shared virtio).
+    RxTx,
+    /// Configuration, link, async events, mailbox: no packets.
+    Other,
+}
+
+wire_names!(IrqRole {
+    Rx => "rx",
+    Tx => "tx",
+    RxTx => "rx_tx",
+    Other => "other",
+});
+
+impl IrqRole {
+    /// Whether an interrupt of this vector can start a receive path.
+    pub fn can_start_rx(self) -> bool {
+        matches!(self, IrqRole::Rx | IrqRole::RxTx)
+    }
 }
 
 /// The node's clocks sampled back to back. `monotonic_ns` is the midpoint of two MONOTONIC
@@ -569,6 +720,7 @@ mod tests {
         assert_wire_names(JoinMethod::ALL, JoinMethod::as_str);
         assert_wire_names(Layer::ALL, Layer::as_str);
         assert_wire_names(Kind::ALL, Kind::as_str);
+        assert_wire_names(IrqRole::ALL, IrqRole::as_str);
         assert_wire_names(Hook::ALL.as_slice(), Hook::name);
     }
 

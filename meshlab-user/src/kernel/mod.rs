@@ -4,6 +4,7 @@ pub mod btf_offsets;
 pub mod clock;
 pub mod doctor;
 pub mod loader;
+pub mod nic;
 pub mod output;
 pub mod plan;
 pub mod privilege;

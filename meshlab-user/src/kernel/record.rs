@@ -12,7 +12,7 @@ use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::output::{OutputFormat, RecordingOutput};
 use super::plan::{HOOKS, HookSpec};
-use super::{clock, loader, privilege, session, setup, sysinfo};
+use super::{clock, loader, nic, privilege, session, setup, sysinfo};
 use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
 use crate::schema::{AttachEntry, AttachStatus, Filters, Record, SCHEMA_VERSION, Startup};
@@ -168,7 +168,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         sample_messages_every: args.sample_messages,
         _pad: 0,
     };
-    let nic_irqs = sysinfo::nic_irqs();
+    let nic_irqs = nic::nic_irqs(&nic::sysfs::SysRoot::live());
     let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, &nic_irqs)?;
     install_filters(&mut ebpf, &args)?;
 
@@ -229,6 +229,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         },
         ring_buffer_bytes: args.ring_bytes,
         nic_irqs,
+        devices: nic::device_contexts(&nic::sysfs::SysRoot::live(), args.device.as_deref()),
     };
     let sink = open_capture_output(&args.output)?;
     let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)

@@ -286,6 +286,7 @@ fn startup(node: usize, nic_irq: bool) -> Startup {
         } else {
             Vec::new()
         },
+        devices: Vec::new(),
     }
 }
 

@@ -52,6 +52,38 @@ fn plain_request_response() {
     assert_eq!(r.segments[0].error_ns, None);
 }
 
+/// The NIC driver frees each TX skb 1500 ns after net_dev_xmit: both TX completions become
+/// segments, on the client before its wait and on the server at the end of its span, so the
+/// round trip shrinks by both: 20000 - 2 x 1500 = 17000; e2e is unchanged.
+#[test]
+fn tx_completion_is_a_segment_on_both_sides() {
+    let r = only("tx_completion");
+    let mut expected = plain();
+    let client_tx_end = expected.iter().position(|s| s.0 == "tx_driver").unwrap() + 1;
+    expected.insert(client_tx_end, ("tx_completion", Some("A"), 1_500));
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 17_000;
+    let server_tx_end = expected.iter().rposition(|s| s.0 == "tx_driver").unwrap() + 1;
+    expected.insert(server_tx_end, ("tx_completion", Some("B"), 1_500));
+    assert_request(&r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+    let d = r.segments[net].derived.as_ref().expect("derived");
+    assert_eq!(d.outer, ["tx_complete", "irq_entry"]);
+    assert_eq!(d.inner, ["irq_entry", "tx_complete"]);
+}
+
+/// Completions 100 us after the transmit come after the response reached the client: the
+/// driver reclaimed the skbs lazily, so neither is used and the request is the plain one.
+#[test]
+fn late_tx_completion_is_not_used() {
+    let r = only("tx_completion_late");
+    assert_request(&r, &plain(), 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}
+
 #[test]
 fn gro_coalesced_rx_uses_the_skb_carrying_the_last_byte() {
     assert_request(&only("gro_rx"), &plain(), 82_100);

@@ -10,8 +10,14 @@ use super::event::Stamp;
 use super::segments::PointId::{self, *};
 
 /// Kernel TX stages of a message, in path order: tcp_sendmsg of its first byte, then the
-/// device stages of the skb carrying its last byte.
-pub(crate) const TX_KERNEL: [PointId; 4] = [TcpSendmsg, NetDevQueue, NetDevStartXmit, NetDevXmit];
+/// device stages of the skb carrying its last byte, ending with its TX completion (NICs only).
+pub(crate) const TX_KERNEL: [PointId; 5] = [
+    TcpSendmsg,
+    NetDevQueue,
+    NetDevStartXmit,
+    NetDevXmit,
+    TxComplete,
+];
 
 /// Kernel RX stages of a message in path order; a probe's `read_ready` goes before
 /// [`PointId::SkbCopyDatagram`] (see [`with_read_ready`]).
@@ -92,7 +98,7 @@ impl Stages {
                 stamp: None,
                 expected: !matches!(
                     id,
-                    IrqEntry | SoftirqRaise | SoftirqEntry | SchedWakeup | SchedSwitch
+                    IrqEntry | SoftirqRaise | SoftirqEntry | SchedWakeup | SchedSwitch | TxComplete
                 ),
                 owner: 0,
             })

@@ -93,7 +93,7 @@ impl RangeIndex {
 
 /// The hooks whose events are indexed by byte range, each with its own [`RangeIndex`] per
 /// connection and direction (a hook has one direction, so TX and RX hooks share slots).
-const INDEXED_HOOKS: usize = 5;
+const INDEXED_HOOKS: usize = 6;
 
 fn slot(hook: Hook) -> Option<usize> {
     Some(match hook {
@@ -102,6 +102,7 @@ fn slot(hook: Hook) -> Option<usize> {
         Hook::NetDevStartXmit | Hook::SkDataReady => 2,
         Hook::NetDevXmit | Hook::SkbCopyDatagram => 3,
         Hook::SendReturn | Hook::RecvReturn => 4,
+        Hook::TxComplete => 5,
         _ => return None,
     })
 }
@@ -293,7 +294,9 @@ impl NodeIndex {
                     .map_or((None, false), |h| h.covering(last)),
             };
             out.retransmitted |= retrans;
-            out.points.push(Point::seen(id, ev.map(|e| e.stamp)));
+            // Only a NIC's TX skbs are reclaimed as completions (not veth's, not lo's).
+            let expected = id != PointId::TxComplete;
+            out.points.push(point(id, ev.map(|e| e.stamp), expected));
         }
         out
     }
@@ -357,6 +360,7 @@ fn tx_device_hook(id: PointId) -> Hook {
     match id {
         PointId::NetDevQueue => Hook::NetDevQueue,
         PointId::NetDevStartXmit => Hook::NetDevStartXmit,
+        PointId::TxComplete => Hook::TxComplete,
         _ => Hook::NetDevXmit,
     }
 }

@@ -31,6 +31,8 @@ pub enum PointId {
     NetDevQueue,
     NetDevStartXmit,
     NetDevXmit,
+    /// The driver freed the skb after the NIC sent it (skb:consume_skb of a NIC's TX skb).
+    TxComplete,
     // Kernel RX (the skb carrying the message's last byte, and its CPU's IRQ context).
     IrqEntry,
     SoftirqRaise,
@@ -72,6 +74,7 @@ impl PointId {
             NetDevQueue => "net_dev_queue",
             NetDevStartXmit => "net_dev_start_xmit",
             NetDevXmit => "net_dev_xmit",
+            TxComplete => "tx_complete",
             IrqEntry => "irq_entry",
             SoftirqRaise => "softirq_raise",
             SoftirqEntry => "softirq_entry",
@@ -211,6 +214,15 @@ pub const SEGMENTS: &[SegmentDef] = &[
         Kernel,
         Fixed("driver"),
         Compute,
+    ),
+    // The NIC's part of sending: handed to the driver -> the driver reclaimed the sent skb.
+    def(
+        "tx_completion",
+        NetDevXmit,
+        TxComplete,
+        Kernel,
+        Fixed("nic"),
+        Queue,
     ),
     // RX, both sides.
     def(

@@ -107,6 +107,9 @@ pub struct GenConfig {
     pub disorder: bool,
     /// Random stage times (a factor in [0.5, 2) per stage and request) from this seed.
     pub jitter_seed: Option<u64>,
+    /// The NIC driver frees each TX skb this long after net_dev_xmit (a TX completion); none
+    /// when unset or without `nic_irq`.
+    pub tx_complete_after_ns: Option<u64>,
     /// Pause between a reply and the next request on a connection.
     pub think_ns: u64,
     pub stages: Stages,
@@ -133,6 +136,7 @@ impl Default for GenConfig {
             drop: None,
             disorder: false,
             jitter_seed: None,
+            tx_complete_after_ns: None,
             think_ns: 20_000,
             stages: FIXED,
         }

@@ -146,6 +146,20 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
                 ..d()
             },
         ),
+        (
+            "tx_completion",
+            GenConfig {
+                tx_complete_after_ns: Some(1_500),
+                ..d()
+            },
+        ),
+        (
+            "tx_completion_late",
+            GenConfig {
+                tx_complete_after_ns: Some(100_000),
+                ..d()
+            },
+        ),
     ]
 }
 

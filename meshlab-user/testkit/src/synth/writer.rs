@@ -314,6 +314,12 @@ impl<'c> Writer<'c> {
             }
             self.k(node, ev);
         }
+        if let Some(after) = self.cfg.tx_complete_after_ns.filter(|_| self.cfg.nic_irq) {
+            let mut ev = kernel(node, Hook::TxComplete, xmit + after, tid);
+            (ev.cookie, ev.dir, ev.offset, ev.len) =
+                (Some(ck), Some(Direction::Tx), Some(o), Some(l as u32));
+            self.k(node, ev);
+        }
         xmit
     }
 

@@ -97,6 +97,7 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
         nic_irqs.iter().any(|i| i["dev"] == "eth0"),
         "no NIC IRQ of eth0 found: {nic_irqs:?}"
     );
+    check_device_context(startup)?;
     let plan = startup["attach_plan"].as_array().context("attach_plan")?;
     ensure!(
         plan.iter().any(|e| e["hook"] == "tcp_sendmsg"
@@ -178,5 +179,32 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
         completions.len(),
         starts.len()
     );
+    Ok(())
+}
+
+/// The guest's virtio NIC in the startup record's `devices`: driver, the ethtool netlink parts
+/// virtio_net supports, and its vectors with roles (docs/schema.md, device context).
+fn check_device_context(startup: &serde_json::Value) -> Result<()> {
+    let devices = startup["devices"]
+        .as_array()
+        .context("startup has no devices")?;
+    let eth0 = devices
+        .iter()
+        .find(|d| d["dev"] == "eth0")
+        .with_context(|| format!("no device context of eth0: {devices:?}"))?;
+    ensure!(eth0["driver"] == "virtio_net", "eth0 driver: {eth0}");
+    ensure!(eth0["rings"]["rx"].as_u64() > Some(0), "eth0 rings: {eth0}");
+    ensure!(
+        eth0["channels"]["combined"].as_u64() >= Some(1),
+        "eth0 channels: {eth0}"
+    );
+    ensure!(eth0["offloads"].is_object(), "eth0 offloads: {eth0}");
+    let irqs = eth0["irqs"].as_array().context("eth0 irqs")?;
+    for role in ["rx", "tx"] {
+        ensure!(
+            irqs.iter().any(|i| i["role"] == role && i["queue"] == 0),
+            "no {role} vector of queue 0 on eth0: {irqs:?}"
+        );
+    }
     Ok(())
 }

@@ -35,6 +35,8 @@ pub enum BenchTask {
     Merge(crate::bench_merge::MergeBenchArgs),
     /// The recorder's own CPU per event, binary capture vs NDJSON output (bench_recorder.rs).
     RecorderCpu(crate::bench_recorder::RecorderCpuArgs),
+    /// The lab's userland probes: off / on but not sampling / sampling all (bench_probes.rs).
+    Probes(crate::bench_probes::ProbeBenchArgs),
     /// Records lab RPC load for N minutes, sampling the recorder's RSS, descriptors and BPF
     /// maps; checks the recording's accounting and merges it with the probe files.
     Soak {
@@ -102,6 +104,7 @@ pub fn run(task: BenchTask) -> Result<()> {
     let exe = workspace_root().join("target/release/meshlab");
     match task {
         BenchTask::Decode | BenchTask::Merge(_) | BenchTask::RecorderCpu(_) => Ok(()),
+        BenchTask::Probes(args) => crate::bench_probes::run(&exe, args),
         BenchTask::Overhead {
             rounds,
             seconds,

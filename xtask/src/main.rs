@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_merge;
+mod bench_probes;
 mod bench_recorder;
 mod bpffloor;
 mod bpfstats;

@@ -18,6 +18,8 @@ pub const TARGETS: &[(&str, &str)] = &[
     ),
     ("probe_ndjson", "meshlab-user/tests/fixtures/merge/plain"),
     ("merged_ndjson", "meshlab-user/tests/fixtures/merge/golden"),
+    // Seeds are record bytes appended after a valid header, meta and startup record.
+    ("capture", "meshlab-user/tests/fixtures/capture-seeds"),
 ];
 
 /// The nightly toolchain cargo-fuzz builds with (libFuzzer's coverage flags are unstable).

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use meshlab_user::capture::{RecordKind, file_header};
 use meshlab_user::merge::cli::merge_to;
 use meshlab_user::merge::pipeline::Options;
 use meshlab_user::report::aggregate::Aggregate;
@@ -75,6 +76,34 @@ pub fn merge_with(replaced: usize, data: &[u8]) {
     if let Err(e) = result {
         assert_names_a_file(&format!("{e:#}"));
     }
+}
+
+/// Merges the fixture with node A's kernel recording replaced by a binary capture: the real
+/// file header, a meta record and the fixture's startup record (so the fuzzer starts past the
+/// magic and the framing it would otherwise have to guess), then `records` as record bytes.
+pub fn merge_capture(records: &[u8]) {
+    let startup = FIXTURE[0]
+        .1
+        .lines()
+        .next()
+        .expect("the fixture starts with its startup");
+    let mut bytes = file_header().to_vec();
+    bytes.extend(capture_record(
+        RecordKind::Meta,
+        br#"{"node":"A","dev_names":{}}"#,
+    ));
+    bytes.extend(capture_record(RecordKind::Startup, startup.as_bytes()));
+    bytes.extend_from_slice(records);
+    merge_with(0, &bytes);
+}
+
+/// One capture record: kind and payload length (u32 little-endian each), then the payload.
+fn capture_record(kind: RecordKind, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("small payload");
+    let mut out = (kind as u32).to_le_bytes().to_vec();
+    out.extend(len.to_le_bytes());
+    out.extend_from_slice(payload);
+    out
 }
 
 /// Reads `data` as a merged file the way `meshlab report` does.

@@ -112,16 +112,19 @@ fn record_once(
 ) -> Result<Run> {
     let out_dir = dir.join("out");
     std::fs::create_dir_all(&out_dir)?;
-    let output = if to_file {
-        out_dir.join(format!("rec.{format}"))
+    // Not to file: stdout ("-") into /dev/null; `record` refuses /dev/null as an output path
+    // (a device: crate::output's rules for files written as root).
+    let (output, stdout) = if to_file {
+        (out_dir.join(format!("rec.{format}")), Stdio::inherit())
     } else {
-        "/dev/null".into()
+        ("-".into(), Stdio::null())
     };
     let mut recorder = spawn_ready(
         Command::new(exe)
             .args(["record", "--format", format, "--port", &PORT.to_string()])
             .arg("-o")
-            .arg(&output)
+            .arg::<&std::path::Path>(&output)
+            .stdout(stdout)
             .stderr(Stdio::piped()),
         &dir.join("record.ready"),
     )?;

@@ -240,10 +240,12 @@ fn spawn_recorder_with(exe: &Path, dir: &Path, args: &[String], stderr: Stdio) -
     let ready = dir.join("ladder-recorder.ready");
     let _ = std::fs::remove_file(&ready);
     let child = Command::new(exe)
-        .args(["record", "-o", "/dev/null"])
+        // Events to stdout, discarded: `record` refuses /dev/null as an output path (a device).
+        .args(["record", "-o", "-"])
         .args(args)
         .arg("--ready-file")
         .arg(&ready)
+        .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
         .context("starting meshlab record")?;

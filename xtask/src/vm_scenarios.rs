@@ -91,6 +91,20 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
         .collect::<Result<_, _>>()
         .context("recording is NDJSON")?;
     let startup = records.first().context("empty recording")?;
+    let nic_irqs = check_startup(startup)?;
+    let rx = check_rx_irqs(&records, nic_irqs)?;
+    let (completions, starts) = check_tx_completions(&records)?;
+    eprintln!(
+        "vm scenario: {} RX events on eth0, {} with their NIC IRQ ({} taken during the softirq run); \
+         {completions} of {starts} transmits completed",
+        rx.events, rx.with_irq, rx.irq_inside_run,
+    );
+    Ok(())
+}
+
+/// The startup record names eth0's NIC IRQs and device context and has tcp_sendmsg at the
+/// fentry tier; returns the NIC IRQs.
+fn check_startup(startup: &serde_json::Value) -> Result<&Vec<serde_json::Value>> {
     ensure!(startup["type"] == "startup", "first record is not startup");
     let nic_irqs = startup["nic_irqs"].as_array().context("nic_irqs")?;
     ensure!(
@@ -105,6 +119,21 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
             && e["status"] == "attached"),
         "tcp_sendmsg not at the fentry tier"
     );
+    Ok(nic_irqs)
+}
+
+/// Counts of [`check_rx_irqs`], for the scenario's summary line.
+struct RxIrqCounts {
+    events: usize,
+    with_irq: usize,
+    irq_inside_run: usize,
+}
+
+/// Most RX events on eth0 carry a NIC IRQ and its softirq run, both preceding the packet.
+fn check_rx_irqs(
+    records: &[serde_json::Value],
+    nic_irqs: &[serde_json::Value],
+) -> Result<RxIrqCounts> {
     let rx: Vec<_> = records
         .iter()
         .filter(|r| r["type"] == "kernel" && r["hook"] == "netif_receive_skb" && r["dev"] == "eth0")
@@ -143,8 +172,16 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
             "IRQ {irq} is not a NIC IRQ"
         );
     }
-    // TX completion: the driver frees each response skb after sending it; the event must
-    // follow the start_xmit of the same skb and carry its byte range.
+    Ok(RxIrqCounts {
+        events: rx.len(),
+        with_irq: with_irq.len(),
+        irq_inside_run,
+    })
+}
+
+/// TX completion: the driver frees each response skb after sending it; the event must follow
+/// the start_xmit of the same skb and carry its byte range. Returns (completions, transmits).
+fn check_tx_completions(records: &[serde_json::Value]) -> Result<(usize, usize)> {
     let kernel = |hook: &str| -> Vec<&serde_json::Value> {
         records
             .iter()
@@ -170,16 +207,7 @@ fn check_nic_irq_recording(path: &Path) -> Result<()> {
             "{start} vs {done}"
         );
     }
-    eprintln!(
-        "vm scenario: {} RX events on eth0, {} with their NIC IRQ ({} taken during the softirq run); \
-         {} of {} transmits completed",
-        rx.len(),
-        with_irq.len(),
-        irq_inside_run,
-        completions.len(),
-        starts.len()
-    );
-    Ok(())
+    Ok((completions.len(), starts.len()))
 }
 
 /// The guest's virtio NIC in the startup record's `devices`: driver, the ethtool netlink parts

@@ -134,8 +134,38 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
     std::fs::write(run_dir.path().join("rw-mounts"), rw_mounts)?;
     std::fs::create_dir(run_dir.path().join(SHARED_DIR))?;
 
-    let two = spec.commands.len() == 2;
     let started = Instant::now();
+    let mut guests = boot_guests(spec, &run_dir, &logs_dir)?;
+    let timed_out = wait_for_guests(spec, &run_dir, &mut guests, started + spec.timeout)?;
+    let elapsed = started.elapsed();
+    let mut outcomes = Vec::new();
+    for mut guest in guests {
+        guest.kill();
+        guest.poll(spec.stream)?;
+        let status_path = run_dir.path().join(format!("{}.status", guest.name));
+        let status = std::fs::read_to_string(&status_path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        outcomes.push(GuestOutcome {
+            name: guest.name,
+            status,
+            stdout: guest.stdout.finish(spec.stream),
+            stderr: guest.stderr.finish(spec.stream),
+            peak_rss_kib: guest.peak_rss_kib,
+            console_log: guest.console_log.clone(),
+        });
+    }
+    Ok(RunOutcome {
+        guests: outcomes,
+        elapsed,
+        timed_out,
+    })
+}
+
+/// Writes each guest's script and starts its QEMU; with two guests they get the link
+/// addresses of each other and prefixed output.
+fn boot_guests(spec: &RunSpec, run_dir: &RunDir, logs_dir: &Path) -> Result<Vec<RunningGuest>> {
+    let two = spec.commands.len() == 2;
     let mut guests = Vec::new();
     for (index, command) in spec.commands.iter().enumerate() {
         let name = GUEST_NAMES[index];
@@ -168,58 +198,42 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
             console_log,
         });
     }
+    Ok(guests)
+}
 
-    let deadline = started + spec.timeout;
-    let mut timed_out = false;
+/// Relays output until every guest stopped, one crashed, or the deadline passed (returns
+/// whether it did). Ctrl-C is an error; the guests are killed as they drop.
+fn wait_for_guests(
+    spec: &RunSpec,
+    run_dir: &RunDir,
+    guests: &mut [RunningGuest],
+    deadline: Instant,
+) -> Result<bool> {
     loop {
         let mut running = 0;
-        for guest in &mut guests {
+        for guest in guests.iter_mut() {
             guest.poll(spec.stream)?;
             running += usize::from(guest.child.is_some());
         }
         if running == 0 {
-            break;
+            return Ok(false);
         }
         // A guest that stopped without a status crashed: its peer would wait for it forever.
         let crashed = (guests.iter()).any(|g| {
             g.child.is_none() && !run_dir.path().join(format!("{}.status", g.name)).exists()
         });
         if crashed {
-            break;
+            return Ok(false);
         }
         if INTERRUPTED.load(Ordering::SeqCst) {
             // Guests are killed and the run directory removed as `guests`/`run_dir` drop.
             bail!("interrupted: guests killed");
         }
         if Instant::now() >= deadline {
-            timed_out = true;
-            break;
+            return Ok(true);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let elapsed = started.elapsed();
-    let mut outcomes = Vec::new();
-    for mut guest in guests {
-        guest.kill();
-        guest.poll(spec.stream)?;
-        let status_path = run_dir.path().join(format!("{}.status", guest.name));
-        let status = std::fs::read_to_string(&status_path)
-            .ok()
-            .and_then(|s| s.trim().parse().ok());
-        outcomes.push(GuestOutcome {
-            name: guest.name,
-            status,
-            stdout: guest.stdout.finish(spec.stream),
-            stderr: guest.stderr.finish(spec.stream),
-            peak_rss_kib: guest.peak_rss_kib,
-            console_log: guest.console_log.clone(),
-        });
-    }
-    Ok(RunOutcome {
-        guests: outcomes,
-        elapsed,
-        timed_out,
-    })
 }
 
 struct RunningGuest {

@@ -1,6 +1,7 @@
 //! Structure checks over the source tree (docs/architecture.md): no two sibling modules import
 //! each other (directly or around a longer circle), and no function is longer than
-//! [`MAX_FN_LINES`]. Source-level scans, so they need no build of the code they check.
+//! [`MAX_FN_LINES`] ([`MAX_CORE_FN_LINES`] in kernel/, merge/, report/). Source-level scans,
+//! so they need no build of the code they check.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -8,6 +9,24 @@ use std::path::{Path, PathBuf};
 
 /// Longest function allowed, in lines from its `fn` line to its closing brace.
 const MAX_FN_LINES: usize = 80;
+
+/// Longest function allowed in the recorder, the merge and the report (issue 13): the code
+/// the mesh and NIC work reshapes stays in pieces one can read at once.
+const MAX_CORE_FN_LINES: usize = 60;
+const CORE_DIRS: [&str; 3] = [
+    "meshlab-user/src/kernel/",
+    "meshlab-user/src/merge/",
+    "meshlab-user/src/report/",
+];
+
+/// The limit for a function in `file` (a path relative to the workspace).
+fn limit_for(file: &str) -> usize {
+    if CORE_DIRS.iter().any(|d| file.starts_with(d)) {
+        MAX_CORE_FN_LINES
+    } else {
+        MAX_FN_LINES
+    }
+}
 
 /// Functions over the limit that other work owns right now, each with the reason; the test
 /// fails when one of them is back under the limit so the entry gets removed.
@@ -376,18 +395,24 @@ fn no_function_is_longer_than_the_limit() {
     let excepted = |file: &str, name: &str| LONG_FN_EXCEPTIONS.contains(&(file, name));
     let too_long: Vec<String> = all
         .iter()
-        .filter(|(len, file, _, name)| *len > MAX_FN_LINES && !excepted(file, name))
-        .map(|(len, file, line, name)| format!("{file}:{line} {name}: {len} lines"))
+        .filter(|(len, file, _, name)| *len > limit_for(file) && !excepted(file, name))
+        .map(|(len, file, line, name)| {
+            format!(
+                "{file}:{line} {name}: {len} lines (limit {})",
+                limit_for(file)
+            )
+        })
         .collect();
     assert!(
         too_long.is_empty(),
-        "functions over {MAX_FN_LINES} lines:\n{}",
+        "functions over the limit ({MAX_FN_LINES} lines; {MAX_CORE_FN_LINES} in {}):\n{}",
+        CORE_DIRS.join(", "),
         too_long.join("\n")
     );
     for (file, name) in LONG_FN_EXCEPTIONS {
         let still_long = all
             .iter()
-            .any(|(len, f, _, n)| f == file && n == name && *len > MAX_FN_LINES);
+            .any(|(len, f, _, n)| f == file && n == name && *len > limit_for(f));
         assert!(
             still_long,
             "{file} {name} is short now: remove its exception"

@@ -211,6 +211,26 @@ fn summarize(report: &mut DoctorReport) {
 }
 
 fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
+    print_environment(out, r)?;
+    if let Some(e) = &r.probe_error {
+        writeln!(out, "\nattach tiers: not probed: {e}")?;
+    }
+    writeln!(out, "\n{:<8} {:<11} result", "family", "tier")?;
+    for (family, tiers) in &r.families {
+        for (tier, result) in tiers {
+            writeln!(out, "{family:<8} {tier:<11} {result}")?;
+        }
+    }
+    writeln!(out, "\nattach plan (record):")?;
+    for hook in HOOKS {
+        let tier = r.plan.get(hook.name).map(String::as_str).unwrap_or("NONE");
+        writeln!(out, "  {:<20} {tier}", hook.name)?;
+    }
+    writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })
+}
+
+/// Kernel, BTF, lockdown, the file systems record needs, and the embedded object.
+fn print_environment(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
     writeln!(out, "kernel      {}", r.kernel)?;
     writeln!(
         out,
@@ -260,21 +280,7 @@ fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
             format!(", MISSING programs: {:?}", r.object.missing_programs)
         }
     )?;
-    if let Some(e) = &r.probe_error {
-        writeln!(out, "\nattach tiers: not probed: {e}")?;
-    }
-    writeln!(out, "\n{:<8} {:<11} result", "family", "tier")?;
-    for (family, tiers) in &r.families {
-        for (tier, result) in tiers {
-            writeln!(out, "{family:<8} {tier:<11} {result}")?;
-        }
-    }
-    writeln!(out, "\nattach plan (record):")?;
-    for hook in HOOKS {
-        let tier = r.plan.get(hook.name).map(String::as_str).unwrap_or("NONE");
-        writeln!(out, "  {:<20} {tier}", hook.name)?;
-    }
-    writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -19,6 +19,17 @@ use super::output::RecordingOutput;
 use super::plan::TierSpec;
 use crate::schema::{Drops, HookCounts, Record, Summary};
 
+/// Creates the ready file (signal handlers are in place) and drops every capability: everything
+/// is attached and every file is open, so nothing from here on needs one (kernel/privilege.rs).
+fn announce_ready(ready_file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    if let Some(ready) = ready_file {
+        crate::output::create_output(ready, crate::output::Policy::Stream)?.commit()?;
+    }
+    super::privilege::drop_all().context("dropping capabilities after attaching")?;
+    log::debug!("capabilities dropped");
+    Ok(())
+}
+
 /// How often the reader drains events that were submitted without a wakeup.
 pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
 /// Records written per pass before the event loop looks at signals and timers again.
@@ -97,28 +108,13 @@ impl Session {
         self.write_drops_if_changed(&counters, true)?;
         let end = sample_clocks(Some(&self.node));
         self.write_record(&Record::Clock(end.clone()))?;
-        let mut per_hook = BTreeMap::new();
-        let received = self.out.received();
-        for hook in Hook::ALL {
-            let i = hook as usize;
-            if counters.hits[i] + received[i] > 0 {
-                per_hook.insert(
-                    hook.name().to_owned(),
-                    HookCounts {
-                        hits: counters.hits[i],
-                        dropped: counters.drops[i],
-                        received: received[i],
-                    },
-                );
-            }
-        }
         let summary = Summary {
             node: self.node.clone(),
             ts_ns: end.monotonic_ns,
             duration_ns: end.monotonic_ns.saturating_sub(start_ns),
-            received: received.iter().sum(),
+            received: self.out.received().iter().sum(),
             dropped: counters.drops.iter().sum(),
-            per_hook,
+            per_hook: self.per_hook_counts(&counters),
             reason: reason.to_owned(),
         };
         self.write_record(&Record::Summary(summary.clone()))?;
@@ -144,6 +140,26 @@ impl Session {
         ))
     }
 
+    /// Hits, drops and received events of every hook that saw any.
+    fn per_hook_counts(&self, counters: &Counters) -> BTreeMap<String, HookCounts> {
+        let mut per_hook = BTreeMap::new();
+        let received = self.out.received();
+        for hook in Hook::ALL {
+            let i = hook as usize;
+            if counters.hits[i] + received[i] > 0 {
+                per_hook.insert(
+                    hook.name().to_owned(),
+                    HookCounts {
+                        hits: counters.hits[i],
+                        dropped: counters.drops[i],
+                        received: received[i],
+                    },
+                );
+            }
+        }
+        per_hook
+    }
+
     async fn read_loop(
         &mut self,
         duration: Option<Duration>,
@@ -160,13 +176,7 @@ impl Session {
         let mut sigterm = signal(SignalKind::terminate())?;
         // A closed terminal or `kill -HUP` stops like SIGTERM, with the final accounting.
         let mut sighup = signal(SignalKind::hangup())?;
-        if let Some(ready) = ready_file {
-            crate::output::create_output(ready, crate::output::Policy::Stream)?.commit()?;
-        }
-        // Everything is attached and every file is open: nothing from here on needs a
-        // capability (kernel/privilege.rs).
-        super::privilege::drop_all().context("dropping capabilities after attaching")?;
-        log::debug!("capabilities dropped");
+        announce_ready(ready_file)?;
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut drain = tokio::time::interval(DRAIN_EVERY);
@@ -190,19 +200,11 @@ impl Session {
                     while !drain_batch(ring, &mut self.out)? {}
                 }
                 _ = tick.tick() => {
-                    let counters = self.read_counters()?;
-                    self.write_drops_if_changed(&counters, false)?;
-                    if last_clock.elapsed() >= clock_every {
-                        self.write_record(&Record::Clock(sample_clocks(Some(&self.node))))?;
+                    let clock_due = last_clock.elapsed() >= clock_every;
+                    self.each_second(clock_due, progress.then_some(&mut last_received))?;
+                    if clock_due {
                         last_clock = Instant::now();
                     }
-                    if progress {
-                        let total: u64 = self.out.received().iter().sum();
-                        eprint!("\r\x1b[Krecording: {} events/s, {} total, {} dropped",
-                            total - last_received, total, self.last_drops_total);
-                        last_received = total;
-                    }
-                    self.out.flush()?;
                 }
                 _ = sigint.recv() => break "sigint",
                 _ = sigterm.recv() => break "sigterm",
@@ -215,6 +217,32 @@ impl Session {
         }
         self.ring = Some(ring.into_inner());
         Ok(reason)
+    }
+
+    /// The once-a-second work: drop records, a clock record when `clock_due`, the progress
+    /// line when the terminal shows one (`last_received` is the total at the previous line).
+    fn each_second(
+        &mut self,
+        clock_due: bool,
+        last_received: Option<&mut u64>,
+    ) -> anyhow::Result<()> {
+        let counters = self.read_counters()?;
+        self.write_drops_if_changed(&counters, false)?;
+        if clock_due {
+            self.write_record(&Record::Clock(sample_clocks(Some(&self.node))))?;
+        }
+        if let Some(last_received) = last_received {
+            let total: u64 = self.out.received().iter().sum();
+            eprint!(
+                "\r\x1b[Krecording: {} events/s, {} total, {} dropped",
+                total - *last_received,
+                total,
+                self.last_drops_total
+            );
+            *last_received = total;
+        }
+        self.out.flush()?;
+        Ok(())
     }
 
     fn drain(&mut self) -> anyhow::Result<()> {

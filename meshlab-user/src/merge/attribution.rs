@@ -65,6 +65,19 @@ struct Chain {
     kept: Vec<Kept>,
 }
 
+/// A point without a stamp: named as missing when expected, or once as "no recording" for
+/// all kernel points of a node that was not recorded.
+fn note_missing(half: &Half, p: &Point, node: &str, missing: &mut Vec<String>) {
+    if !half.kernel_recorded && !p.id.is_probe() {
+        let whole = format!("{node}:kernel (no recording)");
+        if !missing.contains(&whole) {
+            missing.push(whole);
+        }
+    } else if p.expected {
+        missing.push(format!("{node}:{}", p.id.name()));
+    }
+}
+
 impl Chain {
     /// Keeps the observed points in order. `pin_ends` keeps the first and last point (the e2e
     /// anchors) and drops whatever contradicts them instead.
@@ -82,14 +95,7 @@ impl Chain {
         let last_seen = points.iter().rposition(|p| p.stamp.is_some());
         for (pos, p) in points.iter().enumerate() {
             let Some(stamp) = p.stamp else {
-                if !half.kernel_recorded && !p.id.is_probe() {
-                    let whole = format!("{node}:kernel (no recording)");
-                    if !missing.contains(&whole) {
-                        missing.push(whole);
-                    }
-                } else if p.expected {
-                    missing.push(format!("{node}:{}", p.id.name()));
-                }
+                note_missing(half, p, &node, missing);
                 continue;
             };
             if p.id == PointId::TxComplete && reclaimed_late(points, pos, stamp) {

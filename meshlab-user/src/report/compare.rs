@@ -145,6 +145,35 @@ fn row(segment: String, node: String, raw: &[RawCell]) -> LadderRow {
     }
 }
 
+/// One ladder row: segment, node, then per run its p50 and (after the first run) the step
+/// over the first run, absolute and in percent.
+fn ladder_cells(row: &LadderRow) -> Vec<String> {
+    let mut cells = vec![row.segment.clone(), row.node.clone()];
+    for (i, c) in row.cells.iter().enumerate() {
+        cells.push(c.as_ref().map_or("-".into(), |c| us(c.p50_ns)));
+        if i == 0 {
+            continue;
+        }
+        let step = c
+            .as_ref()
+            .and_then(|c| c.step_ns.map(|s| (s, c.step_pct, c.flagged)));
+        let step_text = match (step, c, &row.cells[0]) {
+            (Some((s, _, flagged)), _, _) => {
+                format!("{}{}", us_signed(s), if flagged { "*" } else { "" })
+            }
+            (None, Some(_), _) => "new".into(),
+            (None, None, Some(_)) => "gone".into(),
+            (None, None, None) => "-".into(),
+        };
+        cells.push(step_text);
+        cells.push(
+            step.and_then(|(_, pct, _)| pct)
+                .map_or("-".into(), |p| format!("{p:+.1}%")),
+        );
+    }
+    cells
+}
+
 pub fn write_ladder(l: &Ladder, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
@@ -173,30 +202,7 @@ pub fn write_ladder(l: &Ladder, out: &mut dyn Write) -> io::Result<()> {
     let refs: Vec<(&str, Align)> = columns.iter().map(|(h, a)| (h.as_str(), *a)).collect();
     let mut t = Table::new(&refs);
     for row in &l.rows {
-        let mut cells = vec![row.segment.clone(), row.node.clone()];
-        for (i, c) in row.cells.iter().enumerate() {
-            cells.push(c.as_ref().map_or("-".into(), |c| us(c.p50_ns)));
-            if i == 0 {
-                continue;
-            }
-            let step = c
-                .as_ref()
-                .and_then(|c| c.step_ns.map(|s| (s, c.step_pct, c.flagged)));
-            let step_text = match (step, c, &row.cells[0]) {
-                (Some((s, _, flagged)), _, _) => {
-                    format!("{}{}", us_signed(s), if flagged { "*" } else { "" })
-                }
-                (None, Some(_), _) => "new".into(),
-                (None, None, Some(_)) => "gone".into(),
-                (None, None, None) => "-".into(),
-            };
-            cells.push(step_text);
-            cells.push(
-                step.and_then(|(_, pct, _)| pct)
-                    .map_or("-".into(), |p| format!("{p:+.1}%")),
-            );
-        }
-        t.row(cells);
+        t.row(ladder_cells(row));
     }
     t.write(out, "  ")?;
     writeln!(out)?;

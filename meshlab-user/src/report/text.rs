@@ -22,6 +22,16 @@ pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
         us(r.e2e.p99_ns),
         us_f(r.e2e.mean_ns)
     )?;
+    write_segments(r, out)?;
+    write_groups(out, "by node", &r.by_node)?;
+    write_groups(out, "by node / layer / unit", &r.by_unit)?;
+    write_groups(out, "by kind", &r.by_kind)?;
+    writeln!(out)?;
+    writeln!(out, "quantiles: {}", r.quantile_method)
+}
+
+/// The segment table in path order, its share total, and the clock-conversion error bounds.
+fn write_segments(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
@@ -63,6 +73,11 @@ pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     t.write(out, "  ")?;
     let total: f64 = r.segments.iter().map(|s| s.share).sum();
     writeln!(out, "  shares add up to {}", percent(total))?;
+    write_error_bounds(r, out)
+}
+
+/// The largest clock-conversion error seen per segment that has one.
+fn write_error_bounds(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     let bounded: Vec<String> = r
         .segments
         .iter()
@@ -80,11 +95,7 @@ pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
             writeln!(out, "    {line}")?;
         }
     }
-    write_groups(out, "by node", &r.by_node)?;
-    write_groups(out, "by node / layer / unit", &r.by_unit)?;
-    write_groups(out, "by kind", &r.by_kind)?;
-    writeln!(out)?;
-    writeln!(out, "quantiles: {}", r.quantile_method)
+    Ok(())
 }
 
 fn write_groups(out: &mut dyn Write, title: &str, rows: &[GroupRow]) -> io::Result<()> {
@@ -214,6 +225,11 @@ fn write_nodes(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
         ]);
     }
     t.write(out, "  ")?;
+    write_attach_plan(r, out)
+}
+
+/// The attach plan as a hook x node matrix of tiers, then why each failed tier failed.
+fn write_attach_plan(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,

@@ -202,6 +202,21 @@ pub fn cdf(series: &[Series], aria: &str) -> String {
         x.r1,
         bottom + 30.0
     );
+    cdf_y_axis(&mut s, &y);
+    for (i, ser) in series.iter().enumerate() {
+        cdf_line(&mut s, i, ser, &x, &y);
+    }
+    let _ = write!(
+        s,
+        "<text class=\"axis-label\" x=\"14\" y=\"{mid:.1}\" transform=\"rotate(-90 14 {mid:.1})\" \
+         text-anchor=\"middle\">fraction of requests ≤ x</text></svg>",
+        mid = (top + bottom) / 2.0
+    );
+    s
+}
+
+/// Grid lines at the quartiles, p90 and p99 of the CDF's fraction axis.
+fn cdf_y_axis(s: &mut String, y: &Scale) {
     for q in [0.0, 0.25, 0.5, 0.75, 0.9, 1.0] {
         let yy = y.at(q);
         let _ = write!(
@@ -222,16 +237,6 @@ pub fn cdf(series: &[Series], aria: &str) -> String {
         WIDTH - 42.0,
         p99 - 3.0
     );
-    for (i, ser) in series.iter().enumerate() {
-        cdf_line(&mut s, i, ser, &x, &y);
-    }
-    let _ = write!(
-        s,
-        "<text class=\"axis-label\" x=\"14\" y=\"{mid:.1}\" transform=\"rotate(-90 14 {mid:.1})\" \
-         text-anchor=\"middle\">fraction of requests ≤ x</text></svg>",
-        mid = (top + bottom) / 2.0
-    );
-    s
 }
 
 /// Series `i` as a step line, with its legend entry.

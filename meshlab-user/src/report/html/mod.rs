@@ -81,40 +81,39 @@ pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> St
     page::wrap(&report.file, &body)
 }
 
-fn stack_rows(report: &RunReport, reps: &Representatives) -> Vec<StackRow> {
+/// Time per segment kind, as mean over all requests of the segments on `node` (every node
+/// when `None`).
+fn mean_by_kind(report: &RunReport, node: Option<&str>) -> Vec<(Kind, f64)> {
     let n = report.e2e.n as f64;
-    let mean_of = |node: Option<&str>| -> Vec<(Kind, f64)> {
-        svg::KINDS
-            .iter()
-            .map(|&k| {
-                let sum: u128 = report
-                    .segments
-                    .iter()
-                    .filter(|s| s.kind == k && node.is_none_or(|n| s.node == n))
-                    .map(|s| s.stats.sum_ns)
-                    .sum();
-                (k, sum as f64 / n)
-            })
-            .collect()
-    };
-    let of_request = |r: &MergedRequest| -> Vec<(Kind, f64)> {
-        svg::KINDS
-            .iter()
-            .map(|&k| {
-                (
-                    k,
-                    r.segments
-                        .iter()
-                        .filter(|s| s.kind == k)
-                        .map(|s| s.dur_ns as f64)
-                        .sum(),
-                )
-            })
-            .collect()
-    };
+    svg::KINDS
+        .iter()
+        .map(|&k| {
+            let sum: u128 = report
+                .segments
+                .iter()
+                .filter(|s| s.kind == k && node.is_none_or(|n| s.node == n))
+                .map(|s| s.stats.sum_ns)
+                .sum();
+            (k, sum as f64 / n)
+        })
+        .collect()
+}
+
+/// Time per segment kind of one request.
+fn request_by_kind(r: &MergedRequest) -> Vec<(Kind, f64)> {
+    svg::KINDS
+        .iter()
+        .map(|&k| {
+            let sum = r.segments.iter().filter(|s| s.kind == k);
+            (k, sum.map(|s| s.dur_ns as f64).sum())
+        })
+        .collect()
+}
+
+fn stack_rows(report: &RunReport, reps: &Representatives) -> Vec<StackRow> {
     let mut rows = vec![StackRow {
         label: "all nodes (mean)".into(),
-        by_kind: mean_of(None),
+        by_kind: mean_by_kind(report, None),
     }];
     // Measured nodes in path order, derived last.
     let mut nodes: Vec<&str> = Vec::new();
@@ -133,16 +132,16 @@ fn stack_rows(report: &RunReport, reps: &Representatives) -> Vec<StackRow> {
             } else {
                 format!("node {node} (mean)")
             },
-            by_kind: mean_of(Some(node)),
+            by_kind: mean_by_kind(report, Some(node)),
         });
     }
     rows.push(StackRow {
         label: "median request".into(),
-        by_kind: of_request(reps.median),
+        by_kind: request_by_kind(reps.median),
     });
     rows.push(StackRow {
         label: "p99 request".into(),
-        by_kind: of_request(reps.p99),
+        by_kind: request_by_kind(reps.p99),
     });
     rows
 }

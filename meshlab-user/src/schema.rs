@@ -94,8 +94,7 @@ pub struct Startup {
 pub struct AttachEntry {
     /// Hook family member, e.g. `tcp_sendmsg`, `net_dev_queue`, `sock_ops`.
     pub hook: String,
-    /// `fentry`, `kprobe`, `tp_btf`, `raw_tp`, `tracepoint` or `sock_ops`.
-    pub tier: String,
+    pub tier: Tier,
     pub status: AttachStatus,
     /// The kernel's or loader's reason when not attached (verifier log tail included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,6 +115,43 @@ wire_names!(AttachStatus {
     Failed => "failed",
     Skipped => "skipped",
 });
+
+/// How a program is attached to the kernel (kernel/plan.rs lists each hook's tiers, fastest
+/// first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// BPF trampoline on a kernel function (needs BTF and CONFIG_FUNCTION_TRACER; ~fastest).
+    Fentry,
+    /// BPF trampoline on a kernel function's return (with its arguments and return value).
+    Fexit,
+    /// kprobe on a kernel function (needs CONFIG_KPROBES).
+    Kprobe,
+    /// BTF-typed raw tracepoint (5.5+): ~8 ns bare cost.
+    TpBtf,
+    /// Raw tracepoint (4.17+): same arguments as tp_btf, no BTF needed.
+    RawTp,
+    /// Classic perf tracepoint (~41 ns): only a capability probe, see tx.rs in meshlab-ebpf.
+    Tracepoint,
+    /// cgroup2 sock_ops.
+    SockOps,
+}
+
+wire_names!(Tier {
+    Fentry => "fentry",
+    Fexit => "fexit",
+    Kprobe => "kprobe",
+    TpBtf => "tp_btf",
+    RawTp => "raw_tp",
+    Tracepoint => "tracepoint",
+    SockOps => "sock_ops",
+});
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Filters in force for a recording (applied in the kernel).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -477,9 +513,27 @@ pub struct Summary {
     pub per_hook: BTreeMap<String, HookCounts>,
     pub received: u64,
     pub dropped: u64,
-    /// Why the recording ended: `duration`, `sigint`, `sigterm`.
-    pub reason: String,
+    pub reason: StopReason,
 }
+
+/// Why a recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `--duration` elapsed.
+    Duration,
+    Sigint,
+    Sigterm,
+    /// A closed terminal or `kill -HUP`.
+    Sighup,
+}
+
+wire_names!(StopReason {
+    Duration => "duration",
+    Sigint => "sigint",
+    Sigterm => "sigterm",
+    Sighup => "sighup",
+});
 
 /// A userland probe event (written by the lab workload, or any instrumented program).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -721,6 +775,8 @@ mod tests {
         assert_wire_names(Layer::ALL, Layer::as_str);
         assert_wire_names(Kind::ALL, Kind::as_str);
         assert_wire_names(IrqRole::ALL, IrqRole::as_str);
+        assert_wire_names(Tier::ALL, Tier::as_str);
+        assert_wire_names(StopReason::ALL, StopReason::as_str);
         assert_wire_names(Hook::ALL.as_slice(), Hook::name);
     }
 

@@ -19,7 +19,7 @@ use meshlab_user::capture::reader::CaptureReader;
 use meshlab_user::capture::{FILE_HEADER_LEN, RECORD_HEADER_LEN, RecordKind};
 use meshlab_user::kernel::output::{OutputFormat, RecordingOutput};
 use meshlab_user::records::RecordSource;
-use meshlab_user::schema::{ClockSample, Drops, Record, Summary};
+use meshlab_user::schema::{ClockSample, Drops, Record, StopReason, Summary};
 
 fn v4(a: [u8; 4]) -> [u8; 16] {
     let mut b = [0u8; 16];
@@ -136,7 +136,7 @@ fn end_records() -> Vec<Record> {
             per_hook: Default::default(),
             received: 861,
             dropped: 3,
-            reason: "sigint".into(),
+            reason: StopReason::Sigint,
         }),
     ]
 }

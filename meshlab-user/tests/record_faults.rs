@@ -83,7 +83,7 @@ fn complete_records(path: &Path) -> Vec<Record> {
 }
 
 fn ends_with_summary(records: &[Record], reason: &str) -> bool {
-    matches!(records.last(), Some(Record::Summary(s)) if s.reason == reason)
+    matches!(records.last(), Some(Record::Summary(s)) if s.reason.as_str() == reason)
 }
 
 /// Loopback TCP traffic (small echoed messages) on a listener until dropped.

@@ -6,7 +6,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use meshlab_user::schema::{AttachStatus, Direction, Hook};
+use meshlab_user::schema::{AttachStatus, Direction, Hook, StopReason};
 use support::{LoopbackRecording, loopback_recording, privileged_or_skip, socket_cookie};
 
 const MESSAGES: [usize; 3] = [100, 200, 300];
@@ -48,7 +48,7 @@ fn record_sees_loopback_messages_with_their_cookies_and_offsets() {
     let rec = recorder.stop();
 
     assert_eq!(rec.startup.node, "lo-test");
-    assert_eq!(rec.summary.reason, "sigint");
+    assert_eq!(rec.summary.reason, StopReason::Sigint);
     let sock_ops = rec
         .startup
         .attach_plan
@@ -207,7 +207,7 @@ fn raw_irq_stream_and_sigterm_flush_and_detach() {
     }
     drop((client, server));
     let rec = recorder.stop_with(libc::SIGTERM);
-    assert_eq!(rec.summary.reason, "sigterm");
+    assert_eq!(rec.summary.reason, StopReason::Sigterm);
     // Loopback delivers through the NET_RX softirq: with --raw-irq its entry/exit are streamed
     // (vector 3), and the plan shows napi_poll/irq_exit attached instead of skipped.
     let net_rx = |hook: Hook| {

@@ -119,7 +119,7 @@ fn attached(recording: &Recording) -> Vec<(String, String)> {
         .attach_plan
         .iter()
         .filter(|e| e.status == attached)
-        .map(|e| (e.hook.clone(), e.tier.clone()))
+        .map(|e| (e.hook.clone(), e.tier.as_str().to_owned()))
         .collect();
     plan.sort();
     plan

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 
 use meshlab_user::kernel::plan::HOOKS;
-use meshlab_user::schema::{AttachStatus, Hook};
+use meshlab_user::schema::{AttachStatus, Hook, Tier};
 use support::{LoopbackRecording, loopback_recording, privileged_or_skip, socket_cookie};
 
 fn doctor_plan() -> (BTreeMap<String, String>, serde_json::Value) {
@@ -76,30 +76,26 @@ fn record_attaches_every_hook_at_the_fastest_tier_doctor_found_usable() {
             .find(|e| e.hook == hook.name && e.status == AttachStatus::Attached);
         let used = used.unwrap();
         assert_eq!(
-            Some(&used.tier),
-            plan.get(hook.name),
+            Some(used.tier.as_str()),
+            plan.get(hook.name).map(String::as_str),
             "{}: record and doctor disagree",
             hook.name
         );
         // Every faster tier was tried and failed; every slower one was skipped.
-        let position = hook
-            .tiers
-            .iter()
-            .position(|t| t.tier.name() == used.tier)
-            .unwrap();
+        let position = hook.tiers.iter().position(|t| t.tier == used.tier).unwrap();
         for (i, tier) in hook.tiers.iter().enumerate() {
             let entry = rec
                 .startup
                 .attach_plan
                 .iter()
-                .find(|e| e.hook == hook.name && e.tier == tier.tier.name())
+                .find(|e| e.hook == hook.name && e.tier == tier.tier)
                 .unwrap();
             let expected = match i.cmp(&position) {
                 std::cmp::Ordering::Less => AttachStatus::Failed,
                 std::cmp::Ordering::Equal => AttachStatus::Attached,
                 std::cmp::Ordering::Greater => AttachStatus::Skipped,
             };
-            assert_eq!(entry.status, expected, "{} {}", hook.name, tier.tier.name());
+            assert_eq!(entry.status, expected, "{} {}", hook.name, tier.tier);
         }
     }
     // A hook with a tracepoint is attached whenever this kernel has the tracepoint; one
@@ -116,7 +112,7 @@ fn record_attaches_every_hook_at_the_fastest_tier_doctor_found_usable() {
             .any(|group| group.path().join(target).is_dir());
         let by_function = rec.startup.attach_plan.iter().any(|e| {
             e.hook == hook.name
-                && matches!(e.tier.as_str(), "fentry" | "fexit" | "kprobe")
+                && matches!(e.tier, Tier::Fentry | Tier::Fexit | Tier::Kprobe)
                 && e.status == AttachStatus::Attached
         });
         assert_eq!(

@@ -10,7 +10,7 @@ use meshlab_common::Config;
 use object::{Object, ObjectSection};
 use serde::Serialize;
 
-use super::plan::{Family, HOOKS, TRACEPOINT_PROBE};
+use super::plan::{Family, HOOKS, TRACEPOINT_PROBE, Tier};
 use super::{btf_offsets, loader, setup, sysinfo};
 use crate::schema::{AttachEntry, AttachStatus};
 
@@ -36,7 +36,7 @@ pub struct DoctorReport {
     /// Per family and tier: did it load and attach for every hook of the family that has it?
     pub families: BTreeMap<String, BTreeMap<String, String>>,
     /// What `record` would use: hook -> tier.
-    pub plan: BTreeMap<String, String>,
+    pub plan: BTreeMap<String, Tier>,
     pub usable: bool,
     /// Why attach-tier probing could not run, if it could not.
     pub probe_error: Option<String>,
@@ -176,7 +176,7 @@ fn summarize(report: &mut DoctorReport) {
                 .families
                 .entry(family.clone())
                 .or_default()
-                .entry(entry.tier.clone())
+                .entry(entry.tier.as_str().to_owned())
                 .or_insert_with(|| "usable".into());
             if entry.status != AttachStatus::Attached {
                 *cell = format!("unusable: {}", entry.error.clone().unwrap_or_default());
@@ -187,10 +187,10 @@ fn summarize(report: &mut DoctorReport) {
             .iter()
             .find(|e| e.hook == hook.name && e.status == AttachStatus::Attached)
         {
-            report.plan.insert(hook.name.to_owned(), first.tier.clone());
+            report.plan.insert(hook.name.to_owned(), first.tier);
         }
     }
-    if let Some(tp) = report.tiers.iter().find(|e| e.tier == "tracepoint") {
+    if let Some(tp) = report.tiers.iter().find(|e| e.tier == Tier::Tracepoint) {
         let cell = if tp.status == AttachStatus::Attached {
             "usable (capability probe; record uses raw_tp/tp_btf)".to_owned()
         } else {
@@ -200,7 +200,7 @@ fn summarize(report: &mut DoctorReport) {
             .families
             .entry("tx".into())
             .or_default()
-            .insert("tracepoint".into(), cell);
+            .insert(Tier::Tracepoint.as_str().into(), cell);
     }
     let has = |family: Family| {
         HOOKS
@@ -223,7 +223,7 @@ fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
     }
     writeln!(out, "\nattach plan (record):")?;
     for hook in HOOKS {
-        let tier = r.plan.get(hook.name).map(String::as_str).unwrap_or("NONE");
+        let tier = r.plan.get(hook.name).map_or("NONE", |t| t.as_str());
         writeln!(out, "  {:<20} {tier}", hook.name)?;
     }
     writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })

@@ -83,7 +83,7 @@ pub fn attach_hook(
 fn entry(hook: &str, tier: Tier, status: AttachStatus, error: Option<String>) -> AttachEntry {
     AttachEntry {
         hook: hook.to_owned(),
-        tier: tier.name().to_owned(),
+        tier,
         status,
         error,
     }

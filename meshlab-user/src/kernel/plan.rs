@@ -3,46 +3,7 @@
 //! The same table drives `meshlab doctor` (which tries every tier) and `meshlab record` (which
 //! takes the first tier that attaches, per hook).
 
-use std::fmt;
-
-/// How a program is attached to the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Tier {
-    /// BPF trampoline on a kernel function (needs BTF and CONFIG_FUNCTION_TRACER; ~fastest).
-    Fentry,
-    /// BPF trampoline on a kernel function's return (with its arguments and return value).
-    Fexit,
-    /// kprobe on a kernel function (needs CONFIG_KPROBES).
-    Kprobe,
-    /// BTF-typed raw tracepoint (5.5+): ~8 ns bare cost.
-    TpBtf,
-    /// Raw tracepoint (4.17+): same arguments as tp_btf, no BTF needed.
-    RawTp,
-    /// Classic perf tracepoint (~41 ns): only a capability probe, see tx.rs in meshlab-ebpf.
-    Tracepoint,
-    /// cgroup2 sock_ops.
-    SockOps,
-}
-
-impl Tier {
-    pub fn name(self) -> &'static str {
-        match self {
-            Tier::Fentry => "fentry",
-            Tier::Fexit => "fexit",
-            Tier::Kprobe => "kprobe",
-            Tier::TpBtf => "tp_btf",
-            Tier::RawTp => "raw_tp",
-            Tier::Tracepoint => "tracepoint",
-            Tier::SockOps => "sock_ops",
-        }
-    }
-}
-
-impl fmt::Display for Tier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::schema::Tier;
 
 /// Hook families: one module of meshlab-ebpf each (docs/probe-points.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

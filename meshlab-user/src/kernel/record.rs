@@ -304,7 +304,7 @@ fn report_end(run: anyhow::Result<String>, output: &std::path::Path) -> anyhow::
 fn not_requested(hook: &HookSpec) -> AttachEntry {
     AttachEntry {
         hook: hook.name.into(),
-        tier: hook.tiers[0].tier.name().into(),
+        tier: hook.tiers[0].tier,
         status: AttachStatus::Skipped,
         error: Some("not requested (--raw-irq)".into()),
     }

@@ -17,7 +17,7 @@ use super::clock::sample_clocks;
 use super::loader;
 use super::output::RecordingOutput;
 use super::plan::TierSpec;
-use crate::schema::{Drops, HookCounts, Record, Summary};
+use crate::schema::{Drops, HookCounts, Record, StopReason, Summary};
 
 /// Creates the ready file (signal handlers are in place) and drops every capability: everything
 /// is attached and every file is open, so nothing from here on needs one (kernel/privilege.rs).
@@ -115,7 +115,7 @@ impl Session {
             received: self.out.received().iter().sum(),
             dropped: counters.drops.iter().sum(),
             per_hook: self.per_hook_counts(&counters),
-            reason: reason.to_owned(),
+            reason,
         };
         self.write_record(&Record::Summary(summary.clone()))?;
         self.flush()?;
@@ -131,9 +131,10 @@ impl Session {
             .map(|(k, v)| format!("{k}={}", v.received))
             .collect();
         Ok(format!(
-            "meshlab record: node {} {:.1}s ({reason}): {} events, {} dropped [{}]",
+            "meshlab record: node {} {:.1}s ({}): {} events, {} dropped [{}]",
             self.node,
             started.elapsed().as_secs_f64(),
+            reason.as_str(),
             summary.received,
             summary.dropped,
             per_hook.join(" ")
@@ -165,7 +166,7 @@ impl Session {
         duration: Option<Duration>,
         clock_every: Duration,
         ready_file: Option<&std::path::Path>,
-    ) -> anyhow::Result<&'static str> {
+    ) -> anyhow::Result<StopReason> {
         let ring = self.ring.take().context("ring buffer already taken")?;
         // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
         // into_inner() below hands the RingBuf back.
@@ -206,10 +207,10 @@ impl Session {
                         last_clock = Instant::now();
                     }
                 }
-                _ = sigint.recv() => break "sigint",
-                _ = sigterm.recv() => break "sigterm",
-                _ = sighup.recv() => break "sighup",
-                _ = sleep_until(deadline) => break "duration",
+                _ = sigint.recv() => break StopReason::Sigint,
+                _ = sigterm.recv() => break StopReason::Sigterm,
+                _ = sighup.recv() => break StopReason::Sighup,
+                _ = sleep_until(deadline) => break StopReason::Duration,
             }
         };
         if progress {

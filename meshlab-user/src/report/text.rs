@@ -255,7 +255,7 @@ fn write_attach_plan(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
         for n in &r.nodes {
             let entries: Vec<_> = n.attach_plan.iter().filter(|e| e.hook == hook).collect();
             let cell = match entries.iter().find(|e| e.status == AttachStatus::Attached) {
-                Some(e) => e.tier.clone(),
+                Some(e) => e.tier.as_str().to_owned(),
                 None if entries.iter().any(|e| e.status == AttachStatus::Failed) => {
                     for e in entries.iter().filter(|e| e.status == AttachStatus::Failed) {
                         let why = e.error.as_deref().unwrap_or("no reason given");

@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use meshlab_user::schema::{
     ClockId, ClockSample, ConnRef, Filters, Hook, KernelEvent, NicIrqInfo, ProbeEvent, Record,
-    Startup, Summary,
+    Startup, StopReason, Summary,
 };
 
 /// Durations of one request's stages, in path order (ns).
@@ -420,6 +420,6 @@ fn summary(node: usize, end: u64, dropped: u64) -> Summary {
         per_hook: Default::default(),
         received: 0,
         dropped,
-        reason: "duration".into(),
+        reason: StopReason::Duration,
     }
 }

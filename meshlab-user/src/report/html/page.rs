@@ -268,14 +268,17 @@ fn attach_plan(out: &mut String, r: &RunReport) {
 
 fn attach_cell(e: &AttachEntry) -> String {
     match e.status {
-        AttachStatus::Attached => format!("<span class=\"ok\">{}</span>", escape(&e.tier)),
+        AttachStatus::Attached => format!("<span class=\"ok\">{}</span>", escape(e.tier.as_str())),
         AttachStatus::Failed => format!(
             "<span class=\"failed\" title=\"{}\">{} failed</span>",
             escape(e.error.as_deref().unwrap_or("")),
-            escape(&e.tier)
+            escape(e.tier.as_str())
         ),
         AttachStatus::Skipped => {
-            format!("<span class=\"muted\">{} skipped</span>", escape(&e.tier))
+            format!(
+                "<span class=\"muted\">{} skipped</span>",
+                escape(e.tier.as_str())
+            )
         }
     }
 }
@@ -294,7 +297,7 @@ fn attach_failures(out: &mut String, r: &RunReport) {
                         "<li>{} {} ({}): {}</li>",
                         escape(&n.node),
                         escape(&e.hook),
-                        escape(&e.tier),
+                        escape(e.tier.as_str()),
                         escape(e.error.as_deref().unwrap_or("no reason given"))
                     )
                 })

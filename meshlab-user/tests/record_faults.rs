@@ -25,7 +25,7 @@ use support::privileged_or_skip;
 
 fn record(out: &Path, ready: &Path, extra: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshlab"));
-    cmd.args(["record", "--clock-every-secs", "1", "-o"])
+    cmd.args(["record", "--clock-every", "1s", "-o"])
         .arg(out)
         .arg("--ready-file")
         .arg(ready)

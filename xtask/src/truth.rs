@@ -342,7 +342,7 @@ fn start_server(
         .arg("--ready-file")
         .arg(&ready);
     match (cause, with_cause) {
-        (Cause::SlowHandler, true) => cmd.args(["--handler-spin-us", "200"]),
+        (Cause::SlowHandler, true) => cmd.args(["--handler-spin", "200us"]),
         (Cause::SmallRcvbuf, true) => cmd.args(["--rcvbuf", "4096"]),
         _ => &mut cmd,
     };

@@ -18,6 +18,7 @@ use crate::output::{Policy, create_output};
 use crate::schema::{
     AttachEntry, AttachStatus, Filters, NicIrqInfo, Record, SCHEMA_VERSION, Startup,
 };
+use crate::units::{parse_duration, parse_sample_rate};
 
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
@@ -29,8 +30,9 @@ pub struct RecordArgs {
     /// lines (docs/schema.md), about ten times the recorder's CPU per event.
     #[arg(long, value_enum, default_value_t = OutputFormat::Capture)]
     pub format: OutputFormat,
-    /// Stop after this long (e.g. 500ms, 5s, 10m); default: until Ctrl-C or SIGTERM.
-    #[arg(long, value_parser = parse_duration)]
+    /// Stop after this long (DURATION: a number with a unit, ns, us, ms, s, m or h, e.g. 500ms,
+    /// 10m); default: until Ctrl-C or SIGTERM.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Node name written into every record (default: the host name).
     #[arg(long)]
@@ -51,11 +53,11 @@ pub struct RecordArgs {
     #[arg(long)]
     pub device: Option<String>,
     /// Trace one connection in N, chosen by a hash of the 4-tuple both ends agree on ("1/N").
-    #[arg(long, value_parser = parse_sample, default_value = "1/1")]
+    #[arg(long, value_parser = parse_sample_rate, default_value = "1/1")]
     pub sample_conns: u32,
     /// On each traced connection, trace one request in N and the response answering it, chosen
     /// by a hash of the connection and the request's stream offset both ends agree on ("1/N").
-    #[arg(long, value_parser = parse_sample, default_value = "1/1")]
+    #[arg(long, value_parser = parse_sample_rate, default_value = "1/1")]
     pub sample_messages: u32,
     /// Also record unix stream sockets (sidecar legs): send/recv returns and data-ready, keyed
     /// by socket address. Use with --netns: without it every unix socket of the host is traced.
@@ -70,49 +72,15 @@ pub struct RecordArgs {
     /// Ring buffer size in bytes (a power of two, at least the page size).
     #[arg(long, default_value_t = DEFAULT_RING_BYTES)]
     pub ring_bytes: u32,
-    /// Seconds between periodic clock records.
-    #[arg(long, default_value_t = 5)]
-    pub clock_every_secs: u64,
+    /// Time between periodic clock records (DURATION, as --duration; at least 1s, the
+    /// recorder's housekeeping tick).
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
+    pub clock_every: Duration,
 }
 
 /// A submit wakes the reader once 1/16 of the ring is pending; below that the reader drains
 /// every [`super::session::DRAIN_EVERY`].
 const WAKEUP_FRACTION: u32 = 16;
-
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: expected a number with a unit, e.g. 5s"))?;
-    let secs = match unit {
-        "ms" => value / 1000.0,
-        "s" | "" => value,
-        "m" | "min" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("`{s}`: must be a non-negative duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-fn parse_sample(s: &str) -> Result<u32, String> {
-    let n = s
-        .strip_prefix("1/")
-        .ok_or_else(|| format!("`{s}`: expected 1/N, e.g. 1/10"))?;
-    let n: u32 = n
-        .parse()
-        .map_err(|_| format!("`{s}`: N must be a positive integer"))?;
-    if n == 0 {
-        return Err(format!("`{s}`: N must be at least 1"));
-    }
-    Ok(n)
-}
 
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     check_args(&args)?;
@@ -135,7 +103,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     session.flush()?;
     let run = session.run(
         args.duration,
-        Duration::from_secs(args.clock_every_secs.max(1)),
+        args.clock_every.max(Duration::from_secs(1)),
         args.ready_file.as_deref(),
     );
     report_end(run, &args.output)
@@ -341,29 +309,4 @@ pub fn open_capture_output(path: &std::path::Path) -> anyhow::Result<Box<dyn Wri
     }
     let file = create_output(path, Policy::Stream)?.commit()?;
     Ok(Box::new(file))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_and_samples_parse_or_explain() {
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert!(
-            parse_duration("5 parsecs")
-                .unwrap_err()
-                .contains("unknown unit")
-        );
-        assert!(
-            parse_duration("x")
-                .unwrap_err()
-                .contains("expected a number")
-        );
-        assert_eq!(parse_sample("1/10").unwrap(), 10);
-        assert!(parse_sample("10").unwrap_err().contains("1/N"));
-        assert!(parse_sample("1/0").unwrap_err().contains("at least 1"));
-    }
 }

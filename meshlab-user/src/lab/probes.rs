@@ -42,12 +42,7 @@ impl std::str::FromStr for SampleRate {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        let n = s
-            .strip_prefix("1/")
-            .and_then(|n| n.parse::<u32>().ok())
-            .filter(|&n| n > 0)
-            .ok_or_else(|| format!("`{s}`: expected 1/N with N >= 1, e.g. 1/100"))?;
-        Ok(Self(n))
+        crate::units::parse_sample_rate(s).map(Self)
     }
 }
 

@@ -37,10 +37,11 @@ pub struct ServerArgs {
     /// Written once listening: the bound address (`tcp:IP:PORT` or `unix:PATH`).
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
-    /// Busy-spin this many microseconds in the handler of every request: a known slow
-    /// handler for `cargo xtask truth` (the time belongs to the server process).
-    #[arg(long, default_value_t = 0)]
-    pub handler_spin_us: u64,
+    /// Busy-spin this long in the handler of every request (DURATION: a number with a unit,
+    /// e.g. 200us): a known slow handler for `cargo xtask truth` (the time belongs to the
+    /// server process).
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = crate::units::parse_duration)]
+    pub handler_spin: std::time::Duration,
     /// SO_RCVBUF of every accepted TCP connection (0 = the kernel's default): a known small
     /// receive buffer for `cargo xtask truth`.
     #[arg(long, default_value_t = 0)]
@@ -88,7 +89,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let options = ServeOptions {
         proto: args.proto,
-        handler_spin: std::time::Duration::from_micros(args.handler_spin_us),
+        handler_spin: args.handler_spin,
         rcvbuf: args.rcvbuf,
     };
     let result = accept_loop(&listener, fd, options, &probes);

@@ -22,7 +22,7 @@ pub struct DoctorArgs {
 }
 
 #[derive(Debug, Serialize)]
-pub struct DoctorReport {
+pub(crate) struct DoctorReport {
     pub kernel: String,
     pub btf: bool,
     pub lockdown: Option<String>,
@@ -43,7 +43,7 @@ pub struct DoctorReport {
 }
 
 #[derive(Debug, Serialize)]
-pub struct ObjectFacts {
+pub(crate) struct ObjectFacts {
     pub bytes: usize,
     pub programs: usize,
     pub has_btf: bool,
@@ -66,7 +66,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn diagnose() -> DoctorReport {
+pub(crate) fn diagnose() -> DoctorReport {
     let mounts = sysinfo::mounts();
     let mut report = DoctorReport {
         kernel: sysinfo::kernel_release(),
@@ -90,7 +90,7 @@ pub fn diagnose() -> DoctorReport {
 }
 
 /// Checks the embedded ELF with `object`: every program the hook table names must be there.
-pub fn inspect_object(bytes: &[u8]) -> ObjectFacts {
+pub(crate) fn inspect_object(bytes: &[u8]) -> ObjectFacts {
     let Ok(file) = object::File::parse(bytes) else {
         return ObjectFacts {
             bytes: bytes.len(),

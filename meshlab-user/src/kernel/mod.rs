@@ -1,14 +1,14 @@
 //! The kernel side seen from userspace: capability probe, BTF offsets, loader, recorder.
 
-pub mod btf_offsets;
-pub mod clock;
+pub(crate) mod btf_offsets;
+pub(crate) mod clock;
 pub mod doctor;
-pub mod loader;
+pub(crate) mod loader;
 pub mod nic;
 pub mod output;
 pub mod plan;
 pub mod privilege;
 pub mod record;
-pub mod session;
-pub mod setup;
+pub(crate) mod session;
+pub(crate) mod setup;
 pub mod sysinfo;

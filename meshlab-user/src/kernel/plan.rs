@@ -276,7 +276,7 @@ pub const HOOKS: &[HookSpec] = &[
 
 /// Capability probes for tiers `record` never needs on this family (doctor only): a classic
 /// tracepoint per family, so the table shows whether perf tracepoints attach at all.
-pub const TRACEPOINT_PROBE: TierSpec = TierSpec {
+pub(crate) const TRACEPOINT_PROBE: TierSpec = TierSpec {
     tier: Tier::Tracepoint,
     program: "net_dev_queue_tracepoint",
     target: "net:net_dev_queue",

@@ -36,14 +36,14 @@ pub const RECORD_NEEDS: &[Capability] = &[
 ];
 
 /// What `record --netns` needs on top.
-pub const NETNS_NEEDS: &[Capability] = &[Capability {
+pub(crate) const NETNS_NEEDS: &[Capability] = &[Capability {
     bit: 21,
     name: "CAP_SYS_ADMIN",
     needed_for: "setns() into --netns to read its cookie and device names",
 }];
 
 /// The effective capability set of this process (CapEff in /proc/self/status).
-pub fn effective() -> io::Result<u64> {
+pub(crate) fn effective() -> io::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     let hex = status
         .lines()
@@ -55,7 +55,7 @@ pub fn effective() -> io::Result<u64> {
 /// Fails, naming each missing capability and what it is for, unless all of `needed` are in
 /// the effective set (root has them all; `setcap` or systemd's AmbientCapabilities can grant
 /// exactly these).
-pub fn require(what: &str, needed: &[Capability]) -> anyhow::Result<()> {
+pub(crate) fn require(what: &str, needed: &[Capability]) -> anyhow::Result<()> {
     let have = effective()?;
     let missing: Vec<String> = needed
         .iter()
@@ -72,7 +72,7 @@ pub fn require(what: &str, needed: &[Capability]) -> anyhow::Result<()> {
 }
 
 /// Gives up every capability for good, and any way back through exec.
-pub fn drop_all() -> io::Result<()> {
+pub(crate) fn drop_all() -> io::Result<()> {
     // SAFETY: plain prctl calls without pointers.
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {

@@ -11,7 +11,7 @@ use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::output::{OutputFormat, RecordingOutput};
-use super::plan::{HOOKS, HookSpec, TierSpec};
+use super::plan::{Family, HOOKS, HookSpec, TierSpec};
 use super::{clock, loader, nic, privilege, session, setup, sysinfo};
 use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
@@ -200,7 +200,7 @@ fn attach_all(
             .find(|(_, e)| e.status == AttachStatus::Attached)
         {
             Some((spec, _)) => attached.push(spec),
-            None if hook.name == "sock_ops" => {
+            None if hook.family == Family::SockOps => {
                 bail!(
                     "sock_ops could not attach to {}: {:?}",
                     cgroup_path.display(),
@@ -303,7 +303,7 @@ fn install_filters(ebpf: &mut aya::Ebpf, args: &RecordArgs) -> anyhow::Result<()
 /// The output file or stdout (every file `record` and `export` write is opened here). The file is opened under crate::output's rules (no symlink, no
 /// foreign file, handed to the invoking user under sudo so a recording can be merged and
 /// deleted without root) and streamed: a killed recorder leaves every complete line.
-pub fn open_capture_output(path: &std::path::Path) -> anyhow::Result<Box<dyn Write + Send>> {
+pub(crate) fn open_capture_output(path: &std::path::Path) -> anyhow::Result<Box<dyn Write + Send>> {
     if path.as_os_str() == "-" {
         return Ok(Box::new(std::io::stdout()));
     }

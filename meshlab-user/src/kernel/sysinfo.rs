@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// `uname -r`.
-pub fn kernel_release() -> String {
+pub(crate) fn kernel_release() -> String {
     fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "unknown".into())
@@ -18,7 +18,7 @@ pub fn hostname() -> String {
 }
 
 /// The lockdown mode in brackets in /sys/kernel/security/lockdown (`none`, `integrity`, ...).
-pub fn lockdown_mode() -> Option<String> {
+pub(crate) fn lockdown_mode() -> Option<String> {
     let text = fs::read_to_string("/sys/kernel/security/lockdown").ok()?;
     let start = text.find('[')? + 1;
     let end = text[start..].find(']')? + start;
@@ -33,7 +33,7 @@ pub struct Mount {
 }
 
 /// Parses /proc/self/mountinfo text: field 5 is the mount point, the field after " - " the type.
-pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<Mount> {
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
@@ -87,7 +87,7 @@ pub fn find_mount(mounts: &[Mount], fs_type: &str) -> Option<PathBuf> {
 
 /// Mounts tracefs at /sys/kernel/tracing if no tracefs is mounted (needed for classic
 /// tracepoints and kprobes, which aya resolves through tracefs). Returns where it is.
-pub fn ensure_tracefs() -> Result<PathBuf, String> {
+pub(crate) fn ensure_tracefs() -> Result<PathBuf, String> {
     if let Some(p) = find_mount(&mounts(), "tracefs") {
         return Ok(p);
     }

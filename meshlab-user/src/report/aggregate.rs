@@ -133,7 +133,7 @@ impl Aggregate {
         Ok(agg)
     }
 
-    pub fn add_request(&mut self, req: &MergedRequest) {
+    pub(crate) fn add_request(&mut self, req: &MergedRequest) {
         let c = &mut self.completeness;
         c.requests += 1;
         if req.complete {
@@ -180,7 +180,7 @@ impl Aggregate {
 
     /// Request numbers (0-based, file order) of the median and the p99 request: the first
     /// request whose end-to-end equals the nearest-rank p50 / p99 of all end-to-end times.
-    pub fn representative_requests(&self) -> (usize, usize) {
+    pub(crate) fn representative_requests(&self) -> (usize, usize) {
         let pick = |value: u64| {
             self.e2e_by_index
                 .iter()
@@ -207,7 +207,7 @@ impl Aggregate {
     }
 }
 
-pub fn segment_key(seg: &crate::schema::Segment) -> SegmentKey {
+pub(crate) fn segment_key(seg: &crate::schema::Segment) -> SegmentKey {
     SegmentKey {
         name: seg.name.clone(),
         node: seg.node.clone(),
@@ -219,7 +219,7 @@ pub fn segment_key(seg: &crate::schema::Segment) -> SegmentKey {
 }
 
 /// The node column of a segment: its node, or `derived` for cross-node segments.
-pub fn node_label(key: &SegmentKey) -> &str {
+pub(crate) fn node_label(key: &SegmentKey) -> &str {
     key.node.as_deref().unwrap_or("derived")
 }
 

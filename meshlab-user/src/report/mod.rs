@@ -7,15 +7,15 @@
 
 pub mod aggregate;
 pub mod cli;
-pub mod compare;
-pub mod html;
-pub mod key;
-pub mod layout;
-pub mod order;
-pub mod perfetto;
-pub mod quantile;
-pub mod select;
-pub mod steps;
+pub(crate) mod compare;
+pub(crate) mod html;
+pub(crate) mod key;
+pub(crate) mod layout;
+pub(crate) mod order;
+pub(crate) mod perfetto;
+pub(crate) mod quantile;
+pub(crate) mod select;
+pub(crate) mod steps;
 pub mod summary;
-pub mod table;
+pub(crate) mod table;
 pub mod text;

@@ -11,7 +11,7 @@ use super::key::SegmentKey;
 use super::quantile::Stats;
 
 /// How quantiles are computed; printed in both outputs so figures can be re-derived.
-pub const QUANTILE_METHOD: &str = "nearest-rank: the sample at 1-based rank ceil(q*n)";
+pub(crate) const QUANTILE_METHOD: &str = "nearest-rank: the sample at 1-based rank ceil(q*n)";
 
 #[derive(Debug, Serialize)]
 pub struct RunReport {

@@ -31,7 +31,7 @@ const A_HEADER: u16 = 1;
 const A_HEADER_DEV_NAME: u16 = 2;
 
 #[derive(Debug, thiserror::Error)]
-pub enum EthtoolError {
+pub(crate) enum EthtoolError {
     #[error("netlink socket: {0}")]
     Socket(io::Error),
     #[error("the kernel has no `ethtool` generic-netlink family (CONFIG_ETHTOOL_NETLINK off?)")]
@@ -43,7 +43,7 @@ pub enum EthtoolError {
 }
 
 /// One netlink socket with the ethtool family resolved.
-pub struct EthtoolSocket {
+pub(crate) struct EthtoolSocket {
     fd: OwnedFd,
     family: u16,
     seq: u32,
@@ -258,14 +258,14 @@ fn offloads_from_names(active: &[String]) -> Offloads {
 /// Driver, driver version, firmware and bus address (ETHTOOL_GDRVINFO through SIOCETHTOOL):
 /// the ethtool netlink family has no request for them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DriverInfo {
+pub(crate) struct DriverInfo {
     pub driver: String,
     pub version: String,
     pub firmware: String,
     pub bus_info: String,
 }
 
-pub fn driver_info(dev: &str) -> Result<DriverInfo, EthtoolError> {
+pub(crate) fn driver_info(dev: &str) -> Result<DriverInfo, EthtoolError> {
     const ETHTOOL_GDRVINFO: u32 = 3;
     const SIOCETHTOOL: libc::c_ulong = 0x8946;
     // struct ethtool_drvinfo: cmd, then 32-byte driver, version, fw_version, bus_info, ...

@@ -15,7 +15,7 @@ pub use crate::schema::IrqRole;
 
 /// What one action name says: role and, when the name has one, the queue (channel) number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IrqName {
+pub(crate) struct IrqName {
     pub role: IrqRole,
     pub queue: Option<u32>,
 }
@@ -33,7 +33,7 @@ pub struct DeviceNames {
 
 /// Classifies `action` (one /proc/interrupts action name) for the device; None when the name
 /// belongs to something else.
-pub fn classify(action: &str, names: &DeviceNames) -> Option<IrqName> {
+pub(crate) fn classify(action: &str, names: &DeviceNames) -> Option<IrqName> {
     if let Some((vector, pci)) = action.split_once("@pci:") {
         return names
             .bus

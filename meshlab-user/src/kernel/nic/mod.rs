@@ -15,7 +15,7 @@ use crate::schema::{DeviceContext, DeviceIrq, IrqRole, NicIrqInfo};
 /// Every vector of `dev`: its MSI vectors and the /proc/interrupts lines whose action names
 /// name it. A vector in `msi_irqs` whose name belongs to another device (another function of
 /// a shared PCI parent) is left out; one with no action yet is kept with role `other`.
-pub fn device_irqs(
+pub(crate) fn device_irqs(
     root: &SysRoot,
     dev: &NetDevice,
     interrupts: &[InterruptLine],

@@ -102,7 +102,7 @@ fn parse_or(text: Option<String>, default: u32) -> u32 {
 }
 
 /// `queues/rx-N` with RPS CPUs and `queues/tx-N` with XPS CPUs, by queue number.
-pub fn queues(root: &SysRoot, netdev: &str) -> (Vec<QueueCpus>, Vec<QueueCpus>) {
+pub(crate) fn queues(root: &SysRoot, netdev: &str) -> (Vec<QueueCpus>, Vec<QueueCpus>) {
     let dir = format!("sys/class/net/{netdev}/queues");
     let mut rx = Vec::new();
     let mut tx = Vec::new();
@@ -131,7 +131,7 @@ pub fn queues(root: &SysRoot, netdev: &str) -> (Vec<QueueCpus>, Vec<QueueCpus>) 
 }
 
 /// A sysfs CPU mask (`00000000,0000000a`: 32-bit hex words, most significant first) -> CPUs.
-pub fn parse_cpu_mask(mask: &str) -> Vec<u32> {
+pub(crate) fn parse_cpu_mask(mask: &str) -> Vec<u32> {
     let mut cpus = Vec::new();
     for (word_index, word) in mask.trim().rsplit(',').enumerate() {
         let Ok(bits) = u32::from_str_radix(word, 16) else {
@@ -145,7 +145,7 @@ pub fn parse_cpu_mask(mask: &str) -> Vec<u32> {
 }
 
 /// A CPU list (`0-3,8,10-11`) -> CPUs.
-pub fn parse_cpu_list(list: &str) -> Vec<u32> {
+pub(crate) fn parse_cpu_list(list: &str) -> Vec<u32> {
     let mut cpus = Vec::new();
     for part in list.trim().split(',').filter(|p| !p.is_empty()) {
         let range = match part.split_once('-') {
@@ -160,7 +160,7 @@ pub fn parse_cpu_list(list: &str) -> Vec<u32> {
 }
 
 /// The CPUs an IRQ may run on and, when the kernel says, the ones it is delivered to now.
-pub fn irq_affinity(root: &SysRoot, irq: u32) -> (Vec<u32>, Option<Vec<u32>>) {
+pub(crate) fn irq_affinity(root: &SysRoot, irq: u32) -> (Vec<u32>, Option<Vec<u32>>) {
     let affinity = root
         .read_trimmed(format!("proc/irq/{irq}/smp_affinity_list"))
         .map(|l| parse_cpu_list(&l))
@@ -189,7 +189,7 @@ pub fn read_interrupts(root: &SysRoot) -> Vec<InterruptLine> {
 
 /// Parses /proc/interrupts: a header of CPU names, then `IRQ: count... chip hwirq actions`.
 /// Lines that are not numbered (NMI, LOC, ...) are left out.
-pub fn parse_interrupts(text: &str) -> Vec<InterruptLine> {
+pub(crate) fn parse_interrupts(text: &str) -> Vec<InterruptLine> {
     let mut lines = text.lines();
     let cpus = lines.next().map_or(0, |h| h.split_whitespace().count());
     lines

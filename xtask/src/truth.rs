@@ -35,6 +35,12 @@ pub struct TruthArgs {
     /// Keep the run directories (recordings, merged files) in this directory.
     #[arg(long)]
     keep: Option<PathBuf>,
+    /// Use the debug build of meshlab (quicker to build; the eBPF object is the same).
+    #[arg(long)]
+    debug: bool,
+    /// Only the bpftrace reference runs (no cause), for checking the reference quickly.
+    #[arg(long)]
+    reference_only: bool,
 }
 
 /// The client runs on CPU 0, the server (and the hogs) on CPU 1.
@@ -143,6 +149,9 @@ struct RunStats {
     target_p50_ns: f64,
     /// Median per (node, segment name), to name where an unrecovered share went.
     per_segment_p50_ns: BTreeMap<String, f64>,
+    /// Median per (node, segment name) over the requests that have the segment: what the
+    /// bpftrace reference measures (it times only intervals that happened).
+    present_p50_ns: BTreeMap<String, f64>,
     requests: usize,
     /// Run time of both recorders' BPF programs during the run, per request of the run: the
     /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
@@ -161,8 +170,13 @@ pub fn run(args: TruthArgs) -> Result<()> {
     } else {
         (args.rounds.max(1), args.seconds.max(1))
     };
-    run_cmd(crate::cargo().args(["build", "--release", "--bin", "meshlab"]))?;
-    let exe = workspace_root().join("target/release/meshlab");
+    let exe = if args.debug {
+        run_cmd(crate::cargo().args(["build", "--bin", "meshlab"]))?;
+        workspace_root().join("target/debug/meshlab")
+    } else {
+        run_cmd(crate::cargo().args(["build", "--release", "--bin", "meshlab"]))?;
+        workspace_root().join("target/release/meshlab")
+    };
     let scratch = Scratch::new(args.keep.clone())?;
     let netns = TruthNetns::create(&args.prefix)?;
     // Global switch, set back on drop (also on failure).
@@ -174,7 +188,8 @@ pub fn run(args: TruthArgs) -> Result<()> {
     let mut results: BTreeMap<(Cause, bool), Vec<RunStats>> = BTreeMap::new();
     let mut reference_runs = Vec::new();
     for round in 0..rounds {
-        for cause in CAUSES {
+        let causes: &[Cause] = if args.reference_only { &[] } else { &CAUSES };
+        for &cause in causes {
             // Alternate which condition goes first, so drift favours neither.
             for k in 0..2 {
                 let with_cause = (round + k) % 2 == 1;
@@ -216,11 +231,7 @@ pub fn run(args: TruthArgs) -> Result<()> {
         )
         .with_context(|| format!("round {round}, reference run"))?;
         scratch.done_with(&dir);
-        reference_runs.extend(
-            stats
-                .reference
-                .map(|r| (r, stats.per_segment_p50_ns.clone())),
-        );
+        reference_runs.extend(stats.reference.map(|r| (r, stats.present_p50_ns.clone())));
     }
     print_table(&results, rounds, seconds);
     truth_reference::print_comparison(&reference_runs);
@@ -366,6 +377,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         std::fs::read_to_string(merged).with_context(|| format!("reading {}", merged.display()))?;
     let (mut e2e, mut target) = (Vec::new(), Vec::new());
     let mut per_segment: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut present: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         let v: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{}:{}: not JSON", merged.display(), i + 1))?;
@@ -386,6 +398,9 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
                 target_ns += seg.dur_ns;
             }
         }
+        for (key, ns) in &sums {
+            present.entry(key.clone()).or_default().push(*ns as f64);
+        }
         // A segment absent from a request (an optional stage) counts as 0 there.
         for (key, _) in per_segment.iter_mut() {
             sums.entry(key.clone()).or_default();
@@ -405,11 +420,13 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         target_p50_ns: median(target),
         bpf_ns_per_request: 0.0,
         reference: None,
-        per_segment_p50_ns: per_segment
-            .into_iter()
-            .map(|(k, v)| (k, median(v)))
-            .collect(),
+        per_segment_p50_ns: medians(per_segment),
+        present_p50_ns: medians(present),
     })
+}
+
+fn medians(samples: BTreeMap<String, Vec<f64>>) -> BTreeMap<String, f64> {
+    samples.into_iter().map(|(k, v)| (k, median(v))).collect()
 }
 
 fn condition_median(runs: &[RunStats], f: impl Fn(&RunStats) -> f64) -> f64 {

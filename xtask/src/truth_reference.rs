@@ -1,6 +1,6 @@
 //! The independent reference of `cargo xtask truth`: Debian's bpftrace running
-//! `xtask/truth/reference.bt` on the client veth during a run, timing tx_qdisc and tx_driver
-//! of the same data-carrying packets meshlab records, for a side-by-side median.
+//! `xtask/truth/reference.bt` on the client veth and socket during a run, timing the same
+//! intervals of the same data-carrying packets meshlab records, for a side-by-side median.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,8 +12,17 @@ use anyhow::{Result, bail};
 use crate::truth_lab::{Proc, median};
 use crate::workspace_root;
 
-/// The stages the script times, as it prints them (and as meshlab names them).
-pub const STAGES: [&str; 2] = ["tx_qdisc", "tx_driver"];
+/// The stages the script times, as it names its maps (and as meshlab names the segments).
+pub const STAGES: [&str; 5] = [
+    "tx_qdisc",
+    "tx_driver",
+    "rx_ip_tcp",
+    "rx_tcp_deliver",
+    "rx_sched_delay",
+];
+
+/// The script counts each interval in a map keyed by its length in steps of this many ns.
+const STEP_NS: f64 = 10.0;
 
 /// Stage -> median interval (ns) measured by bpftrace in one run.
 pub type StageMedians = BTreeMap<&'static str, f64>;
@@ -32,7 +41,11 @@ impl Reference {
         let output = dir.join("reference.txt");
         let script = workspace_root().join("xtask/truth/reference.bt");
         let mut cmd = Command::new("bpftrace");
-        cmd.arg(&script)
+        // At most one map key per packet (a distinct 10 ns length), so 65536 holds a minute at
+        // 1000 req/s; the default 4096 would drop lengths in a long run. A much larger limit
+        // made bpftrace take over a minute to exit here.
+        cmd.env("BPFTRACE_MAP_KEYS_MAX", "65536")
+            .arg(&script)
             .arg(device)
             .stdout(std::fs::File::create(&output)?)
             .stderr(std::fs::File::create(dir.join("reference.log"))?);
@@ -58,21 +71,33 @@ impl Reference {
         let text = std::fs::read_to_string(&self.output)?;
         let mut samples: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
         for line in text.lines() {
-            let Some((stage, ns)) = line.split_once(' ') else {
-                continue;
-            };
-            if let (Some(stage), Ok(ns)) = (STAGES.iter().find(|s| **s == stage), ns.parse()) {
-                samples.entry(stage).or_default().push(ns);
+            if let Some((stage, ns, count)) = parse_map_line(line) {
+                // The bucket's middle: the script truncated the length to a STEP_NS multiple.
+                let v = samples.entry(stage).or_default();
+                v.extend(std::iter::repeat_n(ns + STEP_NS / 2.0, count));
             }
         }
         if samples.len() < STAGES.len() {
-            bail!("{}: bpftrace timed no data packet", self.output.display());
+            bail!(
+                "{}: bpftrace timed only {:?} of {STAGES:?}",
+                self.output.display(),
+                samples.keys().collect::<Vec<_>>()
+            );
         }
         Ok(samples
             .into_iter()
             .map(|(stage, v)| (stage, median(v)))
             .collect())
     }
+}
+
+/// `@STAGE[STEPS]: COUNT`, as bpftrace prints a count map at exit: stage, ns, count.
+fn parse_map_line(line: &str) -> Option<(&'static str, f64, usize)> {
+    let (name, rest) = line.strip_prefix('@')?.split_once('[')?;
+    let (steps, count) = rest.split_once("]: ")?;
+    let stage = STAGES.iter().find(|s| **s == name)?;
+    let steps: f64 = steps.parse().ok()?;
+    Some((stage, steps * STEP_NS, count.trim().parse().ok()?))
 }
 
 /// The reference table: per stage, meshlab's and bpftrace's medians over the reference runs.
@@ -82,11 +107,12 @@ pub fn print_comparison(runs: &[ReferenceRun]) {
     }
     println!(
         "\nindependent reference (bpftrace, xtask/truth/reference.bt) on the same {} run(s), \
-         client veth, data packets, medians (us)",
+         client veth and socket, data packets, medians (us; meshlab: over the requests that \
+         have the segment)",
         runs.len()
     );
     println!(
-        "{:<10} {:>9} {:>9} {:>8}",
+        "{:<15} {:>9} {:>9} {:>8}",
         "stage", "meshlab", "bpftrace", "diff"
     );
     for stage in STAGES {
@@ -101,7 +127,7 @@ pub fn print_comparison(runs: &[ReferenceRun]) {
                 .collect(),
         );
         println!(
-            "{stage:<10} {:>9.2} {:>9.2} {:>7.1}%",
+            "{stage:<15} {:>9.2} {:>9.2} {:>7.1}%",
             meshlab / 1e3,
             reference / 1e3,
             (meshlab / reference - 1.0) * 100.0

@@ -38,6 +38,9 @@ pub struct TruthArgs {
     /// Use the debug build of meshlab (quicker to build; the eBPF object is the same).
     #[arg(long)]
     debug: bool,
+    /// Only these causes (repeatable; default: all).
+    #[arg(long = "cause", value_enum)]
+    causes: Vec<Cause>,
     /// Only the bpftrace reference runs (no cause), for checking the reference quickly.
     #[arg(long)]
     reference_only: bool,
@@ -50,7 +53,7 @@ const PORT: u16 = 9000;
 /// A share is shown only when the cause added more than this fraction of the p50 without it.
 const MIN_ADDED_FRACTION: f64 = 0.1;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 enum Cause {
     /// TBF rate limit on the client's veth -> the client's tx_qdisc.
     TbfRateLimit,
@@ -188,8 +191,10 @@ pub fn run(args: TruthArgs) -> Result<()> {
     let mut results: BTreeMap<(Cause, bool), Vec<RunStats>> = BTreeMap::new();
     let mut reference_runs = Vec::new();
     for round in 0..rounds {
-        let causes: &[Cause] = if args.reference_only { &[] } else { &CAUSES };
-        for &cause in causes {
+        let causes = CAUSES.into_iter().filter(|c| {
+            !args.reference_only && (args.causes.is_empty() || args.causes.contains(c))
+        });
+        for cause in causes {
             // Alternate which condition goes first, so drift favours neither.
             for k in 0..2 {
                 let with_cause = (round + k) % 2 == 1;

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::bpfstats::{self, StatsEnabled};
 use crate::truth_lab::{CpuHogs, Proc, TbfQdisc, TruthNetns, median, run_quiet};
-use crate::truth_reference::{self, Reference};
+use crate::truth_reference::{self, Reference, ReferenceRun};
 use crate::{run_cmd, workspace_root};
 
 #[derive(clap::Args)]
@@ -160,8 +160,12 @@ struct RunStats {
     /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
     /// switch of every process, so a busy machine raises it.
     bpf_ns_per_request: f64,
+    /// Both recorder processes' own CPU time (user, kernel) during the run, per request.
+    recorder_cpu_ns_per_request: CpuTimes,
     /// bpftrace's per-stage medians, in the runs the reference watched.
     reference: Option<truth_reference::StageMedians>,
+    /// The client recorder's programs' run time during the run (reference runs only).
+    client_programs: Vec<bpfstats::ProgramCost>,
 }
 
 pub fn run(args: TruthArgs) -> Result<()> {
@@ -236,7 +240,11 @@ pub fn run(args: TruthArgs) -> Result<()> {
         )
         .with_context(|| format!("round {round}, reference run"))?;
         scratch.done_with(&dir);
-        reference_runs.extend(stats.reference.map(|r| (r, stats.present_p50_ns.clone())));
+        reference_runs.extend(stats.reference.map(|r| ReferenceRun {
+            bpftrace: r,
+            meshlab: stats.present_p50_ns.clone(),
+            meshlab_programs: stats.client_programs.clone(),
+        }));
     }
     print_table(&results, rounds, seconds);
     truth_reference::print_comparison(&reference_runs);
@@ -273,6 +281,9 @@ fn one_run(
         _ => None,
     };
     let bpf_before = recorder_bpf_ns(&recorders)?;
+    let client_recorder = recorders[0].pid().context("client recorder stopped")?;
+    let client_before = bpfstats::snapshot(client_recorder)?;
+    let cpu_before = recorder_cpu(&recorders)?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     let output = TruthNetns::exec_pinned(&netns.a, CLIENT_CPU, exe)
         .args(["lab", "client", "--connect"])
@@ -292,6 +303,8 @@ fn one_run(
     }
     server.stop()?;
     let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
+    let client_programs = bpfstats::delta(&client_before, &bpfstats::snapshot(client_recorder)?);
+    let cpu = recorder_cpu(&recorders)?.since(cpu_before);
     let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
         recorder.stop()?;
@@ -306,7 +319,11 @@ fn one_run(
     )?;
     let mut stats = run_stats(&merged, cause)?;
     stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
+    stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
     stats.reference = reference;
+    if stats.reference.is_some() {
+        stats.client_programs = client_programs;
+    }
     Ok(stats)
 }
 
@@ -319,6 +336,57 @@ fn recorder_bpf_ns(recorders: &[Proc]) -> Result<u64> {
             .values()
             .map(|c| c.run_time_ns)
             .sum::<u64>();
+    }
+    Ok(total)
+}
+
+/// User and kernel CPU time, in ns.
+#[derive(Clone, Copy, Default)]
+struct CpuTimes {
+    user_ns: f64,
+    kernel_ns: f64,
+}
+
+impl CpuTimes {
+    fn since(self, before: CpuTimes) -> CpuTimes {
+        CpuTimes {
+            user_ns: self.user_ns - before.user_ns,
+            kernel_ns: self.kernel_ns - before.kernel_ns,
+        }
+    }
+
+    fn per(self, requests: usize) -> CpuTimes {
+        let n = requests.max(1) as f64;
+        CpuTimes {
+            user_ns: self.user_ns / n,
+            kernel_ns: self.kernel_ns / n,
+        }
+    }
+}
+
+/// The recorders' CPU time so far, all threads: utime and stime of /proc/PID/stat (clock
+/// ticks). Their BPF programs run in other tasks' context and are not in it (BPF/req is).
+fn recorder_cpu(recorders: &[Proc]) -> Result<CpuTimes> {
+    // SAFETY: sysconf has no preconditions.
+    let ns_per_tick = 1e9 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut total = CpuTimes::default();
+    for recorder in recorders {
+        let pid = recorder.pid().context("recorder already stopped")?;
+        let path = format!("/proc/{pid}/stat");
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let field = |n: usize| -> Result<f64> {
+            fields
+                .get(n - 3)
+                .and_then(|f| f.parse::<f64>().ok())
+                .with_context(|| format!("{path}: field {n} (utime/stime) is not a number"))
+        };
+        total.user_ns += field(14)? * ns_per_tick;
+        total.kernel_ns += field(15)? * ns_per_tick;
     }
     Ok(total)
 }
@@ -424,7 +492,9 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         e2e_p50_ns: median(e2e),
         target_p50_ns: median(target),
         bpf_ns_per_request: 0.0,
+        recorder_cpu_ns_per_request: CpuTimes::default(),
         reference: None,
+        client_programs: Vec::new(),
         per_segment_p50_ns: medians(per_segment),
         present_p50_ns: medians(present),
     })
@@ -477,12 +547,22 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
     );
     println!(
         "(share: recovered / added; n/a when the cause added less than {:.0} % of the p50; \
-         BPF/req: both recorders' BPF program run time per request, with the cause)",
+         per request, with the cause: BPF = both recorders' BPF program run time, rec usr/sys = \
+         the recorder processes' own user/kernel CPU time)",
         MIN_ADDED_FRACTION * 100.0
     );
     println!(
-        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7} {:>8}  largest other growth",
-        "cause", "e2e off", "e2e on", "added", "segment", "recovered", "share", "BPF/req"
+        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7} {:>8} {:>8} {:>8}  largest other growth",
+        "cause",
+        "e2e off",
+        "e2e on",
+        "added",
+        "segment",
+        "recovered",
+        "share",
+        "BPF/req",
+        "rec usr",
+        "rec sys"
     );
     for cause in CAUSES {
         let (Some(off), Some(on)) = (results.get(&(cause, false)), results.get(&(cause, true)))
@@ -500,7 +580,7 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
             format!("{:>7}", "n/a")
         };
         println!(
-            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {:>8.1}  {}",
+            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {:>8.1} {:>8.1} {:>8.1}  {}",
             cause.name(),
             e2e(off),
             e2e(on),
@@ -508,6 +588,8 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
             cause.target_name(),
             recovered,
             condition_median(on, |r| r.bpf_ns_per_request) / 1e3,
+            condition_median(on, |r| r.recorder_cpu_ns_per_request.user_ns) / 1e3,
+            condition_median(on, |r| r.recorder_cpu_ns_per_request.kernel_ns) / 1e3,
             largest_other_growth(cause, off, on)
         );
     }

@@ -9,16 +9,28 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
+use crate::bpfstats::ProgramCost;
 use crate::truth_lab::{Proc, median};
 use crate::workspace_root;
 
-/// The stages the script times, as it names its maps (and as meshlab names the segments).
-pub const STAGES: [&str; 5] = [
-    "tx_qdisc",
-    "tx_driver",
-    "rx_ip_tcp",
-    "rx_tcp_deliver",
-    "rx_sched_delay",
+/// A stage the script times: its map's (and meshlab's segment's) name and the tracepoints at
+/// its ends, whose meshlab programs run inside the interval.
+pub struct Stage {
+    pub name: &'static str,
+    from: &'static str,
+    to: &'static str,
+}
+
+const fn stage(name: &'static str, from: &'static str, to: &'static str) -> Stage {
+    Stage { name, from, to }
+}
+
+pub const STAGES: [Stage; 5] = [
+    stage("tx_qdisc", "net_dev_queue", "net_dev_start_xmit"),
+    stage("tx_driver", "net_dev_start_xmit", "net_dev_xmit"),
+    stage("rx_ip_tcp", "netif_receive_skb", "tcp_probe"),
+    stage("rx_tcp_deliver", "tcp_probe", "sk_data_ready"),
+    stage("rx_sched_delay", "sched_waking", "sched_switch"),
 ];
 
 /// The script counts each interval in a map keyed by its length in steps of this many ns.
@@ -27,8 +39,14 @@ const STEP_NS: f64 = 10.0;
 /// Stage -> median interval (ns) measured by bpftrace in one run.
 pub type StageMedians = BTreeMap<&'static str, f64>;
 
-/// One watched run: bpftrace's medians and meshlab's ("NODE segment" -> median ns).
-pub type ReferenceRun = (StageMedians, BTreeMap<String, f64>);
+/// One watched run.
+pub struct ReferenceRun {
+    pub bpftrace: StageMedians,
+    /// "NODE segment" -> median ns over the requests that have it.
+    pub meshlab: BTreeMap<String, f64>,
+    /// The client's recorder's programs during the run (kernel BPF statistics).
+    pub meshlab_programs: Vec<ProgramCost>,
+}
 
 pub struct Reference {
     proc: Proc,
@@ -79,9 +97,10 @@ impl Reference {
         }
         if samples.len() < STAGES.len() {
             bail!(
-                "{}: bpftrace timed only {:?} of {STAGES:?}",
+                "{}: bpftrace timed only {:?} of the {} stages",
                 self.output.display(),
-                samples.keys().collect::<Vec<_>>()
+                samples.keys().collect::<Vec<_>>(),
+                STAGES.len()
             );
         }
         Ok(samples
@@ -95,12 +114,25 @@ impl Reference {
 fn parse_map_line(line: &str) -> Option<(&'static str, f64, usize)> {
     let (name, rest) = line.strip_prefix('@')?.split_once('[')?;
     let (steps, count) = rest.split_once("]: ")?;
-    let stage = STAGES.iter().find(|s| **s == name)?;
+    let stage = STAGES.iter().find(|s| s.name == name)?;
     let steps: f64 = steps.parse().ok()?;
-    Some((stage, steps * STEP_NS, count.trim().parse().ok()?))
+    Some((stage.name, steps * STEP_NS, count.trim().parse().ok()?))
 }
 
-/// The reference table: per stage, meshlab's and bpftrace's medians over the reference runs.
+/// Mean run time of the client recorder's program on `tracepoint` (kernel names are cut to
+/// 15 characters; the program is `TRACEPOINT_btf` or `TRACEPOINT_raw`, whichever attached).
+fn program_ns_per_run(programs: &[ProgramCost], tracepoint: &str) -> f64 {
+    let prefix = &tracepoint[..tracepoint.len().min(15)];
+    programs
+        .iter()
+        .filter(|p| p.runs > 0 && p.name.starts_with(prefix))
+        .map(|p| p.ns_per_run)
+        .sum()
+}
+
+/// The reference table: per stage, meshlab's and bpftrace's medians over the reference runs,
+/// and meshlab's own program run time at the stage's two ends (an upper bound of the tracer's
+/// time inside the interval: the tail of the first program and the head of the second).
 pub fn print_comparison(runs: &[ReferenceRun]) {
     if runs.is_empty() {
         return;
@@ -108,29 +140,31 @@ pub fn print_comparison(runs: &[ReferenceRun]) {
     println!(
         "\nindependent reference (bpftrace, xtask/truth/reference.bt) on the same {} run(s), \
          client veth and socket, data packets, medians (us; meshlab: over the requests that \
-         have the segment)",
+         have the segment; own BPF: mean run time of meshlab's programs at both ends)",
         runs.len()
     );
     println!(
-        "{:<15} {:>9} {:>9} {:>8}",
-        "stage", "meshlab", "bpftrace", "diff"
+        "{:<15} {:>9} {:>9} {:>8} {:>9}",
+        "stage", "meshlab", "bpftrace", "diff", "own BPF"
     );
-    for stage in STAGES {
-        let meshlab = median(
-            runs.iter()
-                .filter_map(|(_, m)| m.get(&format!("A {stage}")).copied())
-                .collect(),
-        );
-        let reference = median(
-            runs.iter()
-                .filter_map(|(r, _)| r.get(stage).copied())
-                .collect(),
-        );
+    for stage in &STAGES {
+        let over_runs =
+            |f: &dyn Fn(&ReferenceRun) -> Option<f64>| median(runs.iter().filter_map(f).collect());
+        let meshlab = over_runs(&|r| r.meshlab.get(&format!("A {}", stage.name)).copied());
+        let reference = over_runs(&|r| r.bpftrace.get(stage.name).copied());
+        let own = over_runs(&|r| {
+            Some(
+                program_ns_per_run(&r.meshlab_programs, stage.from)
+                    + program_ns_per_run(&r.meshlab_programs, stage.to),
+            )
+        });
         println!(
-            "{stage:<15} {:>9.2} {:>9.2} {:>7.1}%",
+            "{:<15} {:>9.2} {:>9.2} {:>7.1}% {:>9.2}",
+            stage.name,
             meshlab / 1e3,
             reference / 1e3,
-            (meshlab / reference - 1.0) * 100.0
+            (meshlab / reference - 1.0) * 100.0,
+            own / 1e3
         );
     }
 }

@@ -168,3 +168,44 @@ pub fn print_comparison(runs: &[ReferenceRun]) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_lines_are_read_as_stage_length_and_count() {
+        assert_eq!(
+            parse_map_line("@tx_driver[264]: 7"),
+            Some(("tx_driver", 2640.0, 7))
+        );
+        assert_eq!(
+            parse_map_line("@rx_sched_delay[3106]: 1"),
+            Some(("rx_sched_delay", 31060.0, 1))
+        );
+        // Internal maps, bpftrace's banner and unknown stages are not samples.
+        assert_eq!(parse_map_line("@q[18446612686941882592]: 1"), None);
+        assert_eq!(parse_map_line("Attaching 10 probes..."), None);
+        assert_eq!(parse_map_line("@tx_driver[x]: 7"), None);
+    }
+
+    #[test]
+    fn a_stage_costs_the_programs_at_both_its_ends() {
+        let cost = |name: &str, ns_per_run: f64| ProgramCost {
+            name: name.to_owned(),
+            runs: 10,
+            ns_per_run,
+            bytes_xlated: 0,
+            bytes_jited: 0,
+        };
+        // Kernel program names are cut to 15 characters.
+        let programs = [
+            cost("net_dev_start_x", 300.0),
+            cost("net_dev_xmit_bt", 200.0),
+            cost("net_dev_queue_b", 100.0),
+        ];
+        assert_eq!(program_ns_per_run(&programs, "net_dev_start_xmit"), 300.0);
+        assert_eq!(program_ns_per_run(&programs, "net_dev_xmit"), 200.0);
+        assert_eq!(program_ns_per_run(&programs, "sched_switch"), 0.0);
+    }
+}

@@ -166,6 +166,8 @@ struct RunStats {
     reference: Option<truth_reference::StageMedians>,
     /// The client recorder's programs' run time during the run (reference runs only).
     client_programs: Vec<bpfstats::ProgramCost>,
+    /// Every BPF program loaded on the machine at the end of the run (reference runs only).
+    loaded_programs: Vec<String>,
 }
 
 pub fn run(args: TruthArgs) -> Result<()> {
@@ -244,6 +246,7 @@ pub fn run(args: TruthArgs) -> Result<()> {
             bpftrace: r,
             meshlab: stats.present_p50_ns.clone(),
             meshlab_programs: stats.client_programs.clone(),
+            loaded_programs: stats.loaded_programs.clone(),
         }));
     }
     print_table(&results, rounds, seconds);
@@ -304,6 +307,7 @@ fn one_run(
     server.stop()?;
     let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
     let client_programs = bpfstats::delta(&client_before, &bpfstats::snapshot(client_recorder)?);
+    let loaded_programs = bpfstats::loaded_program_names()?;
     let cpu = recorder_cpu(&recorders)?.since(cpu_before);
     let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
@@ -323,6 +327,7 @@ fn one_run(
     stats.reference = reference;
     if stats.reference.is_some() {
         stats.client_programs = client_programs;
+        stats.loaded_programs = loaded_programs;
     }
     Ok(stats)
 }
@@ -495,6 +500,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         recorder_cpu_ns_per_request: CpuTimes::default(),
         reference: None,
         client_programs: Vec::new(),
+        loaded_programs: Vec::new(),
         per_segment_p50_ns: medians(per_segment),
         present_p50_ns: medians(present),
     })

@@ -46,6 +46,9 @@ pub struct ReferenceRun {
     pub meshlab: BTreeMap<String, f64>,
     /// The client's recorder's programs during the run (kernel BPF statistics).
     pub meshlab_programs: Vec<ProgramCost>,
+    /// Names of all BPF programs loaded on the machine during the run: other tracers'
+    /// programs on a stage's tracepoints run between the two tools' clock reads too.
+    pub loaded_programs: Vec<String>,
 }
 
 pub struct Reference {
@@ -122,12 +125,16 @@ fn parse_map_line(line: &str) -> Option<(&'static str, f64, usize)> {
 /// Mean run time of the client recorder's program on `tracepoint` (kernel names are cut to
 /// 15 characters; the program is `TRACEPOINT_btf` or `TRACEPOINT_raw`, whichever attached).
 fn program_ns_per_run(programs: &[ProgramCost], tracepoint: &str) -> f64 {
-    let prefix = &tracepoint[..tracepoint.len().min(15)];
+    let prefix = program_prefix(tracepoint);
     programs
         .iter()
         .filter(|p| p.runs > 0 && p.name.starts_with(prefix))
         .map(|p| p.ns_per_run)
         .sum()
+}
+
+fn program_prefix(tracepoint: &str) -> &str {
+    &tracepoint[..tracepoint.len().min(15)]
 }
 
 /// The reference table: per stage, meshlab's and bpftrace's medians over the reference runs,
@@ -140,12 +147,13 @@ pub fn print_comparison(runs: &[ReferenceRun]) {
     println!(
         "\nindependent reference (bpftrace, xtask/truth/reference.bt) on the same {} run(s), \
          client veth and socket, data packets, medians (us; meshlab: over the requests that \
-         have the segment; own BPF: mean run time of meshlab's programs at both ends)",
+         have the segment; own BPF: mean run time of meshlab's programs at both ends; progs: \
+         BPF programs of any tool loaded for the stage's end tracepoint, machine-wide)",
         runs.len()
     );
     println!(
-        "{:<15} {:>9} {:>9} {:>8} {:>9}",
-        "stage", "meshlab", "bpftrace", "diff", "own BPF"
+        "{:<15} {:>9} {:>9} {:>8} {:>9} {:>6}",
+        "stage", "meshlab", "bpftrace", "diff", "own BPF", "progs"
     );
     for stage in &STAGES {
         let over_runs =
@@ -158,13 +166,23 @@ pub fn print_comparison(runs: &[ReferenceRun]) {
                     + program_ns_per_run(&r.meshlab_programs, stage.to),
             )
         });
+        let programs = over_runs(&|r| {
+            let prefix = program_prefix(stage.to);
+            Some(
+                r.loaded_programs
+                    .iter()
+                    .filter(|n| n.starts_with(prefix))
+                    .count() as f64,
+            )
+        });
         println!(
-            "{:<15} {:>9.2} {:>9.2} {:>7.1}% {:>9.2}",
+            "{:<15} {:>9.2} {:>9.2} {:>7.1}% {:>9.2} {:>6.0}",
             stage.name,
             meshlab / 1e3,
             reference / 1e3,
             (meshlab / reference - 1.0) * 100.0,
-            own / 1e3
+            own / 1e3,
+            programs
         );
     }
 }

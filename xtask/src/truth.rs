@@ -179,13 +179,7 @@ pub fn run(args: TruthArgs) -> Result<()> {
     } else {
         (args.rounds.max(1), args.seconds.max(1))
     };
-    let exe = if args.debug {
-        run_cmd(crate::cargo().args(["build", "--bin", "meshlab"]))?;
-        workspace_root().join("target/debug/meshlab")
-    } else {
-        run_cmd(crate::cargo().args(["build", "--release", "--bin", "meshlab"]))?;
-        workspace_root().join("target/release/meshlab")
-    };
+    let exe = build_meshlab(args.debug)?;
     let scratch = Scratch::new(args.keep.clone())?;
     let netns = TruthNetns::create(&args.prefix)?;
     // Global switch, set back on drop (also on failure).
@@ -227,31 +221,51 @@ pub fn run(args: TruthArgs) -> Result<()> {
                 results.entry((cause, with_cause)).or_default().push(stats);
             }
         }
-        let dir = scratch
-            .run_dir(round, Cause::SlowHandler, false)?
-            .join("reference");
-        std::fs::create_dir_all(&dir)?;
-        // The plain 64-byte workload, no cause, watched by bpftrace.
-        let stats = one_run(
-            &exe,
-            &netns,
-            Cause::SlowHandler,
-            RunKind::Reference,
-            seconds,
-            &dir,
-        )
-        .with_context(|| format!("round {round}, reference run"))?;
-        scratch.done_with(&dir);
-        reference_runs.extend(stats.reference.map(|r| ReferenceRun {
-            bpftrace: r,
-            meshlab: stats.present_p50_ns.clone(),
-            meshlab_programs: stats.client_programs.clone(),
-            loaded_programs: stats.loaded_programs.clone(),
-        }));
+        reference_runs.extend(reference_run(&exe, &netns, &scratch, round, seconds)?);
     }
     print_table(&results, rounds, seconds);
     truth_reference::print_comparison(&reference_runs);
     Ok(())
+}
+
+fn build_meshlab(debug: bool) -> Result<PathBuf> {
+    if debug {
+        run_cmd(crate::cargo().args(["build", "--bin", "meshlab"]))?;
+        Ok(workspace_root().join("target/debug/meshlab"))
+    } else {
+        run_cmd(crate::cargo().args(["build", "--release", "--bin", "meshlab"]))?;
+        Ok(workspace_root().join("target/release/meshlab"))
+    }
+}
+
+/// The round's run watched by bpftrace: the plain 64-byte workload, no cause.
+fn reference_run(
+    exe: &Path,
+    netns: &TruthNetns,
+    scratch: &Scratch,
+    round: usize,
+    seconds: u64,
+) -> Result<Option<ReferenceRun>> {
+    let dir = scratch
+        .run_dir(round, Cause::SlowHandler, false)?
+        .join("reference");
+    std::fs::create_dir_all(&dir)?;
+    let stats = one_run(
+        exe,
+        netns,
+        Cause::SlowHandler,
+        RunKind::Reference,
+        seconds,
+        &dir,
+    )
+    .with_context(|| format!("round {round}, reference run"))?;
+    scratch.done_with(&dir);
+    Ok(stats.reference.map(|r| ReferenceRun {
+        bpftrace: r,
+        meshlab: stats.present_p50_ns,
+        meshlab_programs: stats.client_programs,
+        loaded_programs: stats.loaded_programs,
+    }))
 }
 
 fn one_run(

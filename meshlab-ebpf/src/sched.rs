@@ -6,7 +6,7 @@ use meshlab_common::Hook;
 
 use crate::emit::{TpArgs, emit, now_ns, tp_entries};
 use crate::globals::offset;
-use crate::kread::read;
+use crate::kread::KernelRead;
 use crate::maps::{CPU_STATE, TRACED_CONNS, TRACKED_THREADS};
 use crate::prefilter::{
     nothing_traced, thread_may_be_tracked, thread_removed, turn_known_unsampled,
@@ -20,14 +20,14 @@ const DATA_READY_WAKE_WINDOW_NS: u64 = 50_000;
 
 /// The thread id of `task` (one read: the prefilter needs nothing else).
 #[inline(always)]
-fn task_tid(task: u64) -> Option<u32> {
-    read::<i32>(task, offset!(task_struct_pid)).map(|tid| tid as u32)
+fn task_tid<M: KernelRead>(task: u64) -> Option<u32> {
+    M::load::<i32>(task, offset!(task_struct_pid)).map(|tid| tid as u32)
 }
 
 /// The process id of `task`, read only for tracked threads.
 #[inline(always)]
-fn task_tgid(task: u64) -> u32 {
-    read::<i32>(task, offset!(task_struct_tgid)).unwrap_or(0) as u32
+fn task_tgid<M: KernelRead>(task: u64) -> u32 {
+    M::load::<i32>(task, offset!(task_struct_tgid)).unwrap_or(0) as u32
 }
 
 /// The traced socket whose data-ready (on this CPU, just now) is causing a wakeup, if any.
@@ -70,9 +70,9 @@ fn try_sched_waking<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let task = ctx.arg_u64(0);
-    let tid = task_tid(task)?;
+    let tid = task_tid::<C::Mem>(task)?;
     let owned = tracked_cookie(tid)?;
-    let pid = task_tgid(task);
+    let pid = task_tgid::<C::Mem>(task);
     let cookie = data_ready_cookie().unwrap_or(owned);
     emit(Hook::SchedWakeup, |ev| {
         ev.aux = u64::from(ev.tid);
@@ -109,9 +109,9 @@ fn try_sched_switch<C: TpArgs>(ctx: &C) -> Option<()> {
         });
     }
     let next = ctx.arg_u64(2);
-    let tid = task_tid(next)?;
+    let tid = task_tid::<C::Mem>(next)?;
     let cookie = tracked_cookie(tid)?;
-    let pid = task_tgid(next);
+    let pid = task_tgid::<C::Mem>(next);
     emit(Hook::SchedSwitch, |ev| {
         ev.pid = pid;
         ev.tid = tid;

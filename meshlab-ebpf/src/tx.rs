@@ -7,7 +7,9 @@ use meshlab_common::{ConnInfo, Hook, TURN_TX};
 
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
-use crate::kread::{parse_tcp, read, sampled_sock, skb_ifindex, traced_sock};
+use crate::kread::{
+    BtfLoad, KernelRead, ProbeRead, parse_tcp, read, sampled_sock, skb_ifindex, traced_sock,
+};
 use crate::maps::{
     INFLIGHT_TX, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE, XmitState,
 };
@@ -31,11 +33,11 @@ pub fn track_thread(tid: u32, cookie: u64) {
 
 /// TCP send entry: the socket's write pointer and the bytes this call still has to copy.
 #[inline(always)]
-fn on_tcp_sendmsg(sk: u64, bytes: u64) -> Option<()> {
+fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: u64) -> Option<()> {
     if nothing_traced() {
         return None;
     }
-    let (cookie, info) = traced_sock(sk)?;
+    let (cookie, info) = traced_sock::<M>(sk)?;
     let write_seq: u32 = read(sk, offset!(tcp_sock_write_seq))?;
     if !payload_sampled(cookie, TURN_TX, write_seq) {
         return None;
@@ -54,14 +56,14 @@ fn on_tcp_sendmsg(sk: u64, bytes: u64) -> Option<()> {
 #[fentry(function = "tcp_sendmsg")]
 pub fn tcp_sendmsg_fentry(ctx: FEntryContext) -> i32 {
     // tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size)
-    let _ = on_tcp_sendmsg(ctx.arg(0), ctx.arg(2));
+    let _ = on_tcp_sendmsg::<BtfLoad>(ctx.arg(0), ctx.arg(2));
     0
 }
 
 #[kprobe(function = "tcp_sendmsg")]
 pub fn tcp_sendmsg_kprobe(ctx: ProbeContext) -> u32 {
     if let (Some(sk), Some(size)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(2)) {
-        let _ = on_tcp_sendmsg(sk, size);
+        let _ = on_tcp_sendmsg::<ProbeRead>(sk, size);
     }
     0
 }
@@ -75,7 +77,7 @@ fn try_tcp_sendmsg_locked<C: TpArgs>(ctx: &C) -> Option<()> {
     }
     let msg = ctx.arg_u64(1);
     let left: u64 = read(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))?;
-    on_tcp_sendmsg(ctx.arg_u64(0), left)
+    on_tcp_sendmsg::<C::Mem>(ctx.arg_u64(0), left)
 }
 tp_entries!(
     tcp_sendmsg_locked_btf,
@@ -86,7 +88,7 @@ tp_entries!(
 
 /// sock:sock_send_length(sk, ret, flags): the send syscall returns.
 fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
-    on_send_return(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
+    on_send_return::<C::Mem>(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
 }
 
 /// fexit sock_sendmsg(struct socket *sock, struct msghdr *msg) = ret: the same point on
@@ -94,18 +96,18 @@ fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
 #[fexit(function = "sock_sendmsg")]
 pub fn send_return_fexit(ctx: FExitContext) -> i32 {
     let sock: u64 = ctx.arg(0);
-    if let Some(sk) = read::<u64>(sock, offset!(socket_sk)) {
-        let _ = on_send_return(sk, ctx.arg::<u64>(2) as i32);
+    if let Some(sk) = BtfLoad::load::<u64>(sock, offset!(socket_sk)) {
+        let _ = on_send_return::<BtfLoad>(sk, ctx.arg::<u64>(2) as i32);
     }
     0
 }
 
 #[inline(always)]
-fn on_send_return(sk: u64, ret: i32) -> Option<()> {
+fn on_send_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
     if no_socket_traced() {
         return None;
     }
-    let Some((cookie, info)) = sampled_sock(sk) else {
+    let Some((cookie, info)) = sampled_sock::<M>(sk) else {
         return crate::unix::on_unix(Hook::SendReturn, sk, ret);
     };
     emit(Hook::SendReturn, |ev| {
@@ -137,22 +139,22 @@ struct TxSkb {
 
 /// `None` for untraced skbs, payload-less ones (pure ACKs) and other devices than `--device`.
 #[inline(always)]
-fn traced_tx_skb(skb: u64) -> Option<TxSkb> {
+fn traced_tx_skb<M: KernelRead>(skb: u64) -> Option<TxSkb> {
     if nothing_traced() {
         return None;
     }
-    let sk: u64 = read(skb, offset!(sk_buff_sk))?;
-    let (cookie, info) = sampled_sock(sk)?;
-    let seg = parse_tcp(skb)?;
+    let sk: u64 = M::load(skb, offset!(sk_buff_sk))?;
+    let (cookie, info) = sampled_sock::<M>(sk)?;
+    let seg = parse_tcp::<M>(skb)?;
     if seg.len == 0 {
         return None;
     }
-    let ifindex = skb_ifindex(skb);
+    let ifindex = skb_ifindex::<M>(skb);
     let wanted = config!(ifindex);
     if wanted != 0 && wanted != ifindex {
         return None;
     }
-    let queue = u32::from(read::<u16>(skb, offset!(sk_buff_queue_mapping)).unwrap_or(u16::MAX));
+    let queue = u32::from(M::load::<u16>(skb, offset!(sk_buff_queue_mapping)).unwrap_or(u16::MAX));
     Some(TxSkb {
         cookie,
         info,
@@ -180,7 +182,7 @@ fn emit_tx_skb(hook: Hook, skb: u64, tx: &TxSkb) {
 /// net:net_dev_queue(skb): the skb enters the device layer; the qdisc enqueue follows.
 fn try_net_dev_queue<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
-    emit_tx_skb(Hook::NetDevQueue, skb, &traced_tx_skb(skb)?);
+    emit_tx_skb(Hook::NetDevQueue, skb, &traced_tx_skb::<C::Mem>(skb)?);
     Some(())
 }
 tp_entries!(
@@ -193,7 +195,7 @@ tp_entries!(
 /// net:net_dev_start_xmit(skb, dev): the qdisc hands the skb to the driver.
 fn try_net_dev_start_xmit<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
-    let tx = traced_tx_skb(skb)?;
+    let tx = traced_tx_skb::<C::Mem>(skb)?;
     let state = XmitState {
         skb,
         cookie: tx.cookie,

@@ -9,7 +9,7 @@ use crate::globals::offset;
 use crate::kread::KernelRead;
 use crate::maps::{CPU_STATE, TRACED_CONNS, TRACKED_THREADS};
 use crate::prefilter::{
-    nothing_traced, thread_may_be_tracked, thread_removed, turn_known_unsampled,
+    ConnSlot, ThreadSlot, conn_slot, nothing_traced, thread_removed, thread_slot,
 };
 use crate::turn::turn_sampled;
 
@@ -42,24 +42,37 @@ fn data_ready_cookie() -> Option<u64> {
 
 /// The traced socket thread `tid` last used, if the thread is tracked and that connection is
 /// still traced and in a sampled turn; a thread whose connection closed is forgotten here, so
-/// it stops costing events.
+/// it stops costing events. The slot arrays answer without a hash lookup unless two threads
+/// or two connections share a slot.
 #[inline(always)]
 fn tracked_cookie(tid: u32) -> Option<u64> {
-    if !thread_may_be_tracked(tid) {
-        return None;
-    }
-    // SAFETY: value copied out at once.
-    let cookie = *unsafe { TRACKED_THREADS.get(&tid) }?;
-    if turn_known_unsampled(cookie) {
-        return None;
-    }
-    // SAFETY: the value is only read here.
-    let Some(info) = (unsafe { TRACED_CONNS.get(&cookie) }) else {
-        let _ = TRACKED_THREADS.remove(&tid);
-        thread_removed(tid);
-        return None;
+    let cookie = match thread_slot(tid) {
+        ThreadSlot::Untracked => return None,
+        ThreadSlot::Alone(cookie) => cookie,
+        // SAFETY: value copied out at once.
+        ThreadSlot::Collided => *unsafe { TRACKED_THREADS.get(&tid) }?,
     };
-    turn_sampled(info).then_some(cookie)
+    match conn_slot(cookie) {
+        ConnSlot::Traced { sampled } => sampled.then_some(cookie),
+        ConnSlot::Gone => {
+            forget_thread(tid);
+            None
+        }
+        ConnSlot::Collided => {
+            // SAFETY: the value is only read here.
+            let Some(info) = (unsafe { TRACED_CONNS.get(&cookie) }) else {
+                forget_thread(tid);
+                return None;
+            };
+            turn_sampled(info).then_some(cookie)
+        }
+    }
+}
+
+#[inline(always)]
+fn forget_thread(tid: u32) {
+    let _ = TRACKED_THREADS.remove(&tid);
+    thread_removed(tid);
 }
 
 /// sched:sched_waking(p): fires in the waker's context (unlike sched_wakeup, which may run on

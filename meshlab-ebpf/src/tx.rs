@@ -13,22 +13,33 @@ use crate::kread::{
 use crate::maps::{
     INFLIGHT_TX, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE, XmitState,
 };
-use crate::prefilter::{no_socket_traced, nothing_traced, thread_added, thread_may_be_tracked};
+use crate::prefilter::{
+    ThreadSlot, no_socket_traced, nothing_traced, thread_added, thread_cookie_set,
+    thread_may_be_tracked, thread_slot,
+};
 use crate::turn::payload_sampled;
 
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
 pub fn track_thread(tid: u32, cookie: u64) {
-    // Every traced send and receive passes here: a lookup is far cheaper than an LRU update
-    // (which takes the map's lock), and the thread is almost always tracked already.
+    // Every traced send and receive passes here, and the thread is almost always tracked
+    // already with the same socket: the slot arrays say so without a hash lookup.
+    if let ThreadSlot::Alone(known) = thread_slot(tid)
+        && known == cookie
+    {
+        return;
+    }
+    // A lookup is far cheaper than an LRU update (which takes the map's lock).
     // SAFETY: value compared at once.
     if unsafe { TRACKED_THREADS.get(&tid) } != Some(&cookie) {
         let _ = TRACKED_THREADS.insert(&tid, &cookie, 0);
     }
-    // Also repairs a slot mark lost to a race (see prefilter.rs); an inlined array access.
+    // Also repairs a slot mark lost to a race (see prefilter.rs); inlined array accesses.
+    // Marked before the cookie is written: a thread racing for the slot sees it collided.
     if !thread_may_be_tracked(tid) {
         thread_added(tid);
     }
+    thread_cookie_set(tid, cookie);
 }
 
 /// TCP send entry: the socket's write pointer and the bytes this call still has to copy.

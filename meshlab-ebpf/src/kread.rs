@@ -65,17 +65,18 @@ pub fn sock_cookie<M: KernelRead>(sk: u64) -> u64 {
     M::load::<u64>(sk, offset!(sock_common_cookie)).unwrap_or(0)
 }
 
-/// The traced connection `sk` belongs to, with its cookie.
+/// The traced connection `sk` belongs to: its cookie and its TRACED_CONNS value, in place
+/// (the hooks that decide a turn update it, and one lookup serves the decision and the event).
 #[inline(always)]
-pub fn traced_sock<M: KernelRead>(sk: u64) -> Option<(u64, ConnInfo)> {
+pub fn traced_sock<M: KernelRead>(sk: u64) -> Option<(u64, &'static mut ConnInfo)> {
     let cookie = sock_cookie::<M>(sk);
     if !cookie_may_be_traced(cookie) {
         return None;
     }
-    // SAFETY: the value is copied out immediately; LRU eviction cannot race with the copy
-    // because map values stay valid for the duration of the RCU read section we run in.
-    let info = unsafe { TRACED_CONNS.get(&cookie) }?;
-    Some((cookie, *info))
+    let info = TRACED_CONNS.get_ptr_mut(&cookie)?;
+    // SAFETY: map values stay valid for the program's RCU read section; fields another CPU
+    // may write at the same time (the turn) only ever receive the same decision (turn.rs).
+    Some((cookie, unsafe { &mut *info }))
 }
 
 /// [`traced_sock`] for the hooks that only read a turn's sampling decision (all but the first

@@ -11,7 +11,7 @@ use crate::kread::{
 };
 use crate::maps::{CPU_STATE, TUPLES};
 use crate::prefilter::{local_port_may_be_traced, no_socket_traced, nothing_traced};
-use crate::turn::payload_sampled;
+use crate::turn::{conn_payload_sampled, payload_sampled};
 use crate::tx::track_thread;
 
 /// Copies this CPU's IRQ/softirq context into an RX event, so a message's RX path is complete
@@ -82,7 +82,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(1);
     let (seq, end_seq) = tcp_skb_cb_range(skb)?;
     let len = end_seq.wrapping_sub(seq);
-    if len == 0 || !payload_sampled(cookie, TURN_RX, seq) {
+    if len == 0 || !conn_payload_sampled(info, cookie, TURN_RX, seq) {
         return None;
     }
     emit(Hook::TcpProbe, |ev| {
@@ -90,7 +90,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
         ev.skb = skb;
         ev.seq = seq;
         ev.len = len;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         attach_cpu_context(ev);
         Some(())
     });

@@ -17,7 +17,7 @@ use crate::prefilter::{
     ThreadSlot, no_socket_traced, nothing_traced, thread_added, thread_cookie_set,
     thread_may_be_tracked, thread_slot,
 };
-use crate::turn::payload_sampled;
+use crate::turn::conn_payload_sampled;
 
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
@@ -42,22 +42,24 @@ pub fn track_thread(tid: u32, cookie: u64) {
     thread_cookie_set(tid, cookie);
 }
 
-/// TCP send entry: the socket's write pointer and the bytes this call still has to copy.
+/// TCP send entry: the socket's write pointer and the bytes this call still has to copy
+/// (`bytes` is only evaluated for a traced socket in a sampled turn).
 #[inline(always)]
-fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: u64) -> Option<()> {
+fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -> Option<()> {
     if nothing_traced() {
         return None;
     }
     let (cookie, info) = traced_sock::<M>(sk)?;
     let write_seq: u32 = read(sk, offset!(tcp_sock_write_seq))?;
-    if !payload_sampled(cookie, TURN_TX, write_seq) {
+    if !conn_payload_sampled(info, cookie, TURN_TX, write_seq) {
         return None;
     }
+    let bytes = bytes()?;
     emit(Hook::TcpSendmsg, |ev| {
         ev.cookie = cookie;
         ev.seq = write_seq;
         ev.len = bytes as u32;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         track_thread(ev.tid, cookie);
         Some(())
     });
@@ -67,14 +69,15 @@ fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: u64) -> Option<()> {
 #[fentry(function = "tcp_sendmsg")]
 pub fn tcp_sendmsg_fentry(ctx: FEntryContext) -> i32 {
     // tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size)
-    let _ = on_tcp_sendmsg::<BtfLoad>(ctx.arg(0), ctx.arg(2));
+    let size: u64 = ctx.arg(2);
+    let _ = on_tcp_sendmsg::<BtfLoad>(ctx.arg(0), || Some(size));
     0
 }
 
 #[kprobe(function = "tcp_sendmsg")]
 pub fn tcp_sendmsg_kprobe(ctx: ProbeContext) -> u32 {
     if let (Some(sk), Some(size)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(2)) {
-        let _ = on_tcp_sendmsg::<ProbeRead>(sk, size);
+        let _ = on_tcp_sendmsg::<ProbeRead>(sk, || Some(size));
     }
     0
 }
@@ -82,13 +85,10 @@ pub fn tcp_sendmsg_kprobe(ctx: ProbeContext) -> u32 {
 /// tcp:tcp_sendmsg_locked(sk, msg, skb, size_goal): fires once per copy loop iteration; each
 /// carries the write pointer and the bytes left, so every one names the same message end.
 fn try_tcp_sendmsg_locked<C: TpArgs>(ctx: &C) -> Option<()> {
-    // Before the msghdr read on_tcp_sendmsg does not need for untraced sockets.
-    if nothing_traced() {
-        return None;
-    }
     let msg = ctx.arg_u64(1);
-    let left: u64 = read(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))?;
-    on_tcp_sendmsg::<C::Mem>(ctx.arg_u64(0), left)
+    on_tcp_sendmsg::<C::Mem>(ctx.arg_u64(0), || {
+        read(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))
+    })
 }
 tp_entries!(
     tcp_sendmsg_locked_btf,

@@ -1,0 +1,154 @@
+//! `cargo xtask bench kernel-ab --baseline OLD_MESHLAB`: per-program BPF cost of two builds of
+//! the recorder side by side (issue 10's kernel hot path). The cost ladder (crate::ladder)
+//! measures one build per run; on this noisy 2-core machine a before/after across runs says
+//! little, so here the two builds alternate round by round (order rotated) under the same
+//! workload, and each program's ns/run is the median over rounds.
+//!
+//! Workload: redis PING across two namespaces, as the ladder's per-program pass. Rungs:
+//! attached but filtering out, sampling 1/100 messages, tracing all. An empty program on
+//! netif_receive_skb gives the floor (crate::bpffloor). Markdown to stdout.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::bpffloor;
+use crate::bpfstats::{self, ProgramCost, StatsEnabled};
+use crate::ladder::{median_costs, record_args, spawn_recorder};
+use crate::ladder_plan::{Rung, Workload};
+use crate::procs::tempdir;
+use crate::redis_lab::{REDIS_PORT, RedisLab};
+
+#[derive(clap::Args)]
+pub struct KernelAbArgs {
+    /// The `meshlab` binary to compare against (e.g. built from main); its eBPF object is
+    /// embedded in it.
+    #[arg(long)]
+    baseline: PathBuf,
+    /// The candidate; default: target/debug/meshlab of this tree (`cargo build` first).
+    #[arg(long)]
+    candidate: Option<PathBuf>,
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// redis-benchmark PING requests per measured run.
+    #[arg(long, default_value_t = 20_000)]
+    requests: u64,
+}
+
+const RUNGS: [Rung; 3] = [Rung::FilteredOut, Rung::Sampled, Rung::TracingAll];
+const WORKLOAD: Workload = Workload::Redis { clients: 1 };
+
+pub fn run(args: KernelAbArgs) -> Result<()> {
+    let candidate = args
+        .candidate
+        .unwrap_or_else(|| crate::workspace_root().join("target/debug/meshlab"));
+    let builds = [("baseline", args.baseline), ("candidate", candidate)];
+    for (_, exe) in &builds {
+        anyhow::ensure!(exe.exists(), "{}: no such recorder binary", exe.display());
+    }
+    let dir = tempdir()?;
+    let redis = RedisLab::start()?;
+    let _stats = StatsEnabled::on()?;
+    let _floor = bpffloor::attach_empty("netif_receive_skb")?;
+    // (rung, build) -> per-round costs
+    let mut rounds: BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>> = BTreeMap::new();
+    for round in 0..args.rounds {
+        for (r, &rung) in RUNGS.iter().enumerate() {
+            for k in 0..builds.len() {
+                let b = (round + k) % builds.len();
+                let costs = measure(&builds[b].1, &dir, &redis, rung, args.requests)?;
+                eprintln!(
+                    "bench kernel-ab: round {round} {:<24} {}",
+                    rung.name(),
+                    builds[b].0
+                );
+                rounds.entry((r, b)).or_default().push(costs);
+            }
+        }
+    }
+    print_report(&builds, &rounds, args.rounds, args.requests)
+}
+
+/// One recorder run: the recorder's programs and the floor, deltas over the workload.
+fn measure(
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    redis: &RedisLab,
+    rung: Rung,
+    requests: u64,
+) -> Result<Vec<ProgramCost>> {
+    let args = record_args(rung, REDIS_PORT).context("every kernel-ab rung records")?;
+    let recorder = spawn_recorder(exe, dir, &args)?;
+    let me = std::process::id();
+    let before = bpfstats::snapshot(recorder.0.id())?;
+    let floor_before = bpfstats::snapshot(me)?;
+    let Workload::Redis { clients } = WORKLOAD else {
+        unreachable!("kernel-ab runs redis only")
+    };
+    redis.ping(clients, requests)?;
+    let mut costs = bpfstats::delta(&before, &bpfstats::snapshot(recorder.0.id())?);
+    costs.extend(bpfstats::delta(&floor_before, &bpfstats::snapshot(me)?));
+    Ok(costs)
+}
+
+fn print_report(
+    builds: &[(&str, PathBuf); 2],
+    rounds: &BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>>,
+    round_count: usize,
+    requests: u64,
+) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let mut text = format!(
+        "Workload: {} ({requests} requests per run); {round_count} rounds, builds alternated \
+         per round; median ns/run per program (`kernel.bpf_stats_enabled`). baseline = {}, \
+         candidate = {}.\n",
+        WORKLOAD.name(),
+        builds[0].1.display(),
+        builds[1].1.display()
+    );
+    for (r, rung) in RUNGS.iter().enumerate() {
+        let medians: Vec<BTreeMap<String, ProgramCost>> = (0..2)
+            .map(|b| {
+                let empty = Vec::new();
+                median_costs(rounds.get(&(r, b)).unwrap_or(&empty))
+                    .into_iter()
+                    .map(|c| (c.name.clone(), c))
+                    .collect()
+            })
+            .collect();
+        text += &format!(
+            "\n### {}\n\n| program | runs per run | baseline ns/run | candidate ns/run | \
+             candidate / baseline | xlated B baseline / candidate |\n|---|---|---|---|---|---|\n",
+            rung.name()
+        );
+        let names: std::collections::BTreeSet<&String> =
+            medians.iter().flat_map(|m| m.keys()).collect();
+        for name in names {
+            let (a, b) = (medians[0].get(name), medians[1].get(name));
+            let ns =
+                |c: Option<&ProgramCost>| c.map_or("-".into(), |c| format!("{:.1}", c.ns_per_run));
+            let ratio = match (a, b) {
+                (Some(a), Some(b)) if a.ns_per_run > 0.0 => {
+                    format!("{:.2}", b.ns_per_run / a.ns_per_run)
+                }
+                _ => "-".into(),
+            };
+            let runs = b.or(a).map_or(0, |c| c.runs);
+            let size =
+                |c: Option<&ProgramCost>| c.map_or("-".into(), |c| c.bytes_xlated.to_string());
+            text += &format!(
+                "| {name} | {runs} | {} | {} | {ratio} | {} / {} |\n",
+                ns(a),
+                ns(b),
+                size(a),
+                size(b)
+            );
+        }
+    }
+    match out.write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing the report to stdout"),
+    }
+}

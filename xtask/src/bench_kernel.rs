@@ -6,7 +6,8 @@
 //!
 //! Workload: redis PING across two namespaces, as the ladder's per-program pass. Rungs:
 //! attached but filtering out, sampling 1/100 messages, tracing all. An empty program on
-//! netif_receive_skb gives the floor (crate::bpffloor). Markdown to stdout.
+//! netif_receive_skb gives the floor (crate::bpffloor). Markdown to stdout, with each hot
+//! program's helper call sites in both builds (`bpftool prog dump xlated`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -53,11 +54,17 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
     let _floor = bpffloor::attach_empty("netif_receive_skb")?;
     // (rung, build) -> per-round costs
     let mut rounds: BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>> = BTreeMap::new();
+    let mut calls: [CallSites; 2] = Default::default();
     for round in 0..args.rounds {
         for (r, &rung) in RUNGS.iter().enumerate() {
             for k in 0..builds.len() {
                 let b = (round + k) % builds.len();
-                let costs = measure(&builds[b].1, &dir, &redis, rung, args.requests)?;
+                let want_calls = calls[b].is_empty();
+                let (costs, sites) =
+                    measure(&builds[b].1, &dir, &redis, rung, args.requests, want_calls)?;
+                if want_calls {
+                    calls[b] = sites;
+                }
                 eprintln!(
                     "bench kernel-ab: round {round} {:<24} {}",
                     rung.name(),
@@ -67,7 +74,39 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
             }
         }
     }
-    print_report(&builds, &rounds, args.rounds, args.requests)
+    print_report(&builds, &rounds, &calls, args.rounds, args.requests)
+}
+
+/// Program name -> helper name -> call sites in its translated code (all paths).
+type CallSites = BTreeMap<String, BTreeMap<String, u32>>;
+
+/// Helper call sites of every program process `pid` holds, from `bpftool prog dump xlated`
+/// (lines like `call bpf_probe_read_kernel#123`).
+fn call_sites(pid: u32) -> Result<CallSites> {
+    let mut out = CallSites::new();
+    for id in bpfstats::program_ids_held_by(pid)? {
+        let show = std::process::Command::new("bpftool")
+            .args(["prog", "show", "id", &id.to_string(), "--json"])
+            .output()
+            .context("running bpftool prog show")?;
+        let info: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
+        let Some(name) = info["name"].as_str() else {
+            continue;
+        };
+        let dump = std::process::Command::new("bpftool")
+            .args(["prog", "dump", "xlated", "id", &id.to_string()])
+            .output()
+            .context("running bpftool prog dump xlated")?;
+        let mut helpers = BTreeMap::new();
+        for line in String::from_utf8_lossy(&dump.stdout).lines() {
+            if let Some(call) = line.split("call ").nth(1) {
+                let helper = call.split('#').next().unwrap_or(call).trim().to_owned();
+                *helpers.entry(helper).or_insert(0) += 1;
+            }
+        }
+        out.insert(name.to_owned(), helpers);
+    }
+    Ok(out)
 }
 
 /// One recorder run: the recorder's programs and the floor, deltas over the workload.
@@ -77,9 +116,15 @@ fn measure(
     redis: &RedisLab,
     rung: Rung,
     requests: u64,
-) -> Result<Vec<ProgramCost>> {
+    want_calls: bool,
+) -> Result<(Vec<ProgramCost>, CallSites)> {
     let args = record_args(rung, REDIS_PORT).context("every kernel-ab rung records")?;
     let recorder = spawn_recorder(exe, dir, &args)?;
+    let sites = if want_calls {
+        call_sites(recorder.0.id())?
+    } else {
+        CallSites::new()
+    };
     let me = std::process::id();
     let before = bpfstats::snapshot(recorder.0.id())?;
     let floor_before = bpfstats::snapshot(me)?;
@@ -89,12 +134,13 @@ fn measure(
     redis.ping(clients, requests)?;
     let mut costs = bpfstats::delta(&before, &bpfstats::snapshot(recorder.0.id())?);
     costs.extend(bpfstats::delta(&floor_before, &bpfstats::snapshot(me)?));
-    Ok(costs)
+    Ok((costs, sites))
 }
 
 fn print_report(
     builds: &[(&str, PathBuf); 2],
     rounds: &BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>>,
+    calls: &[CallSites; 2],
     round_count: usize,
     requests: u64,
 ) -> Result<()> {
@@ -147,8 +193,40 @@ fn print_report(
             );
         }
     }
+    text += &call_table(calls);
     match out.write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("writing the report to stdout"),
     }
+}
+
+/// Helper call sites per program, baseline -> candidate, one column per helper.
+fn call_table(calls: &[CallSites; 2]) -> String {
+    let helpers: std::collections::BTreeSet<&String> = calls
+        .iter()
+        .flat_map(|c| c.values().flat_map(|h| h.keys()))
+        .collect();
+    let mut text = String::from(
+        "\n### Helper call sites (all paths of the translated code; baseline -> candidate)\n\n| program |",
+    );
+    for helper in &helpers {
+        text += &format!(" {helper} |");
+    }
+    text += "\n|---|";
+    text += &"---|".repeat(helpers.len());
+    text += "\n";
+    let programs: std::collections::BTreeSet<&String> =
+        calls.iter().flat_map(|c| c.keys()).collect();
+    for program in programs {
+        text += &format!("| {program} |");
+        for helper in &helpers {
+            let n = |b: usize| calls[b].get(program).and_then(|h| h.get(*helper)).copied();
+            text += &match (n(0), n(1)) {
+                (None, None) => " |".to_owned(),
+                (a, b) => format!(" {} -> {} |", a.unwrap_or(0), b.unwrap_or(0)),
+            };
+        }
+        text += "\n";
+    }
+    text
 }

@@ -99,7 +99,8 @@ fn call_sites(pid: u32) -> Result<CallSites> {
             .context("running bpftool prog dump xlated")?;
         let mut helpers = BTreeMap::new();
         for line in String::from_utf8_lossy(&dump.stdout).lines() {
-            if let Some(call) = line.split("call ").nth(1) {
+            // `call pc+N` is a call of a BPF subprogram, not a helper.
+            if let Some(call) = line.split("call ").nth(1).filter(|c| !c.starts_with("pc")) {
                 let helper = call.split('#').next().unwrap_or(call).trim().to_owned();
                 *helpers.entry(helper).or_insert(0) += 1;
             }
@@ -155,49 +156,50 @@ fn print_report(
         builds[1].1.display()
     );
     for (r, rung) in RUNGS.iter().enumerate() {
-        let medians: Vec<BTreeMap<String, ProgramCost>> = (0..2)
-            .map(|b| {
-                let empty = Vec::new();
-                median_costs(rounds.get(&(r, b)).unwrap_or(&empty))
-                    .into_iter()
-                    .map(|c| (c.name.clone(), c))
-                    .collect()
-            })
-            .collect();
-        text += &format!(
-            "\n### {}\n\n| program | runs per run | baseline ns/run | candidate ns/run | \
-             candidate / baseline | xlated B baseline / candidate |\n|---|---|---|---|---|---|\n",
-            rung.name()
-        );
-        let names: std::collections::BTreeSet<&String> =
-            medians.iter().flat_map(|m| m.keys()).collect();
-        for name in names {
-            let (a, b) = (medians[0].get(name), medians[1].get(name));
-            let ns =
-                |c: Option<&ProgramCost>| c.map_or("-".into(), |c| format!("{:.1}", c.ns_per_run));
-            let ratio = match (a, b) {
-                (Some(a), Some(b)) if a.ns_per_run > 0.0 => {
-                    format!("{:.2}", b.ns_per_run / a.ns_per_run)
-                }
-                _ => "-".into(),
-            };
-            let runs = b.or(a).map_or(0, |c| c.runs);
-            let size =
-                |c: Option<&ProgramCost>| c.map_or("-".into(), |c| c.bytes_xlated.to_string());
-            text += &format!(
-                "| {name} | {runs} | {} | {} | {ratio} | {} / {} |\n",
-                ns(a),
-                ns(b),
-                size(a),
-                size(b)
-            );
-        }
+        let medians: [BTreeMap<String, ProgramCost>; 2] = [0, 1].map(|b| {
+            median_costs(rounds.get(&(r, b)).map_or(&[][..], |v| v.as_slice()))
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect()
+        });
+        text += &rung_table(*rung, &medians);
     }
     text += &call_table(calls);
     match out.write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("writing the report to stdout"),
     }
+}
+
+/// One rung's table: each program's median ns/run in both builds and their ratio.
+fn rung_table(rung: Rung, medians: &[BTreeMap<String, ProgramCost>; 2]) -> String {
+    let mut text = format!(
+        "\n### {}\n\n| program | runs per run | baseline ns/run | candidate ns/run | \
+         candidate / baseline | xlated B baseline / candidate |\n|---|---|---|---|---|---|\n",
+        rung.name()
+    );
+    let names: std::collections::BTreeSet<&String> =
+        medians.iter().flat_map(|m| m.keys()).collect();
+    let ns = |c: Option<&ProgramCost>| c.map_or("-".into(), |c| format!("{:.1}", c.ns_per_run));
+    let size = |c: Option<&ProgramCost>| c.map_or("-".into(), |c| c.bytes_xlated.to_string());
+    for name in names {
+        let (a, b) = (medians[0].get(name), medians[1].get(name));
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) if a.ns_per_run > 0.0 => {
+                format!("{:.2}", b.ns_per_run / a.ns_per_run)
+            }
+            _ => "-".into(),
+        };
+        let runs = b.or(a).map_or(0, |c| c.runs);
+        text += &format!(
+            "| {name} | {runs} | {} | {} | {ratio} | {} / {} |\n",
+            ns(a),
+            ns(b),
+            size(a),
+            size(b)
+        );
+    }
+    text
 }
 
 /// Helper call sites per program, baseline -> candidate, one column per helper.

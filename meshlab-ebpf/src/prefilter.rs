@@ -5,7 +5,9 @@
 //!    filters matched nothing): every hot program returns at once.
 //! 2. [`cookie_may_be_traced`] / [`thread_may_be_tracked`] / [`local_port_may_be_traced`]:
 //!    slot arrays maintained next to the authoritative hash maps; a miss is a definite "not
-//!    traced", a hit is confirmed by the hash map as before.
+//!    traced", a hit is confirmed by the hash map as before. [`thread_slot`] and [`conn_slot`]
+//!    go further where a slot names one key alone: the thread's cookie and the connection's
+//!    turn come from the arrays, and the hash maps are asked only for shared slots.
 //! 3. The hash maps themselves (TRACED_CONNS, TRACKED_THREADS, TUPLES).
 //!
 //! Slots are written without atomics: two CPUs racing on one slot can lose a collision mark,

@@ -22,10 +22,41 @@ struct Source {
     done: bool,
 }
 
+/// A buffered event's place in time order; the event itself waits in [`Slab`], so the heap
+/// moves 24-byte keys rather than whole items (a window holds up to millions of events).
 struct Queued {
     ns: u64,
     seq: u64,
-    item: Item,
+    slot: u32,
+}
+
+/// The buffered events, by slot; freed slots are reused, so it grows to the window's peak.
+#[derive(Default)]
+struct Slab {
+    items: Vec<Option<Item>>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn put(&mut self, item: Item) -> u32 {
+        match self.free.pop() {
+            Some(slot) => {
+                self.items[slot as usize] = Some(item);
+                slot
+            }
+            None => {
+                self.items.push(Some(item));
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+
+    fn take(&mut self, slot: u32) -> Item {
+        self.free.push(slot);
+        self.items[slot as usize]
+            .take()
+            .expect("a queued slot holds its item")
+    }
 }
 
 impl PartialEq for Queued {
@@ -49,6 +80,7 @@ pub struct NodeStream {
     pub node: NodeId,
     sources: Vec<Source>,
     heap: BinaryHeap<Reverse<Queued>>,
+    slab: Slab,
     window_ns: u64,
     seq: u64,
     last_out_ns: u64,
@@ -75,6 +107,7 @@ impl NodeStream {
             node,
             sources,
             heap: BinaryHeap::new(),
+            slab: Slab::default(),
             window_ns,
             seq: 0,
             last_out_ns: 0,
@@ -96,10 +129,11 @@ impl NodeStream {
                 let ns = item.stamp().ns();
                 src.high_ns = src.high_ns.max(ns);
                 self.seq += 1;
+                let slot = self.slab.put(item);
                 self.heap.push(Reverse(Queued {
                     ns,
                     seq: self.seq,
-                    item,
+                    slot,
                 }));
                 return Ok(true);
             }
@@ -130,10 +164,11 @@ impl NodeStream {
         let Some(Reverse(q)) = self.heap.pop() else {
             return Ok(None);
         };
+        let item = self.slab.take(q.slot);
         if q.ns < self.last_out_ns {
             self.late += 1;
             if self.first_late.is_none() {
-                let o = q.item.stamp().origin;
+                let o = item.stamp().origin;
                 self.first_late = Some(format!(
                     "{}:{}: event at {} ns is {} ns earlier than an event already merged, more than --window allows; it was joined out of order",
                     plan.files[usize::from(o.file)].display,
@@ -144,6 +179,6 @@ impl NodeStream {
             }
         }
         self.last_out_ns = self.last_out_ns.max(q.ns);
-        Ok(Some(q.item))
+        Ok(Some(item))
     }
 }

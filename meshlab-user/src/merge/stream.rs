@@ -5,7 +5,7 @@
 
 use crate::records::RecordSource;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::MergeError;
 use super::event::Item;
@@ -22,40 +22,59 @@ struct Source {
     done: bool,
 }
 
-/// A buffered event's place in time order; the event itself waits in [`Slab`], so the heap
-/// moves 24-byte keys rather than whole items (a window holds up to millions of events).
 struct Queued {
     ns: u64,
     seq: u64,
-    slot: u32,
+    item: Item,
 }
 
-/// The buffered events, by slot; freed slots are reused, so it grows to the window's peak.
+/// Events waiting out the window, in (time, arrival) order. Each file is nearly in time order,
+/// so an event not earlier than the last one queued from its file joins that file's run (a
+/// FIFO, sorted by construction) and only the others go to a heap. The next event is the least
+/// of the runs' fronts and the heap's top: the order one heap of everything would give, without
+/// a heap operation per event on a window of up to millions of events.
 #[derive(Default)]
-struct Slab {
-    items: Vec<Option<Item>>,
-    free: Vec<u32>,
+struct ReorderBuffer {
+    /// Per source (index into `NodeStream::sources`).
+    runs: Vec<VecDeque<Queued>>,
+    stragglers: BinaryHeap<Reverse<Queued>>,
 }
 
-impl Slab {
-    fn put(&mut self, item: Item) -> u32 {
-        match self.free.pop() {
-            Some(slot) => {
-                self.items[slot as usize] = Some(item);
-                slot
-            }
-            None => {
-                self.items.push(Some(item));
-                (self.items.len() - 1) as u32
-            }
+impl ReorderBuffer {
+    fn push(&mut self, source: usize, q: Queued) {
+        let run = &mut self.runs[source];
+        if run.back().is_none_or(|last| last.ns <= q.ns) {
+            run.push_back(q);
+        } else {
+            self.stragglers.push(Reverse(q));
         }
     }
 
-    fn take(&mut self, slot: u32) -> Item {
-        self.free.push(slot);
-        self.items[slot as usize]
-            .take()
-            .expect("a queued slot holds its item")
+    /// The run holding the earliest event (`None`: the heap's top is earlier, or all is empty).
+    fn earliest(&self) -> Option<(Option<usize>, u64)> {
+        let mut best: Option<(Option<usize>, (u64, u64))> = self
+            .stragglers
+            .peek()
+            .map(|Reverse(q)| (None, (q.ns, q.seq)));
+        for (i, run) in self.runs.iter().enumerate() {
+            if let Some(q) = run.front()
+                && best.is_none_or(|(_, key)| (q.ns, q.seq) < key)
+            {
+                best = Some((Some(i), (q.ns, q.seq)));
+            }
+        }
+        best.map(|(run, (ns, _))| (run, ns))
+    }
+
+    fn peek_ns(&self) -> Option<u64> {
+        self.earliest().map(|(_, ns)| ns)
+    }
+
+    fn pop(&mut self) -> Option<Queued> {
+        match self.earliest()? {
+            (Some(run), _) => self.runs[run].pop_front(),
+            (None, _) => self.stragglers.pop().map(|Reverse(q)| q),
+        }
     }
 }
 
@@ -79,8 +98,7 @@ impl Ord for Queued {
 pub struct NodeStream {
     pub node: NodeId,
     sources: Vec<Source>,
-    heap: BinaryHeap<Reverse<Queued>>,
-    slab: Slab,
+    buffer: ReorderBuffer,
     window_ns: u64,
     seq: u64,
     last_out_ns: u64,
@@ -105,9 +123,11 @@ impl NodeStream {
         }
         Ok(Self {
             node,
+            buffer: ReorderBuffer {
+                runs: (0..sources.len()).map(|_| VecDeque::new()).collect(),
+                ..ReorderBuffer::default()
+            },
             sources,
-            heap: BinaryHeap::new(),
-            slab: Slab::default(),
             window_ns,
             seq: 0,
             last_out_ns: 0,
@@ -129,12 +149,8 @@ impl NodeStream {
                 let ns = item.stamp().ns();
                 src.high_ns = src.high_ns.max(ns);
                 self.seq += 1;
-                let slot = self.slab.put(item);
-                self.heap.push(Reverse(Queued {
-                    ns,
-                    seq: self.seq,
-                    slot,
-                }));
+                let seq = self.seq;
+                self.buffer.push(s, Queued { ns, seq, item });
                 return Ok(true);
             }
         }
@@ -143,7 +159,7 @@ impl NodeStream {
     /// The next event in node time order, or `None` when every file is exhausted.
     pub fn next(&mut self, plan: &Plan) -> Result<Option<Item>, MergeError> {
         loop {
-            let head = self.heap.peek().map(|q| q.0.ns);
+            let head = self.buffer.peek_ns();
             // A file that has not yet been read a window past the head may still hold earlier events.
             let lagging = self
                 .sources
@@ -161,11 +177,10 @@ impl NodeStream {
                 None => break,
             }
         }
-        let Some(Reverse(q)) = self.heap.pop() else {
+        let Some(Queued { ns, item, .. }) = self.buffer.pop() else {
             return Ok(None);
         };
-        let item = self.slab.take(q.slot);
-        if q.ns < self.last_out_ns {
+        if ns < self.last_out_ns {
             self.late += 1;
             if self.first_late.is_none() {
                 let o = item.stamp().origin;
@@ -173,12 +188,12 @@ impl NodeStream {
                     "{}:{}: event at {} ns is {} ns earlier than an event already merged, more than --window allows; it was joined out of order",
                     plan.files[usize::from(o.file)].display,
                     o.line,
-                    q.ns,
-                    self.last_out_ns - q.ns
+                    ns,
+                    self.last_out_ns - ns
                 ));
             }
         }
-        self.last_out_ns = self.last_out_ns.max(q.ns);
+        self.last_out_ns = self.last_out_ns.max(ns);
         Ok(Some(item))
     }
 }

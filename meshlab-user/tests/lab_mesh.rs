@@ -9,19 +9,12 @@ use std::process::Command;
 use meshlab_testkit::privileged::{can_run_with, privileged_or_skip};
 use meshlab_user::schema::{Layer, MergeSummary, MergedRequest, Record};
 
-fn run_demo(topology: &str, dir: &Path) -> (Vec<MergedRequest>, MergeSummary) {
-    // TTHeader: the trace id travels through the sidecars, so this test checks the hop
-    // structure independently of how Framed halves are paired (by the TCP leg).
+/// `meshlab demo --topology TOPOLOGY` with the lab's default protocol (Framed: client and
+/// server halves pair through the TCP leg the relay rule finds) plus `extra` arguments.
+fn run_demo(topology: &str, dir: &Path, extra: &[&str]) -> (Vec<MergedRequest>, MergeSummary) {
     let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
-        .args([
-            "demo",
-            "--topology",
-            topology,
-            "--trace-sample",
-            "1/4",
-            "--proto",
-            "ttheader",
-        ])
+        .args(["demo", "--topology", topology, "--trace-sample", "1/4"])
+        .args(extra)
         .args(["--duration", "1s", "--warmup", "200ms", "--out"])
         .arg(dir)
         .output()
@@ -103,7 +96,7 @@ fn one_hop_and_two_hop_requests_are_attributed_per_hop() {
     }
     let out = tempfile::tempdir().unwrap();
 
-    let (requests, summary) = run_demo("one-hop", &out.path().join("one-hop"));
+    let (requests, summary) = run_demo("one-hop", &out.path().join("one-hop"), &[]);
     assert_complete_and_exact("one-hop", &requests, &summary);
     for r in requests.iter().filter(|r| r.complete) {
         assert_client_node_hops(r);
@@ -112,16 +105,37 @@ fn one_hop_and_two_hop_requests_are_attributed_per_hop() {
         assert!(!r.segments.iter().any(|s| s.unit.starts_with("sidecar-in")));
     }
 
-    let (requests, summary) = run_demo("two-hop", &out.path().join("two-hop"));
+    let (requests, summary) = run_demo("two-hop", &out.path().join("two-hop"), &[]);
     assert_complete_and_exact("two-hop", &requests, &summary);
     for r in requests.iter().filter(|r| r.complete) {
-        assert_client_node_hops(r);
-        assert!(has(r, "proxy_tcp_to_uds", "B", Some("sidecar-in")), "{r:?}");
-        assert!(has(r, "proxy_uds_to_tcp", "B", Some("sidecar-in")), "{r:?}");
-        assert!(
-            has(r, "uds_send", "B", None),
-            "the server's unix write: {r:?}"
-        );
-        assert!(has(r, "server_read_return", "B", Some("server")), "{r:?}");
+        assert_two_hop_structure(r);
+    }
+}
+
+/// Both sidecar hops: client node A as in one-hop, then sidecar-in and the server on B.
+fn assert_two_hop_structure(r: &MergedRequest) {
+    assert_client_node_hops(r);
+    assert!(has(r, "proxy_tcp_to_uds", "B", Some("sidecar-in")), "{r:?}");
+    assert!(has(r, "proxy_uds_to_tcp", "B", Some("sidecar-in")), "{r:?}");
+    assert!(
+        has(r, "uds_send", "B", None),
+        "the server's unix write: {r:?}"
+    );
+    assert!(has(r, "server_read_return", "B", Some("server")), "{r:?}");
+}
+
+/// TTHeader carries a trace id through the sidecars: the same hop structure must come out
+/// when the halves can also pair by it.
+#[test]
+fn ttheader_two_hop_requests_are_attributed_per_hop() {
+    let test = "ttheader_two_hop_requests_are_attributed_per_hop";
+    if !privileged_or_skip(test) || !can_run_with(test, "haproxy") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let (requests, summary) = run_demo("two-hop", out.path(), &["--proto", "ttheader"]);
+    assert_complete_and_exact("two-hop (ttheader)", &requests, &summary);
+    for r in requests.iter().filter(|r| r.complete) {
+        assert_two_hop_structure(r);
     }
 }

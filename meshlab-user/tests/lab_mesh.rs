@@ -139,3 +139,30 @@ fn ttheader_two_hop_requests_are_attributed_per_hop() {
         assert_two_hop_structure(r);
     }
 }
+
+/// The seed's control experiment: the two-hop path with both sidecars on node A. Same hop
+/// structure as two-hop, every segment on A, and still one cross-process wait split by the
+/// difference method (on one node it is the TCP leg over A's own address).
+#[test]
+fn control_two_hop_same_node_is_attributed_per_hop_on_one_node() {
+    let test = "control_two_hop_same_node_is_attributed_per_hop_on_one_node";
+    if !privileged_or_skip(test) || !can_run_with(test, "haproxy") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let (requests, summary) = run_demo("two-hop-same-node", out.path(), &[]);
+    assert_complete_and_exact("two-hop-same-node", &requests, &summary);
+    for r in requests.iter().filter(|r| r.complete) {
+        assert_eq!(r.server_node.as_deref(), Some("A"), "{r:?}");
+        assert_client_node_hops(r);
+        assert!(has(r, "proxy_tcp_to_uds", "A", Some("sidecar-in")), "{r:?}");
+        assert!(has(r, "proxy_uds_to_tcp", "A", Some("sidecar-in")), "{r:?}");
+        assert!(has(r, "server_read_return", "A", Some("server")), "{r:?}");
+        assert!(
+            r.segments
+                .iter()
+                .all(|s| s.node.as_deref().is_none_or(|n| n == "A")),
+            "nothing on B: {r:?}"
+        );
+    }
+}

@@ -67,6 +67,9 @@ pub(super) fn ladder_table(outcomes: &[TopologyOutcome]) -> String {
     for o in outcomes {
         let Some(s) = &o.summary else { continue };
         let step = match (o.topology, direct) {
+            // Not a rung: the ladder's steps are cross-node (the seed's rule; CPU contention
+            // of one node would be credited to "one more hop").
+            (Topology::TwoHopSameNode, _) => "control: both sidecars on A".to_owned(),
             (Topology::Direct, _) | (_, None) => "-".to_owned(),
             (_, Some(d)) => format!(
                 "{:+.1} us ({:+.1} %)",
@@ -135,6 +138,18 @@ mod tests {
         );
         assert!(
             table.contains("| two-hop | 228.2 us | +80.9 us (+54.9 %) |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn the_control_is_not_a_step_of_the_ladder() {
+        let table = ladder_table(&[
+            outcome(Topology::Direct, 147.3),
+            outcome(Topology::TwoHopSameNode, 200.0),
+        ]);
+        assert!(
+            table.contains("| two-hop-same-node | 200.0 us | control: both sidecars on A |"),
             "{table}"
         );
     }

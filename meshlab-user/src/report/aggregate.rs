@@ -191,7 +191,7 @@ impl Aggregate {
     }
 
     /// Notes the p50 standard errors, then sorts every sample set; called once after the pass.
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         self.catalog = self.order.sorted();
         self.e2e_median_se = self.e2e.median_standard_error();
         self.e2e.finish();

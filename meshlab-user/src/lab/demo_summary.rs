@@ -27,7 +27,8 @@ pub(super) fn print_outcomes(out: &Path, outcomes: &[TopologyOutcome]) -> anyhow
             writeln!(stdout, "  {}", f.display())?;
         }
     }
-    let table = ladder_table(outcomes);
+    let mut table = ladder_table(outcomes);
+    table.push_str(&steps_in_words(&out.join("compare.txt")));
     writeln!(stdout, "\n{table}")?;
     crate::output::write_output(&out.join("summary.md"), table.as_bytes())?;
     let failures: Vec<_> = outcomes
@@ -49,6 +50,17 @@ pub(super) fn print_outcomes(out: &Path, outcomes: &[TopologyOutcome]) -> anyhow
         );
     }
     Ok(())
+}
+
+/// The ladder's steps in words from `meshlab report --compare`'s text (compare.txt, written
+/// by the demo with several topologies), so the summary says what made up each step; empty
+/// when there is none.
+fn steps_in_words(compare_txt: &Path) -> String {
+    let text = std::fs::read_to_string(compare_txt).unwrap_or_default();
+    match text.find("steps in words") {
+        Some(at) => format!("\n{}", &text[at..]),
+        None => String::new(),
+    }
 }
 
 /// The seed's "how much more does the mesh cost" table from the client's p50.
@@ -152,6 +164,17 @@ mod tests {
             table.contains("| two-hop-same-node | 200.0 us | control: both sidecars on A |"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn the_summary_carries_the_steps_in_words_of_the_comparison() {
+        let dir = tempfile::tempdir().unwrap();
+        let compare = dir.path().join("compare.txt");
+        assert_eq!(steps_in_words(&compare), "", "no comparison, no words");
+        let words = "steps in words (segment p50s; each run over the one before):\n  \
+                     one-hop over direct: end-to-end +15.90 us\n";
+        std::fs::write(&compare, format!("| segment | ... |\n{words}")).unwrap();
+        assert_eq!(steps_in_words(&compare), format!("\n{words}"));
     }
 
     #[test]

@@ -105,10 +105,80 @@ fn one_hop_and_two_hop_requests_are_attributed_per_hop() {
         assert!(!r.segments.iter().any(|s| s.unit.starts_with("sidecar-in")));
     }
 
-    let (requests, summary) = run_demo("two-hop", &out.path().join("two-hop"), &[]);
+    let two_hop = out.path().join("two-hop");
+    let (requests, summary) = run_demo("two-hop", &two_hop, &[]);
     assert_complete_and_exact("two-hop", &requests, &summary);
     for r in requests.iter().filter(|r| r.complete) {
         assert_two_hop_structure(r);
+    }
+    assert_skew_changes_no_duration(&two_hop, &requests);
+}
+
+/// (e2e, complete, missing, every segment's name, node, unit, duration and error bound).
+type Durations = (
+    u64,
+    bool,
+    Vec<String>,
+    Vec<(String, Option<String>, String, u64, Option<u64>)>,
+);
+
+fn durations(r: &MergedRequest) -> Durations {
+    let segments = r.segments.iter();
+    (
+        r.e2e_ns,
+        r.complete,
+        r.missing.clone(),
+        segments
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    s.node.clone(),
+                    s.unit.clone(),
+                    s.dur_ns,
+                    s.error_ns,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The nested waits (client on sidecar-out on A, sidecar-out on sidecar-in across the TCP leg,
+/// sidecar-in on the server on B) are each split on their own node: merging the same recordings
+/// again with each node's clocks shifted differently changes no duration, bit for bit.
+fn assert_skew_changes_no_duration(dir: &Path, requests: &[MergedRequest]) {
+    let skewed_file = dir.join("merged-skewed.ndjson");
+    let inputs = [
+        "kernel-A.capture",
+        "kernel-B.capture",
+        "probes-client.ndjson",
+        "probes-server.ndjson",
+    ];
+    let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .arg("merge")
+        .args(inputs.iter().map(|f| dir.join(f)))
+        .args(["--inject-skew", "A=-16.34s,B=250123457ns", "-o"])
+        .arg(&skewed_file)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let skewed: std::collections::HashMap<String, MergedRequest> =
+        std::fs::read_to_string(&skewed_file)
+            .unwrap()
+            .lines()
+            .filter_map(|l| match serde_json::from_str::<Record>(l).unwrap() {
+                Record::Request(r) => Some((r.trace_id.clone(), r)),
+                _ => None,
+            })
+            .collect();
+    assert_eq!(skewed.len(), requests.len(), "the same requests with skew");
+    for r in requests {
+        let s = &skewed[&r.trace_id];
+        assert_eq!(durations(r), durations(s), "{}", r.trace_id);
+        assert_ne!(r.start_ns, s.start_ns, "the skew moved absolute times");
     }
 }
 

@@ -112,6 +112,31 @@ fn one_hop_and_two_hop_requests_are_attributed_per_hop() {
         assert_two_hop_structure(r);
     }
     assert_skew_changes_no_duration(&two_hop, &requests);
+    assert_report_shows_hops(&two_hop);
+}
+
+/// The demo's text and HTML reports show each sidecar's time and each unix leg as a hop.
+fn assert_report_shows_hops(dir: &Path) {
+    let text = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for hop in [
+        "sidecar-out on A",
+        "client@A -> sidecar-out@A",
+        "sidecar-in on B",
+        "sidecar-in@B -> server@B",
+        "server@B -> sidecar-in@B",
+    ] {
+        assert!(text.contains(hop), "{hop} in report.txt:\n{text}");
+        assert!(
+            html.contains(&hop.replace('>', "&gt;")),
+            "{hop} in report.html"
+        );
+    }
+    let unix_legs = text
+        .lines()
+        .filter(|l| l.contains("unix leg") && l.contains("uds_"))
+        .count();
+    assert_eq!(unix_legs, 4, "two unix legs per direction:\n{text}");
 }
 
 /// (e2e, complete, missing, every segment's name, node, unit, duration and error bound).

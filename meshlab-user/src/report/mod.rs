@@ -8,6 +8,7 @@
 pub mod aggregate;
 pub mod cli;
 pub mod compare;
+pub mod hops;
 pub mod html;
 pub mod key;
 pub mod layout;

@@ -11,11 +11,13 @@ use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::output::{OutputFormat, RecordingOutput};
-use super::plan::{HOOKS, HookSpec};
+use super::plan::{HOOKS, HookSpec, TierSpec};
 use super::{clock, loader, nic, privilege, session, setup, sysinfo};
 use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
-use crate::schema::{AttachEntry, AttachStatus, Filters, Record, SCHEMA_VERSION, Startup};
+use crate::schema::{
+    AttachEntry, AttachStatus, Filters, NicIrqInfo, Record, SCHEMA_VERSION, Startup,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
@@ -113,6 +115,35 @@ fn parse_sample(s: &str) -> Result<u32, String> {
 }
 
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
+    check_args(&args)?;
+    setup::raise_memlock();
+    let node = args.node.clone().unwrap_or_else(sysinfo::hostname);
+    let netns = setup::netns_facts(args.netns.as_deref())?;
+    let config = kernel_config(&args, &netns)?;
+    let nic_irqs = nic::nic_irqs(&nic::sysfs::SysRoot::live());
+    let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, &nic_irqs)?;
+    install_filters(&mut ebpf, &args)?;
+
+    let cgroup_path = setup::cgroup_dir(args.cgroup.as_deref())?;
+    let (attach_plan, attached) = attach_all(&mut ebpf, &cgroup_path, args.raw_irq)?;
+    let startup = startup_record(&args, &node, &cgroup_path, attach_plan, nic_irqs);
+    let sink = open_capture_output(&args.output)?;
+    let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    let mut session = session::Session::new(ebpf, attached, node, out)?;
+    session.write_record(&Record::Startup(startup))?;
+    session.flush()?;
+    let run = session.run(
+        args.duration,
+        Duration::from_secs(args.clock_every_secs.max(1)),
+        args.ready_file.as_deref(),
+    );
+    report_end(run, &args.output)
+}
+
+/// Refuses what cannot work before anything is loaded: missing privileges, a ring size the
+/// kernel rejects, binary bytes onto a terminal.
+fn check_args(args: &RecordArgs) -> anyhow::Result<()> {
     privilege::require("meshlab record", privilege::RECORD_NEEDS)?;
     if args.netns.is_some() {
         privilege::require("meshlab record --netns", privilege::NETNS_NEEDS)?;
@@ -131,9 +162,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
             "refusing to write a binary capture to a terminal: use -o FILE, a pipe, or --format ndjson"
         );
     }
-    setup::raise_memlock();
-    let node = args.node.clone().unwrap_or_else(sysinfo::hostname);
-    let netns = setup::netns_facts(args.netns.as_deref())?;
+    Ok(())
+}
+
+/// The kernel programs' [`Config`] for these flags; --device is resolved inside the traced
+/// namespace.
+fn kernel_config(args: &RecordArgs, netns: &setup::NetnsFacts) -> anyhow::Result<Config> {
     let ifindex = match &args.device {
         Some(dev) => {
             *netns
@@ -145,21 +179,23 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         }
         None => 0,
     };
-    let config = Config {
+    let port_flag = if args.ports.is_empty() {
+        0
+    } else {
+        FILTER_PORTS
+    };
+    let addr_flag = if args.addrs.is_empty() {
+        0
+    } else {
+        FILTER_ADDRS
+    };
+    Ok(Config {
         netns_cookie: if args.netns.is_some() {
             netns.cookie
         } else {
             0
         },
-        filter_flags: if args.ports.is_empty() {
-            0
-        } else {
-            FILTER_PORTS
-        } | if args.addrs.is_empty() {
-            0
-        } else {
-            FILTER_ADDRS
-        },
+        filter_flags: port_flag | addr_flag,
         sample_every: args.sample_conns,
         ifindex,
         raw_irq_stream: u32::from(args.raw_irq),
@@ -167,23 +203,28 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         wakeup_bytes: args.ring_bytes / WAKEUP_FRACTION,
         sample_messages_every: args.sample_messages,
         _pad: 0,
-    };
-    let nic_irqs = nic::nic_irqs(&nic::sysfs::SysRoot::live());
-    let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, &nic_irqs)?;
-    install_filters(&mut ebpf, &args)?;
+    })
+}
 
-    let cgroup_path = setup::cgroup_dir(args.cgroup.as_deref())?;
-    let cgroup = loader::open_cgroup(&cgroup_path)
+/// Attaches every hook of the plan, fastest tier first. Returns the attach plan for the
+/// startup record and the tier that attached per hook. sock_ops is the one hook without which
+/// nothing is traced, so its failure is an error; any other missing hook is a warning.
+fn attach_all(
+    ebpf: &mut aya::Ebpf,
+    cgroup_path: &std::path::Path,
+    raw_irq: bool,
+) -> anyhow::Result<(Vec<AttachEntry>, Vec<&'static TierSpec>)> {
+    let cgroup = loader::open_cgroup(cgroup_path)
         .with_context(|| format!("opening cgroup2 directory {}", cgroup_path.display()))?;
     let btf = loader::kernel_btf()?;
     let mut attach_plan: Vec<AttachEntry> = Vec::new();
-    let mut attached: Vec<&'static super::plan::TierSpec> = Vec::new();
+    let mut attached: Vec<&'static TierSpec> = Vec::new();
     for hook in HOOKS {
-        if hook.raw_stream_only && !args.raw_irq {
+        if hook.raw_stream_only && !raw_irq {
             attach_plan.push(not_requested(hook));
             continue;
         }
-        let entries = loader::attach_hook(&mut ebpf, &btf, hook, Some(&cgroup), false);
+        let entries = loader::attach_hook(ebpf, &btf, hook, Some(&cgroup), false);
         match hook
             .tiers
             .iter()
@@ -205,12 +246,22 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         }
         attach_plan.extend(entries);
     }
+    Ok((attach_plan, attached))
+}
 
-    let startup = Startup {
+/// The first record of every recording: who recorded what, where, and with which filters.
+fn startup_record(
+    args: &RecordArgs,
+    node: &str,
+    cgroup_path: &std::path::Path,
+    attach_plan: Vec<AttachEntry>,
+    nic_irqs: Vec<NicIrqInfo>,
+) -> Startup {
+    Startup {
         schema_version: SCHEMA_VERSION,
         tool: "meshlab".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        node: node.clone(),
+        node: node.to_owned(),
         hostname: sysinfo::hostname(),
         kernel: sysinfo::kernel_release(),
         command: std::env::args().collect(),
@@ -230,19 +281,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         ring_buffer_bytes: args.ring_bytes,
         nic_irqs,
         devices: nic::device_contexts(&nic::sysfs::SysRoot::live(), args.device.as_deref()),
-    };
-    let sink = open_capture_output(&args.output)?;
-    let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    let mut session = session::Session::new(ebpf, attached, node, out)?;
-    session.write_record(&Record::Startup(startup))?;
-    session.flush()?;
-    let run = session.run(
-        args.duration,
-        Duration::from_secs(args.clock_every_secs.max(1)),
-        args.ready_file.as_deref(),
-    );
-    // The session is gone by now, and with it every program, link and map: say what ended it.
+    }
+}
+
+/// The session is gone by now, and with it every program, link and map: say what ended it.
+fn report_end(run: anyhow::Result<String>, output: &std::path::Path) -> anyhow::Result<()> {
     match run {
         Ok(summary) => eprintln!("{summary}"),
         Err(e) if is_broken_pipe(&e) => {
@@ -251,7 +294,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         Err(e) => {
             return Err(e.context(format!(
                 "recording to {} stopped; programs detached; the file holds every record up to its last complete line",
-                args.output.display()
+                output.display()
             )));
         }
     }

@@ -14,7 +14,7 @@ use super::{Conn, Endpoint, endpoint, framed_trace_id, poll_readable, read_frame
 use crate::lab::codec::thrift::{MessageKind, ThriftMessage};
 use crate::lab::codec::{self, Envelope, Proto};
 use crate::lab::probes::{ProbeSink, RequestProbes, SampleRate};
-use crate::schema::Direction;
+use crate::schema::{ConnRef, Direction};
 // Re-exported for the demo's flags, which parse durations like the workload's.
 pub use crate::units::parse_duration;
 
@@ -91,36 +91,7 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
         bail!("--concurrency must be at least 1");
     }
     let probes = args.trace.open("client")?;
-    // The clock starts once every connection is up (connecting may wait for a proxy).
-    let window = Arc::new(Window {
-        all_connected: Barrier::new(args.concurrency),
-        start: OnceLock::new(),
-        warmup: args.warmup,
-        duration: args.duration,
-    });
-    // Each connection gets an equal share of the rate limit.
-    let interval =
-        (args.qps > 0).then(|| Duration::from_secs_f64(args.concurrency as f64 / args.qps as f64));
-    let workers: Vec<_> = (0..args.concurrency)
-        .map(|index| {
-            let ep = ep.clone();
-            let probes = probes.clone();
-            let window = window.clone();
-            let (proto, payload) = (args.proto, args.payload);
-            std::thread::spawn(move || {
-                let job = Job {
-                    ep,
-                    proto,
-                    payload,
-                    index,
-                    window,
-                    interval,
-                    probes,
-                };
-                job.run()
-            })
-        })
-        .collect();
+    let workers = spawn_connections(&args, &ep, &probes);
     let mut hist = new_histogram();
     let mut sent = 0;
     let mut first_error = None;
@@ -139,9 +110,56 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
     if let Some(e) = first_error {
         return Err(e);
     }
+    let summary = summarize(&args, &ep, &hist, sent);
+    eprintln!("{}", summary.line());
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, &summary)?;
+        out.write_all(b"\n")?;
+    }
+    if summary.requests == 0 {
+        bail!("no request completed after warm-up");
+    }
+    Ok(())
+}
+
+/// One thread per connection, all sharing one measurement window.
+fn spawn_connections(
+    args: &ClientArgs,
+    ep: &Endpoint,
+    probes: &Option<Arc<ProbeSink>>,
+) -> Vec<std::thread::JoinHandle<anyhow::Result<ConnResult>>> {
+    // The clock starts once every connection is up (connecting may wait for a proxy).
+    let window = Arc::new(Window {
+        all_connected: Barrier::new(args.concurrency),
+        start: OnceLock::new(),
+        warmup: args.warmup,
+        duration: args.duration,
+    });
+    // Each connection gets an equal share of the rate limit.
+    let interval =
+        (args.qps > 0).then(|| Duration::from_secs_f64(args.concurrency as f64 / args.qps as f64));
+    (0..args.concurrency)
+        .map(|index| {
+            let job = Job {
+                ep: ep.clone(),
+                proto: args.proto,
+                payload: args.payload,
+                index,
+                window: window.clone(),
+                interval,
+                probes: probes.clone(),
+                pid: std::process::id(),
+            };
+            std::thread::spawn(move || job.run())
+        })
+        .collect()
+}
+
+fn summarize(args: &ClientArgs, ep: &Endpoint, hist: &Histogram<u64>, sent: u64) -> LatencySummary {
     let duration_s = args.duration.as_secs_f64();
-    let q = quantiles(&hist);
-    let summary = LatencySummary {
+    let q = quantiles(hist);
+    LatencySummary {
         proto: format!("{:?}", args.proto).to_lowercase(),
         endpoint: ep.to_string(),
         payload: args.payload,
@@ -156,17 +174,7 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
         p999_us: q.p999_us,
         max_us: q.max_us,
         mean_us: q.mean_us,
-    };
-    eprintln!("{}", summary.line());
-    if args.json {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, &summary)?;
-        out.write_all(b"\n")?;
     }
-    if summary.requests == 0 {
-        bail!("no request completed after warm-up");
-    }
-    Ok(())
 }
 
 /// The measurement window shared by all connections.
@@ -185,6 +193,19 @@ struct Job {
     window: Arc<Window>,
     interval: Option<Duration>,
     probes: Option<Arc<ProbeSink>>,
+    /// This process's id, part of ttheader trace ids.
+    pid: u32,
+}
+
+/// One connection's open stream: the socket, its identity in probe records, the bytes sent
+/// and received so far (probe records carry stream offsets) and reusable buffers.
+struct Stream {
+    conn: Conn,
+    conn_ref: ConnRef,
+    tx_offset: u64,
+    rx_offset: u64,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
 }
 
 impl Job {
@@ -193,7 +214,7 @@ impl Job {
             .with_context(|| format!("connect to {}", self.ep));
         // Wait even when connecting failed, so the other connections are not stuck here.
         self.window.all_connected.wait();
-        let mut conn = connected?;
+        let conn = connected?;
         let start = *self.window.start.get_or_init(Instant::now);
         let measure_from = start + self.window.warmup;
         let end = measure_from + self.window.duration;
@@ -201,13 +222,16 @@ impl Job {
             Endpoint::Unix(p) => Some(p.clone()),
             Endpoint::Tcp(_) => None,
         };
-        let conn_ref = conn.conn_ref(unix_path.as_ref());
-        let pid = std::process::id();
+        let mut stream = Stream {
+            conn_ref: conn.conn_ref(unix_path.as_ref()),
+            conn,
+            tx_offset: 0,
+            rx_offset: 0,
+            out: Vec::with_capacity(self.payload + 128),
+            inbuf: Vec::with_capacity(self.payload + 128),
+        };
         let body = vec![b'x'; self.payload];
         let mut hist = new_histogram();
-        let (mut tx_offset, mut rx_offset) = (0u64, 0u64);
-        let mut out = Vec::with_capacity(self.payload + 128);
-        let mut inbuf = Vec::with_capacity(self.payload + 128);
         let mut next_send = Instant::now();
         let mut seq_id: i32 = 0;
         while Instant::now() < end {
@@ -217,56 +241,9 @@ impl Job {
                 }
                 next_send += interval;
             }
-            let sampled = self.probes.as_ref().is_some_and(|p| p.rate.sampled(seq_id));
-            let mut probes = RequestProbes::new(sampled);
-            let t0 = Instant::now();
-            probes.hit("client.encode_begin");
-            let trace_id = sampled.then(|| match self.proto {
-                Proto::Ttheader => format!("{pid:x}-{}-{seq_id}", self.index),
-                Proto::Framed => framed_trace_id(&conn_ref, false, seq_id),
-            });
-            let envelope = Envelope {
-                trace_id: trace_id.clone().filter(|_| self.proto == Proto::Ttheader),
-                message: ThriftMessage {
-                    name: "echo".into(),
-                    kind: MessageKind::Call,
-                    seq_id,
-                    body: body.clone(),
-                },
-            };
-            out.clear();
-            let len = codec::encode(self.proto, &envelope, &mut out) as u64;
-            probes.hit("client.encode_end");
-            probes.hit_bytes("client.write_begin", Direction::Tx, tx_offset, len);
-            conn.write_all(&out).context("send request")?;
-            probes.hit("client.write_end");
-            tx_offset += len;
-            poll_readable(std::os::fd::AsRawFd::as_raw_fd(&conn), -1)?;
-            probes.hit("client.read_ready");
-            let frame_len = read_frame(&mut conn, self.proto, &mut inbuf)?;
-            probes.hit_bytes(
-                "client.read_end",
-                Direction::Rx,
-                rx_offset,
-                frame_len as u64,
-            );
-            rx_offset += frame_len as u64;
-            let (reply, _) = codec::decode(self.proto, &inbuf[..frame_len])?
-                .context("a whole frame was read")?;
-            inbuf.drain(..frame_len);
-            probes.hit("client.decode_end");
-            let elapsed = t0.elapsed();
-            if reply.message.seq_id != seq_id || reply.message.body != body {
-                bail!(
-                    "reply {} does not echo request {seq_id}",
-                    reply.message.seq_id
-                );
-            }
+            let (t0, elapsed) = self.round_trip(&mut stream, seq_id, &body)?;
             if t0 >= measure_from {
                 hist.saturating_record(elapsed.as_nanos() as u64);
-            }
-            if let (Some(sink), Some(id)) = (&self.probes, &trace_id) {
-                sink.emit(id, &conn_ref, &probes.hits)?;
             }
             seq_id = seq_id.wrapping_add(1);
         }
@@ -274,5 +251,66 @@ impl Job {
             hist,
             sent: seq_id as u64,
         })
+    }
+
+    /// Sends request `seq_id`, reads its reply and checks it echoes the request; the probes of
+    /// a sampled request are written once the reply is checked. Returns when the request
+    /// started and its latency (up to the decoded reply, before checking and probe output).
+    fn round_trip(
+        &self,
+        stream: &mut Stream,
+        seq_id: i32,
+        body: &[u8],
+    ) -> anyhow::Result<(Instant, Duration)> {
+        let sampled = self.probes.as_ref().is_some_and(|p| p.rate.sampled(seq_id));
+        let mut probes = RequestProbes::new(sampled);
+        let t0 = Instant::now();
+        probes.hit("client.encode_begin");
+        let trace_id = sampled.then(|| match self.proto {
+            Proto::Ttheader => format!("{:x}-{}-{seq_id}", self.pid, self.index),
+            Proto::Framed => framed_trace_id(&stream.conn_ref, false, seq_id),
+        });
+        let envelope = Envelope {
+            trace_id: trace_id.clone().filter(|_| self.proto == Proto::Ttheader),
+            message: ThriftMessage {
+                name: "echo".into(),
+                kind: MessageKind::Call,
+                seq_id,
+                body: body.to_vec(),
+            },
+        };
+        stream.out.clear();
+        let len = codec::encode(self.proto, &envelope, &mut stream.out) as u64;
+        probes.hit("client.encode_end");
+        probes.hit_bytes("client.write_begin", Direction::Tx, stream.tx_offset, len);
+        stream.conn.write_all(&stream.out).context("send request")?;
+        probes.hit("client.write_end");
+        stream.tx_offset += len;
+        poll_readable(std::os::fd::AsRawFd::as_raw_fd(&stream.conn), -1)?;
+        probes.hit("client.read_ready");
+        let frame_len = read_frame(&mut stream.conn, self.proto, &mut stream.inbuf)?;
+        let frame_bytes = frame_len as u64;
+        probes.hit_bytes(
+            "client.read_end",
+            Direction::Rx,
+            stream.rx_offset,
+            frame_bytes,
+        );
+        stream.rx_offset += frame_bytes;
+        let (reply, _) = codec::decode(self.proto, &stream.inbuf[..frame_len])?
+            .context("a whole frame was read")?;
+        stream.inbuf.drain(..frame_len);
+        probes.hit("client.decode_end");
+        let elapsed = t0.elapsed();
+        if reply.message.seq_id != seq_id || reply.message.body != body {
+            bail!(
+                "reply {} does not echo request {seq_id}",
+                reply.message.seq_id
+            );
+        }
+        if let (Some(sink), Some(id)) = (&self.probes, &trace_id) {
+            sink.emit(id, &stream.conn_ref, &probes.hits)?;
+        }
+        Ok((t0, elapsed))
     }
 }

@@ -48,7 +48,8 @@ pub struct ProgramCounters {
 /// Program name -> counters, for the programs process `pid` holds.
 pub type Snapshot = BTreeMap<String, ProgramCounters>;
 
-pub fn snapshot(pid: u32) -> Result<Snapshot> {
+/// Every BPF program loaded on the machine, as `bpftool prog show --json` lists them.
+fn loaded_programs() -> Result<serde_json::Value> {
     let out = Command::new("bpftool")
         .args(["prog", "show", "--json"])
         .output()
@@ -56,8 +57,22 @@ pub fn snapshot(pid: u32) -> Result<Snapshot> {
     if !out.status.success() {
         bail!("bpftool prog show failed: {}", out.status);
     }
-    let programs: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("bpftool prog show --json output")?;
+    serde_json::from_slice(&out.stdout).context("bpftool prog show --json output")
+}
+
+/// The names of every BPF program loaded on the machine (by any process).
+pub fn loaded_program_names() -> Result<Vec<String>> {
+    let programs = loaded_programs()?;
+    Ok(programs
+        .as_array()
+        .context("bpftool: expected a JSON array")?
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect())
+}
+
+pub fn snapshot(pid: u32) -> Result<Snapshot> {
+    let programs = loaded_programs()?;
     let held = program_ids_held_by(pid)?;
     let mut snap = Snapshot::new();
     for prog in programs

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::bpfstats::{self, StatsEnabled};
 use crate::truth_lab::{CpuHogs, Proc, TbfQdisc, TruthNetns, median, run_quiet};
-use crate::truth_reference::{self, Reference};
+use crate::truth_reference::{self, Reference, ReferenceRun};
 use crate::{run_cmd, workspace_root};
 
 #[derive(clap::Args)]
@@ -35,6 +35,15 @@ pub struct TruthArgs {
     /// Keep the run directories (recordings, merged files) in this directory.
     #[arg(long)]
     keep: Option<PathBuf>,
+    /// Use the debug build of meshlab (quicker to build; the eBPF object is the same).
+    #[arg(long)]
+    debug: bool,
+    /// Only these causes (repeatable; default: all).
+    #[arg(long = "cause", value_enum)]
+    causes: Vec<Cause>,
+    /// Only the bpftrace reference runs (no cause), for checking the reference quickly.
+    #[arg(long)]
+    reference_only: bool,
 }
 
 /// The client runs on CPU 0, the server (and the hogs) on CPU 1.
@@ -44,7 +53,7 @@ const PORT: u16 = 9000;
 /// A share is shown only when the cause added more than this fraction of the p50 without it.
 const MIN_ADDED_FRACTION: f64 = 0.1;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 enum Cause {
     /// TBF rate limit on the client's veth -> the client's tx_qdisc.
     TbfRateLimit,
@@ -143,13 +152,22 @@ struct RunStats {
     target_p50_ns: f64,
     /// Median per (node, segment name), to name where an unrecovered share went.
     per_segment_p50_ns: BTreeMap<String, f64>,
+    /// Median per (node, segment name) over the requests that have the segment: what the
+    /// bpftrace reference measures (it times only intervals that happened).
+    present_p50_ns: BTreeMap<String, f64>,
     requests: usize,
     /// Run time of both recorders' BPF programs during the run, per request of the run: the
     /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
     /// switch of every process, so a busy machine raises it.
     bpf_ns_per_request: f64,
+    /// Both recorder processes' own CPU time (user, kernel) during the run, per request.
+    recorder_cpu_ns_per_request: CpuTimes,
     /// bpftrace's per-stage medians, in the runs the reference watched.
     reference: Option<truth_reference::StageMedians>,
+    /// The client recorder's programs' run time during the run (reference runs only).
+    client_programs: Vec<bpfstats::ProgramCost>,
+    /// Every BPF program loaded on the machine at the end of the run (reference runs only).
+    loaded_programs: Vec<String>,
 }
 
 pub fn run(args: TruthArgs) -> Result<()> {
@@ -161,8 +179,7 @@ pub fn run(args: TruthArgs) -> Result<()> {
     } else {
         (args.rounds.max(1), args.seconds.max(1))
     };
-    run_cmd(crate::cargo().args(["build", "--release", "--bin", "meshlab"]))?;
-    let exe = workspace_root().join("target/release/meshlab");
+    let exe = build_meshlab(args.debug)?;
     let scratch = Scratch::new(args.keep.clone())?;
     let netns = TruthNetns::create(&args.prefix)?;
     // Global switch, set back on drop (also on failure).
@@ -174,7 +191,10 @@ pub fn run(args: TruthArgs) -> Result<()> {
     let mut results: BTreeMap<(Cause, bool), Vec<RunStats>> = BTreeMap::new();
     let mut reference_runs = Vec::new();
     for round in 0..rounds {
-        for cause in CAUSES {
+        let causes = CAUSES.into_iter().filter(|c| {
+            !args.reference_only && (args.causes.is_empty() || args.causes.contains(c))
+        });
+        for cause in causes {
             // Alternate which condition goes first, so drift favours neither.
             for k in 0..2 {
                 let with_cause = (round + k) % 2 == 1;
@@ -201,30 +221,51 @@ pub fn run(args: TruthArgs) -> Result<()> {
                 results.entry((cause, with_cause)).or_default().push(stats);
             }
         }
-        let dir = scratch
-            .run_dir(round, Cause::SlowHandler, false)?
-            .join("reference");
-        std::fs::create_dir_all(&dir)?;
-        // The plain 64-byte workload, no cause, watched by bpftrace.
-        let stats = one_run(
-            &exe,
-            &netns,
-            Cause::SlowHandler,
-            RunKind::Reference,
-            seconds,
-            &dir,
-        )
-        .with_context(|| format!("round {round}, reference run"))?;
-        scratch.done_with(&dir);
-        reference_runs.extend(
-            stats
-                .reference
-                .map(|r| (r, stats.per_segment_p50_ns.clone())),
-        );
+        reference_runs.extend(reference_run(&exe, &netns, &scratch, round, seconds)?);
     }
     print_table(&results, rounds, seconds);
     truth_reference::print_comparison(&reference_runs);
     Ok(())
+}
+
+fn build_meshlab(debug: bool) -> Result<PathBuf> {
+    if debug {
+        run_cmd(crate::cargo().args(["build", "--bin", "meshlab"]))?;
+        Ok(workspace_root().join("target/debug/meshlab"))
+    } else {
+        run_cmd(crate::cargo().args(["build", "--release", "--bin", "meshlab"]))?;
+        Ok(workspace_root().join("target/release/meshlab"))
+    }
+}
+
+/// The round's run watched by bpftrace: the plain 64-byte workload, no cause.
+fn reference_run(
+    exe: &Path,
+    netns: &TruthNetns,
+    scratch: &Scratch,
+    round: usize,
+    seconds: u64,
+) -> Result<Option<ReferenceRun>> {
+    let dir = scratch
+        .run_dir(round, Cause::SlowHandler, false)?
+        .join("reference");
+    std::fs::create_dir_all(&dir)?;
+    let stats = one_run(
+        exe,
+        netns,
+        Cause::SlowHandler,
+        RunKind::Reference,
+        seconds,
+        &dir,
+    )
+    .with_context(|| format!("round {round}, reference run"))?;
+    scratch.done_with(&dir);
+    Ok(stats.reference.map(|r| ReferenceRun {
+        bpftrace: r,
+        meshlab: stats.present_p50_ns,
+        meshlab_programs: stats.client_programs,
+        loaded_programs: stats.loaded_programs,
+    }))
 }
 
 fn one_run(
@@ -257,6 +298,9 @@ fn one_run(
         _ => None,
     };
     let bpf_before = recorder_bpf_ns(&recorders)?;
+    let client_recorder = recorders[0].pid().context("client recorder stopped")?;
+    let client_before = bpfstats::snapshot(client_recorder)?;
+    let cpu_before = recorder_cpu(&recorders)?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     let output = TruthNetns::exec_pinned(&netns.a, CLIENT_CPU, exe)
         .args(["lab", "client", "--connect"])
@@ -276,6 +320,9 @@ fn one_run(
     }
     server.stop()?;
     let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
+    let client_programs = bpfstats::delta(&client_before, &bpfstats::snapshot(client_recorder)?);
+    let loaded_programs = bpfstats::loaded_program_names()?;
+    let cpu = recorder_cpu(&recorders)?.since(cpu_before);
     let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
         recorder.stop()?;
@@ -290,7 +337,12 @@ fn one_run(
     )?;
     let mut stats = run_stats(&merged, cause)?;
     stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
+    stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
     stats.reference = reference;
+    if stats.reference.is_some() {
+        stats.client_programs = client_programs;
+        stats.loaded_programs = loaded_programs;
+    }
     Ok(stats)
 }
 
@@ -303,6 +355,57 @@ fn recorder_bpf_ns(recorders: &[Proc]) -> Result<u64> {
             .values()
             .map(|c| c.run_time_ns)
             .sum::<u64>();
+    }
+    Ok(total)
+}
+
+/// User and kernel CPU time, in ns.
+#[derive(Clone, Copy, Default)]
+struct CpuTimes {
+    user_ns: f64,
+    kernel_ns: f64,
+}
+
+impl CpuTimes {
+    fn since(self, before: CpuTimes) -> CpuTimes {
+        CpuTimes {
+            user_ns: self.user_ns - before.user_ns,
+            kernel_ns: self.kernel_ns - before.kernel_ns,
+        }
+    }
+
+    fn per(self, requests: usize) -> CpuTimes {
+        let n = requests.max(1) as f64;
+        CpuTimes {
+            user_ns: self.user_ns / n,
+            kernel_ns: self.kernel_ns / n,
+        }
+    }
+}
+
+/// The recorders' CPU time so far, all threads: utime and stime of /proc/PID/stat (clock
+/// ticks). Their BPF programs run in other tasks' context and are not in it (BPF/req is).
+fn recorder_cpu(recorders: &[Proc]) -> Result<CpuTimes> {
+    // SAFETY: sysconf has no preconditions.
+    let ns_per_tick = 1e9 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut total = CpuTimes::default();
+    for recorder in recorders {
+        let pid = recorder.pid().context("recorder already stopped")?;
+        let path = format!("/proc/{pid}/stat");
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let field = |n: usize| -> Result<f64> {
+            fields
+                .get(n - 3)
+                .and_then(|f| f.parse::<f64>().ok())
+                .with_context(|| format!("{path}: field {n} (utime/stime) is not a number"))
+        };
+        total.user_ns += field(14)? * ns_per_tick;
+        total.kernel_ns += field(15)? * ns_per_tick;
     }
     Ok(total)
 }
@@ -366,6 +469,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         std::fs::read_to_string(merged).with_context(|| format!("reading {}", merged.display()))?;
     let (mut e2e, mut target) = (Vec::new(), Vec::new());
     let mut per_segment: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut present: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         let v: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{}:{}: not JSON", merged.display(), i + 1))?;
@@ -386,6 +490,9 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
                 target_ns += seg.dur_ns;
             }
         }
+        for (key, ns) in &sums {
+            present.entry(key.clone()).or_default().push(*ns as f64);
+        }
         // A segment absent from a request (an optional stage) counts as 0 there.
         for (key, _) in per_segment.iter_mut() {
             sums.entry(key.clone()).or_default();
@@ -404,12 +511,17 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         e2e_p50_ns: median(e2e),
         target_p50_ns: median(target),
         bpf_ns_per_request: 0.0,
+        recorder_cpu_ns_per_request: CpuTimes::default(),
         reference: None,
-        per_segment_p50_ns: per_segment
-            .into_iter()
-            .map(|(k, v)| (k, median(v)))
-            .collect(),
+        client_programs: Vec::new(),
+        loaded_programs: Vec::new(),
+        per_segment_p50_ns: medians(per_segment),
+        present_p50_ns: medians(present),
     })
+}
+
+fn medians(samples: BTreeMap<String, Vec<f64>>) -> BTreeMap<String, f64> {
+    samples.into_iter().map(|(k, v)| (k, median(v))).collect()
 }
 
 fn condition_median(runs: &[RunStats], f: impl Fn(&RunStats) -> f64) -> f64 {
@@ -455,12 +567,22 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
     );
     println!(
         "(share: recovered / added; n/a when the cause added less than {:.0} % of the p50; \
-         BPF/req: both recorders' BPF program run time per request, with the cause)",
+         per request, with the cause: BPF = both recorders' BPF program run time, rec usr/sys = \
+         the recorder processes' own user/kernel CPU time)",
         MIN_ADDED_FRACTION * 100.0
     );
     println!(
-        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7} {:>8}  largest other growth",
-        "cause", "e2e off", "e2e on", "added", "segment", "recovered", "share", "BPF/req"
+        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7} {:>8} {:>8} {:>8}  largest other growth",
+        "cause",
+        "e2e off",
+        "e2e on",
+        "added",
+        "segment",
+        "recovered",
+        "share",
+        "BPF/req",
+        "rec usr",
+        "rec sys"
     );
     for cause in CAUSES {
         let (Some(off), Some(on)) = (results.get(&(cause, false)), results.get(&(cause, true)))
@@ -478,7 +600,7 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
             format!("{:>7}", "n/a")
         };
         println!(
-            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {:>8.1}  {}",
+            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {:>8.1} {:>8.1} {:>8.1}  {}",
             cause.name(),
             e2e(off),
             e2e(on),
@@ -486,6 +608,8 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
             cause.target_name(),
             recovered,
             condition_median(on, |r| r.bpf_ns_per_request) / 1e3,
+            condition_median(on, |r| r.recorder_cpu_ns_per_request.user_ns) / 1e3,
+            condition_median(on, |r| r.recorder_cpu_ns_per_request.kernel_ns) / 1e3,
             largest_other_growth(cause, off, on)
         );
     }

@@ -19,7 +19,9 @@ mod truth;
 mod truth_lab;
 mod truth_reference;
 mod vm;
+mod vm_irq_counts;
 mod vm_scenarios;
+mod vm_two_machines;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -155,10 +155,13 @@ pub unsafe fn atomic_add(ptr: *mut u64, value: u64) {
 /// Positional tracepoint arguments, the same for tp_btf and raw_tp programs (both receive the
 /// tracepoint's TP_PROTO arguments as an array of u64).
 pub trait TpArgs {
+    /// How this program type reads the structs its arguments point to.
+    type Mem: crate::kread::KernelRead;
     fn arg_u64(&self, n: usize) -> u64;
 }
 
 impl TpArgs for aya_ebpf::programs::BtfTracePointContext {
+    type Mem = crate::kread::BtfLoad;
     #[inline(always)]
     fn arg_u64(&self, n: usize) -> u64 {
         self.arg(n)
@@ -166,6 +169,7 @@ impl TpArgs for aya_ebpf::programs::BtfTracePointContext {
 }
 
 impl TpArgs for aya_ebpf::programs::RawTracePointContext {
+    type Mem = crate::kread::ProbeRead;
     #[inline(always)]
     fn arg_u64(&self, n: usize) -> u64 {
         self.arg(n)

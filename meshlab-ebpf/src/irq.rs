@@ -1,12 +1,29 @@
 //! NIC hard IRQs, NET_RX/NET_TX softirqs and napi_poll. They update per-CPU RX context that
 //! RX events carry; with `raw_irq_stream` set they are also streamed (NIC evaluation).
+//!
+//! They fire for every interrupt and softirq on the machine, traced or not: while no
+//! connection is traced (and nothing is streamed) they return after one inlined array read,
+//! before any map lookup or clock read (see [`idle`]).
 
 use meshlab_common::{Hook, NET_RX_SOFTIRQ, NET_TX_SOFTIRQ};
 
 use crate::emit::{TpArgs, emit, now_ns, tp_entries};
 use crate::globals::{config, offset};
-use crate::kread::{dev_ifindex, read};
+use crate::kread::{KernelRead, dev_ifindex};
 use crate::maps::{CPU_STATE, CpuState, NIC_IRQS};
+use crate::prefilter::nothing_traced;
+
+/// How old a pending IRQ or NET_RX raise may be when a softirq run starts and still belong to
+/// it. The hooks skip their work while nothing is traced, so a pending value can be left over
+/// from an earlier traced period; a real one is microseconds old.
+const PENDING_WINDOW_NS: u64 = 10_000_000;
+
+/// Nothing for these hooks to do: no RX event can want the context and nothing is streamed.
+/// `raw_irq_stream` is a frozen read-only global: the verifier drops the dead branch.
+#[inline(always)]
+fn idle() -> bool {
+    config!(raw_irq_stream) == 0 && nothing_traced()
+}
 
 #[inline(always)]
 fn cpu_state() -> Option<&'static mut CpuState> {
@@ -30,6 +47,9 @@ fn stream(hook: Hook, value: i32, irq: u32, ifindex: u32, queue: u32) {
 
 /// irq:irq_handler_entry(irq, action): only IRQs the loader mapped to a network device.
 fn try_irq_entry<C: TpArgs>(ctx: &C) -> Option<()> {
+    if idle() {
+        return None;
+    }
     let irq = ctx.arg_u64(0) as u32;
     // SAFETY: value copied out at once.
     let nic = *unsafe { NIC_IRQS.get(&irq) }?;
@@ -47,6 +67,9 @@ tp_entries!(
 );
 
 fn try_irq_exit<C: TpArgs>(ctx: &C) -> Option<()> {
+    if config!(raw_irq_stream) == 0 {
+        return None;
+    }
     let irq = ctx.arg_u64(0) as u32;
     // SAFETY: value copied out at once.
     let nic = *unsafe { NIC_IRQS.get(&irq) }?;
@@ -69,6 +92,9 @@ fn net_vector(ctx_vec: u64) -> Option<u32> {
 
 /// irq:softirq_raise(vec): the first NET_RX raise since the last softirq run started is kept.
 fn try_softirq_raise<C: TpArgs>(ctx: &C) -> Option<()> {
+    if idle() {
+        return None;
+    }
     let vec = net_vector(ctx.arg_u64(0))?;
     if vec == NET_RX_SOFTIRQ {
         let state = cpu_state()?;
@@ -87,14 +113,24 @@ tp_entries!(
 );
 
 fn try_softirq_entry<C: TpArgs>(ctx: &C) -> Option<()> {
+    if idle() {
+        return None;
+    }
     let vec = net_vector(ctx.arg_u64(0))?;
     if vec == NET_RX_SOFTIRQ {
         // This run's context is what happened before it started; later IRQs wait for the next.
         let state = cpu_state()?;
-        state.softirq_entry_ns = now_ns();
-        state.irq = state.pending_irq;
-        state.irq_entry_ns = state.pending_irq_ns;
-        state.softirq_raise_ns = state.pending_raise_ns;
+        let now = now_ns();
+        state.softirq_entry_ns = now;
+        let fresh = |ns: u64| ns != 0 && now.wrapping_sub(ns) < PENDING_WINDOW_NS;
+        let irq_fresh = fresh(state.pending_irq_ns);
+        state.irq = if irq_fresh { state.pending_irq } else { 0 };
+        state.irq_entry_ns = if irq_fresh { state.pending_irq_ns } else { 0 };
+        state.softirq_raise_ns = if fresh(state.pending_raise_ns) {
+            state.pending_raise_ns
+        } else {
+            0
+        };
         state.pending_irq = 0;
         state.pending_irq_ns = 0;
         state.pending_raise_ns = 0;
@@ -110,6 +146,8 @@ tp_entries!(
 );
 
 /// irq:softirq_exit(vec): the RX context ends here; later RX work starts from a clean state.
+/// Not skipped while nothing is traced (a few stores): a connection traced from the middle of
+/// a softirq run on must not see a context left over from an earlier traced period.
 fn try_softirq_exit<C: TpArgs>(ctx: &C) -> Option<()> {
     let vec = net_vector(ctx.arg_u64(0))?;
     if vec == NET_RX_SOFTIRQ {
@@ -134,9 +172,9 @@ fn try_napi_poll<C: TpArgs>(ctx: &C) -> Option<()> {
     if config!(raw_irq_stream) == 0 {
         return None;
     }
-    let dev: u64 = read(ctx.arg_u64(0), offset!(napi_struct_dev))?;
+    let dev: u64 = C::Mem::load(ctx.arg_u64(0), offset!(napi_struct_dev))?;
     emit(Hook::NapiPoll, |ev| {
-        ev.ifindex = dev_ifindex(dev);
+        ev.ifindex = dev_ifindex::<C::Mem>(dev);
         ev.value = ctx.arg_u64(1) as i32;
         ev.aux = ctx.arg_u64(2);
         Some(())

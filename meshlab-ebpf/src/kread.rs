@@ -8,6 +8,47 @@ use crate::maps::TRACED_CONNS;
 use crate::prefilter::{cookie_may_be_traced, turn_known_unsampled};
 use crate::turn::turn_sampled;
 
+/// How a program reads a field of a kernel struct it holds a pointer to.
+///
+/// tp_btf, fentry and fexit programs receive BTF-typed pointers: the verifier checks a plain
+/// load from them against vmlinux BTF (the offsets are frozen read-only globals, so it sees
+/// constants) and JITs it as a fault-tolerant load, a few instructions instead of a
+/// bpf_probe_read_kernel helper call (~20-30 ns each here, most of a traced event's cost).
+/// raw_tp and kprobe programs get untyped integers and must use the helper.
+///
+/// Direct loads only work on a typed pointer (an argument, or a struct pointer loaded
+/// directly from one) and only within the struct's BTF type: fields of a containing struct
+/// (tcp_sock behind a `struct sock *`), bytes behind a `char *` (skb->head) and char arrays
+/// (skb->cb) stay [`read`]s.
+pub trait KernelRead {
+    fn load<T: Copy>(base: u64, off: usize) -> Option<T>;
+}
+
+/// Direct loads from BTF-typed pointers (tp_btf, fentry, fexit).
+pub struct BtfLoad;
+
+impl KernelRead for BtfLoad {
+    #[inline(always)]
+    fn load<T: Copy>(base: u64, off: usize) -> Option<T> {
+        if base == 0 {
+            return None;
+        }
+        // SAFETY: the verifier admits this load only as a checked BTF field access, which
+        // the JIT makes fault-tolerant (a bad address reads as zero instead of faulting).
+        Some(unsafe { core::ptr::read_volatile((base as usize + off) as *const T) })
+    }
+}
+
+/// bpf_probe_read_kernel (raw_tp, kprobe).
+pub struct ProbeRead;
+
+impl KernelRead for ProbeRead {
+    #[inline(always)]
+    fn load<T: Copy>(base: u64, off: usize) -> Option<T> {
+        read(base, off)
+    }
+}
+
 /// Reads a `T` at `base + off` of kernel memory. Errors (unmapped memory) become `None`.
 #[inline(always)]
 pub fn read<T: Copy>(base: u64, off: usize) -> Option<T> {
@@ -20,29 +61,30 @@ pub fn read<T: Copy>(base: u64, off: usize) -> Option<T> {
 
 /// The socket cookie of `sk` (0 if the kernel has not assigned one yet).
 #[inline(always)]
-pub fn sock_cookie(sk: u64) -> u64 {
-    read::<u64>(sk, offset!(sock_common_cookie)).unwrap_or(0)
+pub fn sock_cookie<M: KernelRead>(sk: u64) -> u64 {
+    M::load::<u64>(sk, offset!(sock_common_cookie)).unwrap_or(0)
 }
 
-/// The traced connection `sk` belongs to, with its cookie.
+/// The traced connection `sk` belongs to: its cookie and its TRACED_CONNS value, in place
+/// (the hooks that decide a turn update it, and one lookup serves the decision and the event).
 #[inline(always)]
-pub fn traced_sock(sk: u64) -> Option<(u64, ConnInfo)> {
-    let cookie = sock_cookie(sk);
+pub fn traced_sock<M: KernelRead>(sk: u64) -> Option<(u64, &'static mut ConnInfo)> {
+    let cookie = sock_cookie::<M>(sk);
     if !cookie_may_be_traced(cookie) {
         return None;
     }
-    // SAFETY: the value is copied out immediately; LRU eviction cannot race with the copy
-    // because map values stay valid for the duration of the RCU read section we run in.
-    let info = unsafe { TRACED_CONNS.get(&cookie) }?;
-    Some((cookie, *info))
+    let info = TRACED_CONNS.get_ptr_mut(&cookie)?;
+    // SAFETY: map values stay valid for the program's RCU read section; fields another CPU
+    // may write at the same time (the turn) only ever receive the same decision (turn.rs).
+    Some((cookie, unsafe { &mut *info }))
 }
 
 /// [`traced_sock`] for the hooks that only read a turn's sampling decision (all but the first
 /// of a message): `None` also between sampled turns, from the prefilter slot when it can tell.
 /// Hooks with a unix-socket fallback then try it, which a TCP socket fails on its family.
 #[inline(always)]
-pub fn sampled_sock(sk: u64) -> Option<(u64, ConnInfo)> {
-    let cookie = sock_cookie(sk);
+pub fn sampled_sock<M: KernelRead>(sk: u64) -> Option<(u64, ConnInfo)> {
+    let cookie = sock_cookie::<M>(sk);
     if !cookie_may_be_traced(cookie) || turn_known_unsampled(cookie) {
         return None;
     }
@@ -84,11 +126,11 @@ const TCP_HEADER_READ: usize = 16;
 /// Headers are read in one or two bulk reads, not field by field: each bpf_probe_read_kernel
 /// is a helper call, and they were most of these programs' cost.
 #[inline(always)]
-pub fn parse_tcp(skb: u64) -> Option<TcpSegment> {
-    let head: u64 = read(skb, offset!(sk_buff_head))?;
-    let data: u64 = read(skb, offset!(sk_buff_data))?;
-    let skb_len: u32 = read(skb, offset!(sk_buff_len))?;
-    let network_header: u16 = read(skb, offset!(sk_buff_network_header))?;
+pub fn parse_tcp<M: KernelRead>(skb: u64) -> Option<TcpSegment> {
+    let head: u64 = M::load(skb, offset!(sk_buff_head))?;
+    let data: u64 = M::load(skb, offset!(sk_buff_data))?;
+    let skb_len: u32 = M::load(skb, offset!(sk_buff_len))?;
+    let network_header: u16 = M::load(skb, offset!(sk_buff_network_header))?;
     if network_header == HEADER_UNSET {
         return None;
     }
@@ -170,20 +212,27 @@ pub fn rx_tuple_key(seg: &TcpSegment) -> TupleKey {
 
 /// `skb->dev->ifindex`, 0 if the skb has no device.
 #[inline(always)]
-pub fn skb_ifindex(skb: u64) -> u32 {
-    let dev: u64 = read(skb, offset!(sk_buff_dev)).unwrap_or(0);
-    dev_ifindex(dev)
+pub fn skb_ifindex<M: KernelRead>(skb: u64) -> u32 {
+    let dev: u64 = M::load(skb, offset!(sk_buff_dev)).unwrap_or(0);
+    dev_ifindex::<M>(dev)
 }
 
 #[inline(always)]
-pub fn dev_ifindex(dev: u64) -> u32 {
-    read::<i32>(dev, offset!(net_device_ifindex)).unwrap_or(0) as u32
+pub fn dev_ifindex<M: KernelRead>(dev: u64) -> u32 {
+    M::load::<i32>(dev, offset!(net_device_ifindex)).unwrap_or(0) as u32
 }
 
 /// `TCP_SKB_CB(skb)->seq` and `end_seq` (valid on the TCP RX path and in the receive queue).
 #[inline(always)]
 pub fn tcp_skb_cb_range(skb: u64) -> Option<(u32, u32)> {
     let cb = skb + offset!(sk_buff_cb) as u64;
+    let seq_at = offset!(tcp_skb_cb_seq);
+    // Adjacent in every kernel so far: one helper call instead of two. The offsets are
+    // read-only globals, so the verifier keeps only the branch this kernel takes.
+    if offset!(tcp_skb_cb_end_seq) == seq_at + 4 {
+        let both: [u32; 2] = read(cb, seq_at)?;
+        return Some((both[0], both[1]));
+    }
     Some((
         read(cb, offset!(tcp_skb_cb_seq))?,
         read(cb, offset!(tcp_skb_cb_end_seq))?,

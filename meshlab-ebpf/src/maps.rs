@@ -126,6 +126,12 @@ pub static TURN_SLOTS: Array<u8> = Array::with_max_entries(PREFILTER_SLOTS, 0);
 #[map]
 pub static TID_SLOTS: Array<u32> = Array::with_max_entries(PREFILTER_SLOTS, 0);
 
+/// Next to TID_SLOTS: the cookie of the traced socket the slot's thread last used, valid while
+/// the slot names that thread alone. Lets the scheduler hooks and every traced send/receive
+/// skip the TRACKED_THREADS hash lookup (see prefilter::thread_slot).
+#[map]
+pub static THREAD_COOKIE_SLOTS: Array<u64> = Array::with_max_entries(PREFILTER_SLOTS, 0);
+
 /// Bit set of the local ports of traced connections (1024 x 64 bits): netif_receive_skb checks
 /// it before the 40-byte 4-tuple hash lookup. Bits are never cleared (a stale bit only costs the
 /// lookup).

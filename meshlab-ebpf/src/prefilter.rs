@@ -5,7 +5,9 @@
 //!    filters matched nothing): every hot program returns at once.
 //! 2. [`cookie_may_be_traced`] / [`thread_may_be_tracked`] / [`local_port_may_be_traced`]:
 //!    slot arrays maintained next to the authoritative hash maps; a miss is a definite "not
-//!    traced", a hit is confirmed by the hash map as before.
+//!    traced", a hit is confirmed by the hash map as before. [`thread_slot`] and [`conn_slot`]
+//!    go further where a slot names one key alone: the thread's cookie and the connection's
+//!    turn come from the arrays, and the hash maps are asked only for shared slots.
 //! 3. The hash maps themselves (TRACED_CONNS, TRACKED_THREADS, TUPLES).
 //!
 //! Slots are written without atomics: two CPUs racing on one slot can lose a collision mark,
@@ -18,7 +20,9 @@ use meshlab_common::{PREFILTER_COLLIDED_COOKIE, PREFILTER_COLLIDED_TID, PREFILTE
 
 use crate::emit::atomic_add;
 use crate::globals::config;
-use crate::maps::{COOKIE_SLOTS, LOCAL_PORT_BITS, TID_SLOTS, TRACED_LIVE, TURN_SLOTS};
+use crate::maps::{
+    COOKIE_SLOTS, LOCAL_PORT_BITS, THREAD_COOKIE_SLOTS, TID_SLOTS, TRACED_LIVE, TURN_SLOTS,
+};
 
 const SLOT_MASK: u32 = PREFILTER_SLOTS - 1;
 
@@ -73,6 +77,63 @@ pub fn thread_may_be_tracked(tid: u32) -> bool {
         return false;
     };
     tid != 0 && (*slot == tid || *slot == PREFILTER_COLLIDED_TID)
+}
+
+/// What the slot arrays alone say about a thread (no hash lookup).
+pub enum ThreadSlot {
+    /// Definitely not in TRACKED_THREADS.
+    Untracked,
+    /// The slot names this thread alone: the cookie of the traced socket it last used.
+    Alone(u64),
+    /// Another thread shares the slot: ask TRACKED_THREADS.
+    Collided,
+}
+
+#[inline(always)]
+pub fn thread_slot(tid: u32) -> ThreadSlot {
+    let index = tid & SLOT_MASK;
+    match TID_SLOTS.get(index) {
+        // A zero cookie: the thread is being marked right now on another CPU; ask the map.
+        Some(slot) if tid != 0 && *slot == tid => match THREAD_COOKIE_SLOTS.get(index) {
+            Some(cookie) if *cookie != 0 => ThreadSlot::Alone(*cookie),
+            _ => ThreadSlot::Collided,
+        },
+        Some(slot) if tid != 0 && *slot == PREFILTER_COLLIDED_TID => ThreadSlot::Collided,
+        _ => ThreadSlot::Untracked,
+    }
+}
+
+/// Thread `tid` (already marked in TID_SLOTS) last used traced socket `cookie`.
+#[inline(always)]
+pub fn thread_cookie_set(tid: u32, cookie: u64) {
+    if let Some(slot) = THREAD_COOKIE_SLOTS.get_ptr_mut(tid & SLOT_MASK) {
+        // SAFETY: valid array value; only read while TID_SLOTS names this thread alone, and
+        // a thread's sends and receives run one at a time.
+        unsafe { *slot = cookie };
+    }
+}
+
+/// What the slot arrays alone say about traced connection `cookie`.
+pub enum ConnSlot {
+    /// Definitely not in TRACED_CONNS (sock_ops unmarks the slot when it removes it).
+    Gone,
+    /// Traced, and whether its current turn is sampled.
+    Traced { sampled: bool },
+    /// Another traced connection shares the slot: ask TRACED_CONNS.
+    Collided,
+}
+
+#[inline(always)]
+pub fn conn_slot(cookie: u64) -> ConnSlot {
+    let index = cookie as u32 & SLOT_MASK;
+    match COOKIE_SLOTS.get(index) {
+        Some(slot) if cookie != 0 && *slot == cookie => ConnSlot::Traced {
+            sampled: config!(sample_messages_every) <= 1
+                || TURN_SLOTS.get(index).is_some_and(|sampled| *sampled != 0),
+        },
+        Some(slot) if *slot == PREFILTER_COLLIDED_COOKIE => ConnSlot::Collided,
+        _ => ConnSlot::Gone,
+    }
 }
 
 /// Whether a traced connection may use local port `port`; `false` is definite.

@@ -6,11 +6,12 @@ use meshlab_common::{EVENT_FLAG_TUPLE, Event, Hook, TURN_RX};
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
-    parse_tcp, read, rx_tuple_key, sampled_sock, skb_ifindex, tcp_skb_cb_range, traced_sock,
+    BtfLoad, KernelRead, parse_tcp, read, rx_tuple_key, sampled_sock, skb_ifindex,
+    tcp_skb_cb_range, traced_sock,
 };
 use crate::maps::{CPU_STATE, TUPLES};
 use crate::prefilter::{local_port_may_be_traced, no_socket_traced, nothing_traced};
-use crate::turn::payload_sampled;
+use crate::turn::{conn_payload_sampled, payload_sampled};
 use crate::tx::track_thread;
 
 /// Copies this CPU's IRQ/softirq context into an RX event, so a message's RX path is complete
@@ -34,13 +35,13 @@ fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let skb = ctx.arg_u64(0);
-    let seg = parse_tcp(skb)?;
+    let seg = parse_tcp::<C::Mem>(skb)?;
     if seg.len == 0 || !local_port_may_be_traced(seg.dport) {
         return None;
     }
     // SAFETY: value copied out at once.
     let cookie = *unsafe { TUPLES.get(&rx_tuple_key(&seg)) }?;
-    let ifindex = skb_ifindex(skb);
+    let ifindex = skb_ifindex::<C::Mem>(skb);
     let wanted = config!(ifindex);
     if wanted != 0 && wanted != ifindex {
         return None;
@@ -77,11 +78,11 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
     if nothing_traced() {
         return None;
     }
-    let (cookie, info) = traced_sock(ctx.arg_u64(0))?;
+    let (cookie, info) = traced_sock::<C::Mem>(ctx.arg_u64(0))?;
     let skb = ctx.arg_u64(1);
     let (seq, end_seq) = tcp_skb_cb_range(skb)?;
     let len = end_seq.wrapping_sub(seq);
-    if len == 0 || !payload_sampled(cookie, TURN_RX, seq) {
+    if len == 0 || !conn_payload_sampled(info, cookie, TURN_RX, seq) {
         return None;
     }
     emit(Hook::TcpProbe, |ev| {
@@ -89,7 +90,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
         ev.skb = skb;
         ev.seq = seq;
         ev.len = len;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         attach_cpu_context(ev);
         Some(())
     });
@@ -104,7 +105,7 @@ fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let sk = ctx.arg_u64(0);
-    let Some((cookie, info)) = sampled_sock(sk) else {
+    let Some((cookie, info)) = sampled_sock::<C::Mem>(sk) else {
         return crate::unix::on_unix(Hook::SkDataReady, sk, 0);
     };
     let rcv_nxt: u32 = read(sk, offset!(tcp_sock_rcv_nxt))?;
@@ -136,8 +137,8 @@ fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let skb = ctx.arg_u64(0);
-    let sk: u64 = read(skb, offset!(sk_buff_sk))?;
-    let (cookie, info) = sampled_sock(sk)?;
+    let sk: u64 = C::Mem::load(skb, offset!(sk_buff_sk))?;
+    let (cookie, info) = sampled_sock::<C::Mem>(sk)?;
     let seq = tcp_skb_cb_range(skb).map(|(seq, _)| seq).unwrap_or(0);
     let len = ctx.arg_u64(1) as u32;
     emit(Hook::SkbCopyDatagram, |ev| {
@@ -159,7 +160,7 @@ tp_entries!(
 
 /// sock:sock_recv_length(sk, ret, flags): the recv syscall returns.
 fn try_recv_return<C: TpArgs>(ctx: &C) -> Option<()> {
-    on_recv_return(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
+    on_recv_return::<C::Mem>(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
 }
 
 /// fexit sock_recvmsg(struct socket *sock, struct msghdr *msg, int flags) = ret: the same
@@ -167,18 +168,18 @@ fn try_recv_return<C: TpArgs>(ctx: &C) -> Option<()> {
 #[aya_ebpf::macros::fexit(function = "sock_recvmsg")]
 pub fn recv_return_fexit(ctx: aya_ebpf::programs::FExitContext) -> i32 {
     let sock: u64 = ctx.arg(0);
-    if let Some(sk) = read::<u64>(sock, offset!(socket_sk)) {
-        let _ = on_recv_return(sk, ctx.arg::<u64>(3) as i32);
+    if let Some(sk) = BtfLoad::load::<u64>(sock, offset!(socket_sk)) {
+        let _ = on_recv_return::<BtfLoad>(sk, ctx.arg::<u64>(3) as i32);
     }
     0
 }
 
 #[inline(always)]
-fn on_recv_return(sk: u64, ret: i32) -> Option<()> {
+fn on_recv_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
     if no_socket_traced() {
         return None;
     }
-    let Some((cookie, info)) = sampled_sock(sk) else {
+    let Some((cookie, info)) = sampled_sock::<M>(sk) else {
         return crate::unix::on_unix(Hook::RecvReturn, sk, ret);
     };
     let copied_seq: u32 = read(sk, offset!(tcp_sock_copied_seq))?;

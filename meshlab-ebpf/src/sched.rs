@@ -6,10 +6,10 @@ use meshlab_common::Hook;
 
 use crate::emit::{TpArgs, emit, now_ns, tp_entries};
 use crate::globals::offset;
-use crate::kread::read;
+use crate::kread::KernelRead;
 use crate::maps::{CPU_STATE, TRACED_CONNS, TRACKED_THREADS};
 use crate::prefilter::{
-    nothing_traced, thread_may_be_tracked, thread_removed, turn_known_unsampled,
+    ConnSlot, ThreadSlot, conn_slot, nothing_traced, thread_removed, thread_slot,
 };
 use crate::turn::turn_sampled;
 
@@ -20,14 +20,14 @@ const DATA_READY_WAKE_WINDOW_NS: u64 = 50_000;
 
 /// The thread id of `task` (one read: the prefilter needs nothing else).
 #[inline(always)]
-fn task_tid(task: u64) -> Option<u32> {
-    read::<i32>(task, offset!(task_struct_pid)).map(|tid| tid as u32)
+fn task_tid<M: KernelRead>(task: u64) -> Option<u32> {
+    M::load::<i32>(task, offset!(task_struct_pid)).map(|tid| tid as u32)
 }
 
 /// The process id of `task`, read only for tracked threads.
 #[inline(always)]
-fn task_tgid(task: u64) -> u32 {
-    read::<i32>(task, offset!(task_struct_tgid)).unwrap_or(0) as u32
+fn task_tgid<M: KernelRead>(task: u64) -> u32 {
+    M::load::<i32>(task, offset!(task_struct_tgid)).unwrap_or(0) as u32
 }
 
 /// The traced socket whose data-ready (on this CPU, just now) is causing a wakeup, if any.
@@ -42,24 +42,37 @@ fn data_ready_cookie() -> Option<u64> {
 
 /// The traced socket thread `tid` last used, if the thread is tracked and that connection is
 /// still traced and in a sampled turn; a thread whose connection closed is forgotten here, so
-/// it stops costing events.
+/// it stops costing events. The slot arrays answer without a hash lookup unless two threads
+/// or two connections share a slot.
 #[inline(always)]
 fn tracked_cookie(tid: u32) -> Option<u64> {
-    if !thread_may_be_tracked(tid) {
-        return None;
-    }
-    // SAFETY: value copied out at once.
-    let cookie = *unsafe { TRACKED_THREADS.get(&tid) }?;
-    if turn_known_unsampled(cookie) {
-        return None;
-    }
-    // SAFETY: the value is only read here.
-    let Some(info) = (unsafe { TRACED_CONNS.get(&cookie) }) else {
-        let _ = TRACKED_THREADS.remove(&tid);
-        thread_removed(tid);
-        return None;
+    let cookie = match thread_slot(tid) {
+        ThreadSlot::Untracked => return None,
+        ThreadSlot::Alone(cookie) => cookie,
+        // SAFETY: value copied out at once.
+        ThreadSlot::Collided => *unsafe { TRACKED_THREADS.get(&tid) }?,
     };
-    turn_sampled(info).then_some(cookie)
+    match conn_slot(cookie) {
+        ConnSlot::Traced { sampled } => sampled.then_some(cookie),
+        ConnSlot::Gone => {
+            forget_thread(tid);
+            None
+        }
+        ConnSlot::Collided => {
+            // SAFETY: the value is only read here.
+            let Some(info) = (unsafe { TRACED_CONNS.get(&cookie) }) else {
+                forget_thread(tid);
+                return None;
+            };
+            turn_sampled(info).then_some(cookie)
+        }
+    }
+}
+
+#[inline(always)]
+fn forget_thread(tid: u32) {
+    let _ = TRACKED_THREADS.remove(&tid);
+    thread_removed(tid);
 }
 
 /// sched:sched_waking(p): fires in the waker's context (unlike sched_wakeup, which may run on
@@ -70,9 +83,9 @@ fn try_sched_waking<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let task = ctx.arg_u64(0);
-    let tid = task_tid(task)?;
+    let tid = task_tid::<C::Mem>(task)?;
     let owned = tracked_cookie(tid)?;
-    let pid = task_tgid(task);
+    let pid = task_tgid::<C::Mem>(task);
     let cookie = data_ready_cookie().unwrap_or(owned);
     emit(Hook::SchedWakeup, |ev| {
         ev.aux = u64::from(ev.tid);
@@ -109,9 +122,9 @@ fn try_sched_switch<C: TpArgs>(ctx: &C) -> Option<()> {
         });
     }
     let next = ctx.arg_u64(2);
-    let tid = task_tid(next)?;
+    let tid = task_tid::<C::Mem>(next)?;
     let cookie = tracked_cookie(tid)?;
-    let pid = task_tgid(next);
+    let pid = task_tgid::<C::Mem>(next);
     emit(Hook::SchedSwitch, |ev| {
         ev.pid = pid;
         ev.tid = tid;

@@ -15,16 +15,25 @@ use crate::prefilter::turn_decided;
 /// tcp_sendmsg (TX), netif_receive_skb and tcp_probe (RX).
 #[inline(always)]
 pub fn payload_sampled(cookie: u64, direction: u8, seq: u32) -> bool {
-    let every = config!(sample_messages_every);
-    if every <= 1 {
+    if config!(sample_messages_every) <= 1 {
         return true;
     }
     let Some(info) = TRACED_CONNS.get_ptr_mut(&cookie) else {
         return false;
     };
-    // SAFETY: map value valid for the program's RCU section; a racing update of the same turn
-    // on another CPU writes the same decision (it is a function of the same byte).
-    let info = unsafe { &mut *info };
+    // SAFETY: map value valid for the program's RCU section.
+    conn_payload_sampled(unsafe { &mut *info }, cookie, direction, seq)
+}
+
+/// [`payload_sampled`] for a hook that already holds the connection's map value.
+/// A racing update of the same turn on another CPU writes the same decision (it is a function
+/// of the same byte).
+#[inline(always)]
+pub fn conn_payload_sampled(info: &mut ConnInfo, cookie: u64, direction: u8, seq: u32) -> bool {
+    let every = config!(sample_messages_every);
+    if every <= 1 {
+        return true;
+    }
     if info.turn.direction != direction {
         info.turn.direction = direction;
         let sent = direction == TURN_TX;
@@ -38,7 +47,7 @@ pub fn payload_sampled(cookie: u64, direction: u8, seq: u32) -> bool {
     info.turn.sampled != 0
 }
 
-/// Whether the current turn of a connection (its map value, as [`crate::kread::traced_sock`]
+/// Whether the current turn of a connection (its map value, as [`crate::kread::sampled_sock`]
 /// copied it) is sampled: the hooks after a turn's first one only read the decision.
 #[inline(always)]
 pub fn turn_sampled(info: &ConnInfo) -> bool {

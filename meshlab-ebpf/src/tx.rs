@@ -7,44 +7,59 @@ use meshlab_common::{ConnInfo, Hook, TURN_TX};
 
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
-use crate::kread::{parse_tcp, read, sampled_sock, skb_ifindex, traced_sock};
+use crate::kread::{
+    BtfLoad, KernelRead, ProbeRead, parse_tcp, read, sampled_sock, skb_ifindex, traced_sock,
+};
 use crate::maps::{
     INFLIGHT_TX, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE, XmitState,
 };
-use crate::prefilter::{no_socket_traced, nothing_traced, thread_added, thread_may_be_tracked};
-use crate::turn::payload_sampled;
+use crate::prefilter::{
+    ThreadSlot, no_socket_traced, nothing_traced, thread_added, thread_cookie_set,
+    thread_may_be_tracked, thread_slot,
+};
+use crate::turn::conn_payload_sampled;
 
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
 pub fn track_thread(tid: u32, cookie: u64) {
-    // Every traced send and receive passes here: a lookup is far cheaper than an LRU update
-    // (which takes the map's lock), and the thread is almost always tracked already.
+    // Every traced send and receive passes here, and the thread is almost always tracked
+    // already with the same socket: the slot arrays say so without a hash lookup.
+    if let ThreadSlot::Alone(known) = thread_slot(tid)
+        && known == cookie
+    {
+        return;
+    }
+    // A lookup is far cheaper than an LRU update (which takes the map's lock).
     // SAFETY: value compared at once.
     if unsafe { TRACKED_THREADS.get(&tid) } != Some(&cookie) {
         let _ = TRACKED_THREADS.insert(&tid, &cookie, 0);
     }
-    // Also repairs a slot mark lost to a race (see prefilter.rs); an inlined array access.
+    // Also repairs a slot mark lost to a race (see prefilter.rs); inlined array accesses.
+    // Marked before the cookie is written: a thread racing for the slot sees it collided.
     if !thread_may_be_tracked(tid) {
         thread_added(tid);
     }
+    thread_cookie_set(tid, cookie);
 }
 
-/// TCP send entry: the socket's write pointer and the bytes this call still has to copy.
+/// TCP send entry: the socket's write pointer and the bytes this call still has to copy
+/// (`bytes` is only evaluated for a traced socket in a sampled turn).
 #[inline(always)]
-fn on_tcp_sendmsg(sk: u64, bytes: u64) -> Option<()> {
+fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -> Option<()> {
     if nothing_traced() {
         return None;
     }
-    let (cookie, info) = traced_sock(sk)?;
+    let (cookie, info) = traced_sock::<M>(sk)?;
     let write_seq: u32 = read(sk, offset!(tcp_sock_write_seq))?;
-    if !payload_sampled(cookie, TURN_TX, write_seq) {
+    if !conn_payload_sampled(info, cookie, TURN_TX, write_seq) {
         return None;
     }
+    let bytes = bytes()?;
     emit(Hook::TcpSendmsg, |ev| {
         ev.cookie = cookie;
         ev.seq = write_seq;
         ev.len = bytes as u32;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         track_thread(ev.tid, cookie);
         Some(())
     });
@@ -54,14 +69,15 @@ fn on_tcp_sendmsg(sk: u64, bytes: u64) -> Option<()> {
 #[fentry(function = "tcp_sendmsg")]
 pub fn tcp_sendmsg_fentry(ctx: FEntryContext) -> i32 {
     // tcp_sendmsg(struct sock *sk, struct msghdr *msg, size_t size)
-    let _ = on_tcp_sendmsg(ctx.arg(0), ctx.arg(2));
+    let size: u64 = ctx.arg(2);
+    let _ = on_tcp_sendmsg::<BtfLoad>(ctx.arg(0), || Some(size));
     0
 }
 
 #[kprobe(function = "tcp_sendmsg")]
 pub fn tcp_sendmsg_kprobe(ctx: ProbeContext) -> u32 {
     if let (Some(sk), Some(size)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(2)) {
-        let _ = on_tcp_sendmsg(sk, size);
+        let _ = on_tcp_sendmsg::<ProbeRead>(sk, || Some(size));
     }
     0
 }
@@ -69,13 +85,10 @@ pub fn tcp_sendmsg_kprobe(ctx: ProbeContext) -> u32 {
 /// tcp:tcp_sendmsg_locked(sk, msg, skb, size_goal): fires once per copy loop iteration; each
 /// carries the write pointer and the bytes left, so every one names the same message end.
 fn try_tcp_sendmsg_locked<C: TpArgs>(ctx: &C) -> Option<()> {
-    // Before the msghdr read on_tcp_sendmsg does not need for untraced sockets.
-    if nothing_traced() {
-        return None;
-    }
     let msg = ctx.arg_u64(1);
-    let left: u64 = read(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))?;
-    on_tcp_sendmsg(ctx.arg_u64(0), left)
+    on_tcp_sendmsg::<C::Mem>(ctx.arg_u64(0), || {
+        read(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))
+    })
 }
 tp_entries!(
     tcp_sendmsg_locked_btf,
@@ -86,7 +99,7 @@ tp_entries!(
 
 /// sock:sock_send_length(sk, ret, flags): the send syscall returns.
 fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
-    on_send_return(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
+    on_send_return::<C::Mem>(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
 }
 
 /// fexit sock_sendmsg(struct socket *sock, struct msghdr *msg) = ret: the same point on
@@ -94,18 +107,18 @@ fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
 #[fexit(function = "sock_sendmsg")]
 pub fn send_return_fexit(ctx: FExitContext) -> i32 {
     let sock: u64 = ctx.arg(0);
-    if let Some(sk) = read::<u64>(sock, offset!(socket_sk)) {
-        let _ = on_send_return(sk, ctx.arg::<u64>(2) as i32);
+    if let Some(sk) = BtfLoad::load::<u64>(sock, offset!(socket_sk)) {
+        let _ = on_send_return::<BtfLoad>(sk, ctx.arg::<u64>(2) as i32);
     }
     0
 }
 
 #[inline(always)]
-fn on_send_return(sk: u64, ret: i32) -> Option<()> {
+fn on_send_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
     if no_socket_traced() {
         return None;
     }
-    let Some((cookie, info)) = sampled_sock(sk) else {
+    let Some((cookie, info)) = sampled_sock::<M>(sk) else {
         return crate::unix::on_unix(Hook::SendReturn, sk, ret);
     };
     emit(Hook::SendReturn, |ev| {
@@ -137,22 +150,22 @@ struct TxSkb {
 
 /// `None` for untraced skbs, payload-less ones (pure ACKs) and other devices than `--device`.
 #[inline(always)]
-fn traced_tx_skb(skb: u64) -> Option<TxSkb> {
+fn traced_tx_skb<M: KernelRead>(skb: u64) -> Option<TxSkb> {
     if nothing_traced() {
         return None;
     }
-    let sk: u64 = read(skb, offset!(sk_buff_sk))?;
-    let (cookie, info) = sampled_sock(sk)?;
-    let seg = parse_tcp(skb)?;
+    let sk: u64 = M::load(skb, offset!(sk_buff_sk))?;
+    let (cookie, info) = sampled_sock::<M>(sk)?;
+    let seg = parse_tcp::<M>(skb)?;
     if seg.len == 0 {
         return None;
     }
-    let ifindex = skb_ifindex(skb);
+    let ifindex = skb_ifindex::<M>(skb);
     let wanted = config!(ifindex);
     if wanted != 0 && wanted != ifindex {
         return None;
     }
-    let queue = u32::from(read::<u16>(skb, offset!(sk_buff_queue_mapping)).unwrap_or(u16::MAX));
+    let queue = u32::from(M::load::<u16>(skb, offset!(sk_buff_queue_mapping)).unwrap_or(u16::MAX));
     Some(TxSkb {
         cookie,
         info,
@@ -180,7 +193,7 @@ fn emit_tx_skb(hook: Hook, skb: u64, tx: &TxSkb) {
 /// net:net_dev_queue(skb): the skb enters the device layer; the qdisc enqueue follows.
 fn try_net_dev_queue<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
-    emit_tx_skb(Hook::NetDevQueue, skb, &traced_tx_skb(skb)?);
+    emit_tx_skb(Hook::NetDevQueue, skb, &traced_tx_skb::<C::Mem>(skb)?);
     Some(())
 }
 tp_entries!(
@@ -193,7 +206,7 @@ tp_entries!(
 /// net:net_dev_start_xmit(skb, dev): the qdisc hands the skb to the driver.
 fn try_net_dev_start_xmit<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
-    let tx = traced_tx_skb(skb)?;
+    let tx = traced_tx_skb::<C::Mem>(skb)?;
     let state = XmitState {
         skb,
         cookie: tx.cookie,

@@ -155,7 +155,7 @@ fn run_topology(topology: Topology) {
                 "server sees sidecar A"
             );
         }
-        Topology::TwoHop => {
+        Topology::TwoHop | Topology::TwoHopSameNode => {
             assert_eq!(run.proxies.len(), 2);
             assert!(uds(&client_conn, "client.sock"), "{client_conn:?}");
             assert!(
@@ -182,4 +182,9 @@ fn topology_one_hop() {
 #[test]
 fn topology_two_hop() {
     run_topology(Topology::TwoHop);
+}
+
+#[test]
+fn topology_two_hop_same_node() {
+    run_topology(Topology::TwoHopSameNode);
 }

@@ -9,6 +9,7 @@ use std::process::Command;
 use merge_common::{merge_files, parse};
 
 const GOLDEN: &str = "tests/fixtures/merge/golden/plain.timeline.expected.ndjson";
+const BUSY_GOLDEN: &str = "tests/fixtures/merge/golden/busy.expected.ndjson";
 
 fn plain_inputs() -> Vec<PathBuf> {
     // Relative paths keep merge_info identical on every machine (tests run in the crate dir).
@@ -40,6 +41,36 @@ fn golden_output_with_timeline() {
     // One timeline line per observed point: 7+10+... of the client and server chains.
     assert!(out.timeline.len() > 30, "{}", out.timeline.len());
     assert_eq!(out.summary.requests, 1);
+}
+
+/// Locks the merged bytes of busier traffic than `plain`: several connections, jittered
+/// stages, retransmissions and lines out of order within the window, so the reorder buffer,
+/// the kernel index and the wake-up lookups all hold many entries (performance work on them
+/// must not change a byte). The merge_info line names temporary paths and is left out.
+#[test]
+fn golden_output_of_busy_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = meshlab_testkit::synth::GenConfig {
+        requests: 24,
+        connections: 4,
+        jitter_seed: Some(7),
+        retransmit_every: Some(5),
+        disorder: true,
+        ..Default::default()
+    };
+    let files = merge_common::generate_into(&cfg, dir.path());
+    let (bytes, summary) = merge_files(&files, &[], false).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    let (info, body) = text.split_once('\n').unwrap();
+    assert!(info.starts_with("{\"type\":\"merge_info\""), "{info}");
+    if std::env::var_os("MESHLAB_UPDATE_GOLDEN").is_some() {
+        std::fs::write(BUSY_GOLDEN, body).unwrap();
+    }
+    let golden = std::fs::read_to_string(BUSY_GOLDEN)
+        .expect("golden file (MESHLAB_UPDATE_GOLDEN=1 writes it)");
+    assert_eq!(body, golden, "merged output drifted from {BUSY_GOLDEN}");
+    assert_eq!(summary.requests, 24);
+    assert_eq!(summary.complete, 24, "{:?}", summary.errors);
 }
 
 fn meshlab(args: &[&str]) -> std::process::Output {

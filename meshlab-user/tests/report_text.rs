@@ -346,3 +346,41 @@ fn reads_what_meshlab_merge_writes() {
         );
     }
 }
+
+/// The sidecar ladder's one-hop run per hop: the sidecar's time is the per-request sum of its
+/// process segments, and the unix leg from the client to it holds only unix stages.
+#[test]
+fn each_proxy_and_each_unix_leg_is_a_hop() {
+    let reqs = requests("one_hop.ndjson");
+    let text = run_ok(&["report", fixture("one_hop.ndjson").to_str().unwrap()]);
+    let hops = text
+        .split("by hop")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no by-hop section in\n{text}"));
+    let sidecar_sums: Vec<u64> = reqs
+        .iter()
+        .map(|r| {
+            r["segments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|s| s["layer"] == "process" && s["unit"] == "sidecar-out")
+                .map(|s| s["dur_ns"].as_u64().unwrap())
+                .sum()
+        })
+        .collect();
+    let sidecar = row_where(hops, 0, "sidecar-out");
+    assert_eq!(sidecar[..3], ["sidecar-out", "on", "A"], "{hops}");
+    assert_eq!(sidecar[4], reqs.len().to_string());
+    assert_eq!(sidecar[5], us(nearest_rank(&sidecar_sums, 0.5)), "{hops}");
+    let leg = row_where(hops, 0, "client@A");
+    assert_eq!(
+        leg[..5],
+        ["client@A", "->", "sidecar-out@A", "unix", "leg"],
+        "{hops}"
+    );
+    assert!(
+        leg.iter().skip(11).all(|stage| stage.starts_with("uds_")),
+        "{leg:?}"
+    );
+}

@@ -35,6 +35,9 @@ pub enum BenchTask {
     Merge(crate::bench_merge::MergeBenchArgs),
     /// The recorder's own CPU per event, binary capture vs NDJSON output (bench_recorder.rs).
     RecorderCpu(crate::bench_recorder::RecorderCpuArgs),
+    /// Per-program BPF cost of two recorder builds, alternated round by round
+    /// (bench_kernel.rs).
+    KernelAb(crate::bench_kernel::KernelAbArgs),
     /// The lab's userland probes: off / on but not sampling / sampling all (bench_probes.rs).
     Probes(crate::bench_probes::ProbeBenchArgs),
     /// Records lab RPC load for N minutes, sampling the recorder's RSS, descriptors and BPF
@@ -80,6 +83,7 @@ pub fn run(task: BenchTask) -> Result<()> {
     let task = match task {
         BenchTask::Merge(args) => return crate::bench_merge::run(args),
         BenchTask::RecorderCpu(args) => return crate::bench_recorder::run(args),
+        BenchTask::KernelAb(args) => return crate::bench_kernel::run(args),
         other => other,
     };
     if let BenchTask::Decode = task {
@@ -103,7 +107,10 @@ pub fn run(task: BenchTask) -> Result<()> {
     )?;
     let exe = workspace_root().join("target/release/meshlab");
     match task {
-        BenchTask::Decode | BenchTask::Merge(_) | BenchTask::RecorderCpu(_) => Ok(()),
+        BenchTask::Decode
+        | BenchTask::Merge(_)
+        | BenchTask::RecorderCpu(_)
+        | BenchTask::KernelAb(_) => Ok(()),
         BenchTask::Probes(args) => crate::bench_probes::run(&exe, args),
         BenchTask::Overhead {
             rounds,

@@ -18,6 +18,10 @@ pub struct MergeBenchArgs {
     pub sizes: Vec<u64>,
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Rounds for sizes of 10 million events or more (default: --rounds); one such merge
+    /// takes minutes of CPU.
+    #[arg(long)]
+    pub large_rounds: Option<usize>,
     /// CI smoke test: 20 000 events, one round, debug build, nothing written to docs/.
     #[arg(long)]
     pub quick: bool,
@@ -35,6 +39,7 @@ struct Run {
 /// Medians of one size and format.
 struct Row {
     size: u64,
+    rounds: usize,
     events: u64,
     format: &'static str,
     events_per_s: [f64; 3],
@@ -63,6 +68,10 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     let exe = target.join("meshlab");
     let mut rows = Vec::new();
     for size in sizes {
+        let rounds = match args.large_rounds {
+            Some(large) if size >= 10_000_000 => large.max(1),
+            _ => rounds,
+        };
         let dir = workspace_root().join(format!("target/bench-merge/{size}"));
         let _ = std::fs::remove_dir_all(&dir);
         let input = generate(&target.join("examples/merge_bench_input"), size, &dir)?;
@@ -75,10 +84,11 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         }
         for (f, runs) in runs.into_iter().enumerate() {
             rows.push(summarize(size, input.events, FORMATS[f], &runs));
+            eprintln!("bench merge: {size} events, {}: done", FORMATS[f]);
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
-    let text = markdown(&rows, rounds, &args);
+    let text = markdown(&rows, &args);
     print!("{text}");
     if !args.quick {
         let doc = workspace_root().join("docs/benchmarks-merge.md");
@@ -160,6 +170,7 @@ fn summarize(size: u64, events: u64, format: &'static str, runs: &[Run]) -> Row 
     let max = rates.iter().copied().fold(0.0, f64::max);
     Row {
         size,
+        rounds: runs.len(),
         events,
         format,
         events_per_s: [min, median(rates), max],
@@ -183,32 +194,39 @@ pub fn machine() -> String {
     format!("{cpu}, {cores} cores, Linux {}", kernel.trim())
 }
 
-fn markdown(rows: &[Row], rounds: usize, args: &MergeBenchArgs) -> String {
+fn markdown(rows: &[Row], args: &MergeBenchArgs) -> String {
     let command = if args.quick {
         "cargo xtask bench merge --quick".to_owned()
     } else {
         let sizes: Vec<String> = args.sizes.iter().map(u64::to_string).collect();
+        let large = args
+            .large_rounds
+            .map(|r| format!(" --large-rounds {r}"))
+            .unwrap_or_default();
         format!(
-            "cargo xtask bench merge --sizes {} --rounds {rounds}",
-            sizes.join(",")
+            "cargo xtask bench merge --sizes {} --rounds {}{large}",
+            sizes.join(","),
+            args.rounds
         )
     };
     let mut s = format!(
         "## Merge throughput and memory (5d)\n\n\
-         `{command}` on {}: synthetic two-node traffic (8 connections, probes on both nodes), \
+         `{command}` on {}: synthetic two-node traffic (8 connections, probes on both nodes, 1 ms \
+         think time: about 285 000 events per second of node time, so the 2 s window holds \
+         about 570 000 events; meshlab_testkit::synth::bench_generate), \
          kernel recordings as NDJSON or as binary captures of the same events; \
-         `meshlab merge` with its default 2 s window, output discarded. {rounds} interleaved \
-         round(s); events/s is events / wall time (min / median / max), events per CPU-second \
+         `meshlab merge` with its default 2 s window, output discarded. Formats interleaved \
+         round by round (rounds per row); events/s is events / wall time (min / median / max), events per CPU-second \
          counts user+sys of all threads (the one-core rate), peak RSS from wait4(2).\n\n\
-         | events | input | events/s (min / median / max) | events per CPU-second | peak RSS MiB |\n\
-         |---:|---|---|---:|---:|\n",
+         | events | input | rounds | events/s (min / median / max) | events per CPU-second | peak RSS MiB |\n\
+         |---:|---|---:|---|---:|---:|\n",
         machine()
     );
     for r in rows {
         let [lo, med, hi] = r.events_per_s;
         s.push_str(&format!(
-            "| {} | {} | {:.0} / **{:.0}** / {:.0} | {:.0} | {:.1} |\n",
-            r.events, r.format, lo, med, hi, r.events_per_cpu_s, r.max_rss_mib
+            "| {} | {} | {} | {:.0} / **{:.0}** / {:.0} | {:.0} | {:.1} |\n",
+            r.events, r.format, r.rounds, lo, med, hi, r.events_per_cpu_s, r.max_rss_mib
         ));
     }
     for pair in rows.chunks(2) {

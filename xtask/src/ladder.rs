@@ -21,7 +21,7 @@ use crate::procs::{Proc, tempdir, wait_for};
 use crate::redis_lab::{REDIS_PORT, RedisLab};
 
 /// `meshlab record` arguments for this rung; `None` = no recorder.
-fn record_args(rung: Rung, port: u16) -> Option<Vec<String>> {
+pub fn record_args(rung: Rung, port: u16) -> Option<Vec<String>> {
     // A port no workload uses: the recorder attaches everything and traces nothing.
     let other = FILTERED_OUT_PORT;
     let args = match rung {
@@ -232,7 +232,7 @@ fn spawn_echo_server(exe: &Path, dir: &Path) -> Result<Proc> {
     Ok(server)
 }
 
-fn spawn_recorder(exe: &Path, dir: &Path, args: &[String]) -> Result<Proc> {
+pub fn spawn_recorder(exe: &Path, dir: &Path, args: &[String]) -> Result<Proc> {
     spawn_recorder_with(exe, dir, args, Stdio::null())
 }
 

@@ -2,6 +2,7 @@
 //! both install what is missing first (`setup`), so a fresh machine needs nothing else.
 
 mod bench;
+mod bench_kernel;
 mod bench_merge;
 mod bench_probes;
 mod bench_recorder;
@@ -18,7 +19,9 @@ mod truth;
 mod truth_lab;
 mod truth_reference;
 mod vm;
+mod vm_irq_counts;
 mod vm_scenarios;
+mod vm_two_machines;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

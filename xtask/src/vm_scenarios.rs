@@ -3,16 +3,20 @@
 //! - every privileged record test binary runs inside each guest kernel, where fentry and
 //!   kprobe attach (so tcp_sendmsg must be recorded at the fentry tier);
 //! - two guests joined by a virtio-net link: the receiver's RX events must carry the real NIC
-//!   IRQ that preceded them (irq number, entry time before the NET_RX softirq).
+//!   IRQ that preceded them (irq number, entry time before the NET_RX softirq); its raw IRQ and
+//!   NET_RX softirq counts must match /proc/interrupts and /proc/softirqs (vm_irq_counts.rs);
+//!   on 6.12 both guests record and the host merges them across machines (vm_two_machines.rs).
 
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::{run_cmd, workspace_root};
+use crate::{run_cmd, vm_irq_counts, vm_two_machines, workspace_root};
 
 const KERNELS: [&str; 2] = ["6.1", "6.12"];
+/// The kernel whose two-guest run is also merged and checked across machines.
+const TWO_MACHINE_KERNEL: &str = "6.12";
 
 /// `nic_only`: just the two-guest scenario (developer shortcut).
 pub fn run(ci: bool, nic_only: bool) -> Result<()> {
@@ -48,7 +52,8 @@ pub fn run(ci: bool, nic_only: bool) -> Result<()> {
     Ok(())
 }
 
-/// Guest B records and serves; guest A sends RPCs over the virtio link once B answers.
+/// Both guests record; B serves, A sends RPCs over the virtio link once B answers, in rounds
+/// with and without a netem delay (vm_two_machines.rs); the host merges both recordings.
 fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     let dir = workspace_root().join(format!(
         "target/vm/scenario-{kernel}-{}",
@@ -56,30 +61,31 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     ));
     std::fs::create_dir_all(&dir)?;
     let meshlab = workspace_root().join("target/debug/meshlab");
-    let (m, d) = (meshlab.display(), dir.display());
-    // B: recorder first; the server only once every program is attached, so A's first
-    // connection is already traced. Both stop by themselves. The binary capture is then
-    // exported to NDJSON, the form the checks below read.
-    let b = format!(
-        "{m} record -o {d}/b.capture --node B --port 9000 --duration 90s --ready-file /run/rec.ready & REC=$!; \
-         while [ ! -f /run/rec.ready ]; do sleep 0.1; done; \
-         timeout -s INT 45 {m} lab server --listen 10.213.0.2:9000; \
-         kill -INT $REC; wait $REC && {m} export {d}/b.capture -o {d}/b.ndjson"
-    );
-    // A: retries until B's server answers, then one short run of requests.
-    let a = format!(
-        "for i in $(seq 120); do {m} lab client --connect 10.213.0.2:9000 --warmup 0s --duration 2s \
-         > {d}/a.json && exit 0; sleep 0.5; done; exit 1"
-    );
+    let rounds = kernel == TWO_MACHINE_KERNEL;
+    let scripts = vm_two_machines::guest_scripts(&meshlab, &dir, "10.213.0.2", rounds);
     run_cmd(
         Command::new(xtask)
-            .args(["vm", "run", "--kernel", kernel, "--timeout", "240", "--rw"])
+            .args(["vm", "run", "--kernel", kernel, "--timeout", "300", "--rw"])
             .arg(&dir)
-            .args(["--a", &a, "--b", &b]),
+            .args(["--a", &scripts.a, "--b", &scripts.b]),
     )?;
-    let result = check_nic_irq_recording(&dir.join("b.ndjson"));
-    let _ = std::fs::remove_dir_all(&dir);
-    result.with_context(|| format!("kernel {kernel}: two-guest NIC IRQ scenario"))
+    let mut result = check_nic_irq_recording(&dir.join("b.ndjson"))
+        .and_then(|()| vm_irq_counts::check(&dir, "b"));
+    // 6.1 has no sk_data_ready tier: its merged requests are never complete, and one kernel
+    // is enough to check the merge across machines.
+    if kernel == TWO_MACHINE_KERNEL {
+        result = result.and_then(|()| vm_two_machines::check(&meshlab, &dir));
+    }
+    // Kept on failure: the recordings, the merge and the rounds say what went wrong.
+    if result.is_ok() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result.with_context(|| {
+        format!(
+            "kernel {kernel}: two-guest scenario, files in {}",
+            dir.display()
+        )
+    })
 }
 
 fn check_nic_irq_recording(path: &Path) -> Result<()> {

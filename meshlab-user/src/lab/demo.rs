@@ -27,7 +27,9 @@ pub enum TopologyChoice {
     Direct,
     OneHop,
     TwoHop,
-    /// The ladder: direct, one-hop, two-hop.
+    /// The seed's control experiment: two hops with both sidecars on node A.
+    TwoHopSameNode,
+    /// The ladder (direct, one-hop, two-hop) and its control (two-hop-same-node).
     All,
 }
 
@@ -75,6 +77,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<()> {
         TopologyChoice::Direct => vec![Topology::Direct],
         TopologyChoice::OneHop => vec![Topology::OneHop],
         TopologyChoice::TwoHop => vec![Topology::TwoHop],
+        TopologyChoice::TwoHopSameNode => vec![Topology::TwoHopSameNode],
         TopologyChoice::All => Topology::ALL.to_vec(),
     };
     log::info!("demo: output in {}", out.display());
@@ -265,10 +268,11 @@ fn run_workload(
 ) -> anyhow::Result<Vec<u8>> {
     let name = topology.name();
     log::info!(
-        "demo[{name}]: starting server in B{}",
+        "demo[{name}]: starting server in {}{}",
+        topology.server_node(),
         sidecar_note(topology)
     );
-    let server_flags = trace_flags(args, server_probes, "B", "server");
+    let server_flags = trace_flags(args, server_probes, topology.server_node(), "server");
     let mut run = TopologyRun::start(lab, topology, exe, args.proto, &server_flags)?;
     log::info!(
         "demo[{name}]: client in A -> {} for {:?} (+{:?} warm-up), c={}, {} B",
@@ -308,6 +312,7 @@ fn sidecar_note(topology: Topology) -> &'static str {
         Topology::Direct => "",
         Topology::OneHop => " and HAProxy sidecar in A",
         Topology::TwoHop => " and HAProxy sidecars in A and B",
+        Topology::TwoHopSameNode => " and both HAProxy sidecars in A (the control experiment)",
     }
 }
 

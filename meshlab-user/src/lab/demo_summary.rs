@@ -27,7 +27,8 @@ pub(super) fn print_outcomes(out: &Path, outcomes: &[TopologyOutcome]) -> anyhow
             writeln!(stdout, "  {}", f.display())?;
         }
     }
-    let table = ladder_table(outcomes);
+    let mut table = ladder_table(outcomes);
+    table.push_str(&steps_in_words(&out.join("compare.txt")));
     writeln!(stdout, "\n{table}")?;
     crate::output::write_output(&out.join("summary.md"), table.as_bytes())?;
     let failures: Vec<_> = outcomes
@@ -51,6 +52,17 @@ pub(super) fn print_outcomes(out: &Path, outcomes: &[TopologyOutcome]) -> anyhow
     Ok(())
 }
 
+/// The ladder's steps in words from `meshlab report --compare`'s text (compare.txt, written
+/// by the demo with several topologies), so the summary says what made up each step; empty
+/// when there is none.
+fn steps_in_words(compare_txt: &Path) -> String {
+    let text = std::fs::read_to_string(compare_txt).unwrap_or_default();
+    match text.find("steps in words") {
+        Some(at) => format!("\n{}", &text[at..]),
+        None => String::new(),
+    }
+}
+
 /// The seed's "how much more does the mesh cost" table from the client's p50.
 pub(super) fn ladder_table(outcomes: &[TopologyOutcome]) -> String {
     let p50 = |t: Topology| {
@@ -67,6 +79,9 @@ pub(super) fn ladder_table(outcomes: &[TopologyOutcome]) -> String {
     for o in outcomes {
         let Some(s) = &o.summary else { continue };
         let step = match (o.topology, direct) {
+            // Not a rung: the ladder's steps are cross-node (the seed's rule; CPU contention
+            // of one node would be credited to "one more hop").
+            (Topology::TwoHopSameNode, _) => "control: both sidecars on A".to_owned(),
             (Topology::Direct, _) | (_, None) => "-".to_owned(),
             (_, Some(d)) => format!(
                 "{:+.1} us ({:+.1} %)",
@@ -137,6 +152,29 @@ mod tests {
             table.contains("| two-hop | 228.2 us | +80.9 us (+54.9 %) |"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn the_control_is_not_a_step_of_the_ladder() {
+        let table = ladder_table(&[
+            outcome(Topology::Direct, 147.3),
+            outcome(Topology::TwoHopSameNode, 200.0),
+        ]);
+        assert!(
+            table.contains("| two-hop-same-node | 200.0 us | control: both sidecars on A |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn the_summary_carries_the_steps_in_words_of_the_comparison() {
+        let dir = tempfile::tempdir().unwrap();
+        let compare = dir.path().join("compare.txt");
+        assert_eq!(steps_in_words(&compare), "", "no comparison, no words");
+        let words = "steps in words (segment p50s; each run over the one before):\n  \
+                     one-hop over direct: end-to-end +15.90 us\n";
+        std::fs::write(&compare, format!("| segment | ... |\n{words}")).unwrap();
+        assert_eq!(steps_in_words(&compare), format!("\n{words}"));
     }
 
     #[test]

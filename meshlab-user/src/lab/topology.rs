@@ -2,6 +2,10 @@
 //! - `direct`:  client (A) --TCP--> server (B)
 //! - `one-hop`: client (A) --UDS--> HAProxy A --TCP--> server (B)
 //! - `two-hop`: client (A) --UDS--> HAProxy A --TCP--> HAProxy B --UDS--> server (B)
+//! - `two-hop-same-node`: the seed's control experiment, the two-hop path with both sidecars
+//!   (and so client and server) on node A: client --UDS--> HAProxy out --TCP (A's own
+//!   address)--> HAProxy in --UDS--> server. An asymmetry between the sidecars that stays here
+//!   belongs to the path; one that disappears belonged to the machines.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -14,11 +18,11 @@ use anyhow::{Context, bail};
 
 use super::codec::Proto;
 use super::haproxy::Haproxy;
-use super::netns::Lab;
+use super::netns::{Lab, NamedNetns};
 use super::process::ChildGuard;
 use super::workload::Endpoint;
 
-/// Port of the first TCP listener in B (the server, or HAProxy B in `two-hop`).
+/// Port of the first TCP listener on the server's node (the server, or the inbound HAProxy).
 pub const SERVER_PORT: u16 = 9000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -26,17 +30,43 @@ pub enum Topology {
     Direct,
     OneHop,
     TwoHop,
+    TwoHopSameNode,
 }
 
 impl Topology {
-    pub const ALL: [Topology; 3] = [Topology::Direct, Topology::OneHop, Topology::TwoHop];
+    pub const ALL: [Topology; 4] = [
+        Topology::Direct,
+        Topology::OneHop,
+        Topology::TwoHop,
+        Topology::TwoHopSameNode,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Topology::Direct => "direct",
             Topology::OneHop => "one-hop",
             Topology::TwoHop => "two-hop",
+            Topology::TwoHopSameNode => "two-hop-same-node",
         }
+    }
+
+    /// The lab node the server (and the inbound sidecar) runs on.
+    pub fn server_node(self) -> &'static str {
+        match self {
+            Topology::TwoHopSameNode => "A",
+            _ => "B",
+        }
+    }
+
+    fn server_netns(self, lab: &Lab) -> &NamedNetns {
+        match self.server_node() {
+            "A" => &lab.a,
+            _ => &lab.b,
+        }
+    }
+
+    fn two_hops(self) -> bool {
+        matches!(self, Topology::TwoHop | Topology::TwoHopSameNode)
     }
 }
 
@@ -65,7 +95,7 @@ impl Drop for RuntimeDir {
     }
 }
 
-/// A topology up and running: server in B, sidecars as the topology needs. The client is run
+/// A topology up and running: server on its node, sidecars as the topology needs. The client is run
 /// by the caller with [`TopologyRun::client_command`]. Everything stops on drop.
 pub struct TopologyRun {
     pub topology: Topology,
@@ -79,7 +109,7 @@ pub struct TopologyRun {
 }
 
 impl TopologyRun {
-    /// Starts the server (`exe lab server ... server_extra`) in B and the sidecars.
+    /// Starts the server (`exe lab server ... server_extra`) on its node and the sidecars.
     pub fn start(
         lab: &Lab,
         topology: Topology,
@@ -89,31 +119,39 @@ impl TopologyRun {
     ) -> anyhow::Result<Self> {
         let runtime_dir = RuntimeDir::create()?;
         let dir = runtime_dir.path();
-        let b_tcp = Endpoint::Tcp(SocketAddr::from((lab.addrs.b, SERVER_PORT)));
-        let client_sock = Endpoint::Unix(dir.join("client.sock"));
-        let server_listen = match topology {
-            Topology::Direct | Topology::OneHop => b_tcp.clone(),
-            Topology::TwoHop => Endpoint::Unix(dir.join("server.sock")),
+        let server_ns = topology.server_netns(lab);
+        let server_ip = match topology.server_node() {
+            "A" => lab.addrs.a,
+            _ => lab.addrs.b,
         };
-        let server = start_server(lab, exe, proto, &server_listen, dir, server_extra)?;
+        let server_tcp = Endpoint::Tcp(SocketAddr::from((server_ip, SERVER_PORT)));
+        let client_sock = Endpoint::Unix(dir.join("client.sock"));
+        let server_listen = if topology.two_hops() {
+            Endpoint::Unix(dir.join("server.sock"))
+        } else {
+            server_tcp.clone()
+        };
+        let server = start_server(server_ns, exe, proto, &server_listen, dir, server_extra)?;
         let mut proxies = Vec::new();
-        if topology == Topology::TwoHop {
-            proxies.push(Haproxy::start(
-                "sidecar-b",
-                &lab.b,
-                dir,
-                &b_tcp,
-                &server_listen,
-            )?);
+        if topology.two_hops() {
+            let name = match topology {
+                Topology::TwoHopSameNode => "sidecar-a-in",
+                _ => "sidecar-b",
+            };
+            let inbound = Haproxy::start(name, server_ns, dir, &server_tcp, &server_listen)?;
+            proxies.push(inbound);
         }
         if topology != Topology::Direct {
-            proxies.insert(
-                0,
-                Haproxy::start("sidecar-a", &lab.a, dir, &client_sock, &b_tcp)?,
-            );
+            // Named after its node; the control topology's two sidecars share node A.
+            let name = match topology {
+                Topology::TwoHopSameNode => "sidecar-a-out",
+                _ => "sidecar-a",
+            };
+            let outbound = Haproxy::start(name, &lab.a, dir, &client_sock, &server_tcp)?;
+            proxies.insert(0, outbound);
         }
         let client_target = match topology {
-            Topology::Direct => b_tcp,
+            Topology::Direct => server_tcp,
             _ => client_sock,
         };
         Ok(Self {
@@ -156,7 +194,7 @@ pub fn proto_name(proto: Proto) -> &'static str {
 }
 
 fn start_server(
-    lab: &Lab,
+    netns: &NamedNetns,
     exe: &Path,
     proto: Proto,
     listen: &Endpoint,
@@ -172,7 +210,7 @@ fn start_server(
     };
     cmd.arg("--ready-file").arg(&ready).args(extra);
     cmd.stdin(Stdio::null()).stdout(Stdio::null());
-    lab.b.command(&mut cmd);
+    netns.command(&mut cmd);
     let mut server = ChildGuard::spawn("echo server", &mut cmd, libc::SIGINT)?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while !ready.exists() {

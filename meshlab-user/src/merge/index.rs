@@ -201,11 +201,71 @@ fn point(id: PointId, stamp: Option<Stamp>, expected: bool) -> Point {
     }
 }
 
+/// Events of one kind in arrival order, which is node time order unless an event came later
+/// than the reorder window allows; lookups binary-search while it is in order (a busy
+/// connection or thread holds a whole window of them) and scan otherwise.
+struct TimeQueue<T> {
+    entries: VecDeque<T>,
+    in_order: bool,
+}
+
+impl<T> Default for TimeQueue<T> {
+    fn default() -> Self {
+        Self {
+            entries: VecDeque::new(),
+            in_order: true,
+        }
+    }
+}
+
+impl<T: Copy> TimeQueue<T> {
+    fn push(&mut self, entry: T, ns: impl Fn(&T) -> u64) {
+        if self
+            .entries
+            .back()
+            .is_some_and(|last| ns(last) > ns(&entry))
+        {
+            self.in_order = false;
+        }
+        self.entries.push_back(entry);
+    }
+
+    fn evict_before(&mut self, cutoff_ns: u64, ns: impl Fn(&T) -> u64) {
+        while self.entries.front().is_some_and(|e| ns(e) < cutoff_ns) {
+            self.entries.pop_front();
+        }
+        if self.entries.is_empty() {
+            self.in_order = true;
+        }
+    }
+
+    /// The first entry in arrival order whose time is in `[lo, hi]`.
+    fn first_within(&self, lo: u64, hi: u64, ns: impl Fn(&T) -> u64) -> Option<T> {
+        if self.in_order {
+            let at = self.entries.partition_point(|e| ns(e) < lo);
+            self.entries.get(at).filter(|e| ns(e) <= hi).copied()
+        } else {
+            self.entries
+                .iter()
+                .find(|e| ns(e) >= lo && ns(e) <= hi)
+                .copied()
+        }
+    }
+}
+
+fn wakeup_ns(w: &(Stamp, u32)) -> u64 {
+    w.0.ns()
+}
+
+fn stamp_ns(s: &Stamp) -> u64 {
+    s.ns()
+}
+
 #[derive(Default)]
 pub struct NodeIndex {
     dirs: HashMap<(u64, Direction), DirIndex>,
-    wakeups: HashMap<u64, VecDeque<(Stamp, u32)>>,
-    switch_ins: HashMap<u32, VecDeque<Stamp>>,
+    wakeups: HashMap<u64, TimeQueue<(Stamp, u32)>>,
+    switch_ins: HashMap<u32, TimeQueue<Stamp>>,
 }
 
 impl NodeIndex {
@@ -216,7 +276,7 @@ impl NodeIndex {
                     self.wakeups
                         .entry(cookie)
                         .or_default()
-                        .push_back((ev.stamp, ev.tid));
+                        .push((ev.stamp, ev.tid), wakeup_ns);
                 }
             }
             Hook::SchedSwitch => {
@@ -224,7 +284,7 @@ impl NodeIndex {
                     self.switch_ins
                         .entry(ev.tid)
                         .or_default()
-                        .push_back(ev.stamp);
+                        .push(ev.stamp, stamp_ns);
                 }
             }
             hook => {
@@ -258,16 +318,12 @@ impl NodeIndex {
             d.hooks.iter().any(|h| !h.is_empty())
         });
         self.wakeups.retain(|_, q| {
-            while q.front().is_some_and(|(s, _)| s.ns() < cutoff_ns) {
-                q.pop_front();
-            }
-            !q.is_empty()
+            q.evict_before(cutoff_ns, wakeup_ns);
+            !q.entries.is_empty()
         });
         self.switch_ins.retain(|_, q| {
-            while q.front().is_some_and(|s| s.ns() < cutoff_ns) {
-                q.pop_front();
-            }
-            !q.is_empty()
+            q.evict_before(cutoff_ns, stamp_ns);
+            !q.entries.is_empty()
         });
     }
 
@@ -339,17 +395,15 @@ impl NodeIndex {
         let lo = found.ready.or(found.tcp).or(found.netif).map(|s| s.ns());
         let hi = found.copy.or(found.ret).map(|s| s.ns());
         let wakeup = lo.zip(hi).and_then(|(lo, hi)| {
-            self.wakeups.get(&cookie).and_then(|q| {
-                q.iter()
-                    .find(|(s, _)| s.ns() >= lo && s.ns() <= hi)
-                    .copied()
-            })
+            self.wakeups
+                .get(&cookie)
+                .and_then(|q| q.first_within(lo, hi, wakeup_ns))
         });
         let hi = hi.unwrap_or(0);
         found.switch_in = wakeup.and_then(|(w, tid)| {
             self.switch_ins
                 .get(&tid)
-                .and_then(|q| q.iter().find(|s| s.ns() >= w.ns() && s.ns() <= hi).copied())
+                .and_then(|q| q.first_within(w.ns(), hi, stamp_ns))
         });
         found.wakeup = wakeup.map(|(s, _)| s);
     }

@@ -5,7 +5,7 @@
 
 use crate::records::RecordSource;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::MergeError;
 use super::event::Item;
@@ -28,6 +28,56 @@ struct Queued {
     item: Item,
 }
 
+/// Events waiting out the window, in (time, arrival) order. Each file is nearly in time order,
+/// so an event not earlier than the last one queued from its file joins that file's run (a
+/// FIFO, sorted by construction) and only the others go to a heap. The next event is the least
+/// of the runs' fronts and the heap's top: the order one heap of everything would give, without
+/// a heap operation per event on a window of up to millions of events.
+#[derive(Default)]
+struct ReorderBuffer {
+    /// Per source (index into `NodeStream::sources`).
+    runs: Vec<VecDeque<Queued>>,
+    stragglers: BinaryHeap<Reverse<Queued>>,
+}
+
+impl ReorderBuffer {
+    fn push(&mut self, source: usize, q: Queued) {
+        let run = &mut self.runs[source];
+        if run.back().is_none_or(|last| last.ns <= q.ns) {
+            run.push_back(q);
+        } else {
+            self.stragglers.push(Reverse(q));
+        }
+    }
+
+    /// The run holding the earliest event (`None`: the heap's top is earlier, or all is empty).
+    fn earliest(&self) -> Option<(Option<usize>, u64)> {
+        let mut best: Option<(Option<usize>, (u64, u64))> = self
+            .stragglers
+            .peek()
+            .map(|Reverse(q)| (None, (q.ns, q.seq)));
+        for (i, run) in self.runs.iter().enumerate() {
+            if let Some(q) = run.front()
+                && best.is_none_or(|(_, key)| (q.ns, q.seq) < key)
+            {
+                best = Some((Some(i), (q.ns, q.seq)));
+            }
+        }
+        best.map(|(run, (ns, _))| (run, ns))
+    }
+
+    fn peek_ns(&self) -> Option<u64> {
+        self.earliest().map(|(_, ns)| ns)
+    }
+
+    fn pop(&mut self) -> Option<Queued> {
+        match self.earliest()? {
+            (Some(run), _) => self.runs[run].pop_front(),
+            (None, _) => self.stragglers.pop().map(|Reverse(q)| q),
+        }
+    }
+}
+
 impl PartialEq for Queued {
     fn eq(&self, other: &Self) -> bool {
         (self.ns, self.seq) == (other.ns, other.seq)
@@ -48,7 +98,7 @@ impl Ord for Queued {
 pub struct NodeStream {
     pub node: NodeId,
     sources: Vec<Source>,
-    heap: BinaryHeap<Reverse<Queued>>,
+    buffer: ReorderBuffer,
     window_ns: u64,
     seq: u64,
     last_out_ns: u64,
@@ -73,8 +123,11 @@ impl NodeStream {
         }
         Ok(Self {
             node,
+            buffer: ReorderBuffer {
+                runs: (0..sources.len()).map(|_| VecDeque::new()).collect(),
+                ..ReorderBuffer::default()
+            },
             sources,
-            heap: BinaryHeap::new(),
             window_ns,
             seq: 0,
             last_out_ns: 0,
@@ -96,11 +149,8 @@ impl NodeStream {
                 let ns = item.stamp().ns();
                 src.high_ns = src.high_ns.max(ns);
                 self.seq += 1;
-                self.heap.push(Reverse(Queued {
-                    ns,
-                    seq: self.seq,
-                    item,
-                }));
+                let seq = self.seq;
+                self.buffer.push(s, Queued { ns, seq, item });
                 return Ok(true);
             }
         }
@@ -109,7 +159,7 @@ impl NodeStream {
     /// The next event in node time order, or `None` when every file is exhausted.
     pub fn next(&mut self, plan: &Plan) -> Result<Option<Item>, MergeError> {
         loop {
-            let head = self.heap.peek().map(|q| q.0.ns);
+            let head = self.buffer.peek_ns();
             // A file that has not yet been read a window past the head may still hold earlier events.
             let lagging = self
                 .sources
@@ -127,23 +177,23 @@ impl NodeStream {
                 None => break,
             }
         }
-        let Some(Reverse(q)) = self.heap.pop() else {
+        let Some(Queued { ns, item, .. }) = self.buffer.pop() else {
             return Ok(None);
         };
-        if q.ns < self.last_out_ns {
+        if ns < self.last_out_ns {
             self.late += 1;
             if self.first_late.is_none() {
-                let o = q.item.stamp().origin;
+                let o = item.stamp().origin;
                 self.first_late = Some(format!(
                     "{}:{}: event at {} ns is {} ns earlier than an event already merged, more than --window allows; it was joined out of order",
                     plan.files[usize::from(o.file)].display,
                     o.line,
-                    q.ns,
-                    self.last_out_ns - q.ns
+                    ns,
+                    self.last_out_ns - ns
                 ));
             }
         }
-        self.last_out_ns = self.last_out_ns.max(q.ns);
-        Ok(Some(q.item))
+        self.last_out_ns = self.last_out_ns.max(ns);
+        Ok(Some(item))
     }
 }

@@ -2,6 +2,7 @@
 //! completeness counters and provenance. Requests themselves are not kept; only their
 //! end-to-end times in file order, so a second pass can fetch the few the pictures need.
 
+use super::hops::Hops;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -78,6 +79,8 @@ pub struct Aggregate {
     pub e2e_median_se: Option<f64>,
     /// Largest clock-conversion error bound (`error_ns`) seen per segment.
     pub max_error_ns: BTreeMap<SegmentKey, u64>,
+    /// The path cut at its processes: each process's time and each leg's stages (hops.rs).
+    pub hops: Hops,
     /// Timeline lines (`probe` records from `merge --timeline`), skipped.
     pub timeline_points: u64,
 }
@@ -151,6 +154,7 @@ impl Aggregate {
         }
         self.e2e.push(req.e2e_ns);
         self.e2e_by_index.push(req.e2e_ns);
+        self.hops.add_request(req);
 
         // One sample per request and key: a segment repeated within a request is summed.
         let mut per_segment: Vec<(SegmentKey, u64)> = Vec::new();
@@ -191,7 +195,7 @@ impl Aggregate {
     }
 
     /// Notes the p50 standard errors, then sorts every sample set; called once after the pass.
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         self.catalog = self.order.sorted();
         self.e2e_median_se = self.e2e.median_standard_error();
         self.e2e.finish();

@@ -8,6 +8,7 @@
 pub mod aggregate;
 pub mod cli;
 pub(crate) mod compare;
+pub(crate) mod hops;
 pub(crate) mod html;
 pub(crate) mod key;
 pub(crate) mod layout;

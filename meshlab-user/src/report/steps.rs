@@ -3,6 +3,12 @@
 //! per node and unit, and each process's time (the seed's "inbound 4.1x outbound", "the
 //! client's socket work shrinks" are read off these lines).
 //!
+//! Runs with both an inbound and an outbound sidecar (merge names the proxies `sidecar-in*` and
+//! `sidecar-out*`, half.rs) get the inbound/outbound ratio of their process times; with a run
+//! whose sidecars share a node (the seed's control experiment) next to one whose sidecars are
+//! on different nodes, the two ratios are stated side by side: an asymmetry that stays when
+//! both sidecars share a node belongs to the path, one that goes away belonged to the machines.
+//!
 //! A segment's figure is its p50 in that run; sums of p50s (a process's time) are labelled as
 //! such, since a sum of medians is not the median of sums. "Beyond the noise" is the ladder's
 //! rule (`compare::Z` standard errors of the two p50s).
@@ -110,6 +116,97 @@ fn process_time(run: &Aggregate) -> BTreeMap<(String, String), u64> {
     per
 }
 
+/// One run's sidecars: the inbound and the outbound ones' process time (sums of p50s) and the
+/// nodes they ran on.
+struct Sidecars {
+    inbound_ns: u64,
+    outbound_ns: u64,
+    inbound_nodes: Vec<String>,
+    outbound_nodes: Vec<String>,
+}
+
+impl Sidecars {
+    fn of(run: &Aggregate) -> Option<Sidecars> {
+        let mut s = Sidecars {
+            inbound_ns: 0,
+            outbound_ns: 0,
+            inbound_nodes: Vec::new(),
+            outbound_nodes: Vec::new(),
+        };
+        for ((node, unit), ns) in process_time(run) {
+            let (total, nodes) = if unit.starts_with("sidecar-in") {
+                (&mut s.inbound_ns, &mut s.inbound_nodes)
+            } else if unit.starts_with("sidecar-out") {
+                (&mut s.outbound_ns, &mut s.outbound_nodes)
+            } else {
+                continue;
+            };
+            *total += ns;
+            if !nodes.contains(&node) {
+                nodes.push(node);
+            }
+        }
+        (s.inbound_ns > 0 && s.outbound_ns > 0).then_some(s)
+    }
+
+    fn ratio(&self) -> f64 {
+        self.inbound_ns as f64 / self.outbound_ns as f64
+    }
+
+    fn same_node(&self) -> bool {
+        self.inbound_nodes == self.outbound_nodes && self.inbound_nodes.len() == 1
+    }
+
+    fn placement(&self) -> String {
+        if self.same_node() {
+            format!("both on {}", self.inbound_nodes[0])
+        } else {
+            format!(
+                "inbound on {}, outbound on {}",
+                self.inbound_nodes.join("+"),
+                self.outbound_nodes.join("+")
+            )
+        }
+    }
+}
+
+/// The sidecars' asymmetry per run, and the control (sidecars on one node) against the runs
+/// with sidecars on different nodes.
+fn write_sidecars(runs: &[Aggregate], labels: &[String], out: &mut dyn Write) -> io::Result<()> {
+    let found: Vec<(&String, Sidecars)> = runs
+        .iter()
+        .zip(labels)
+        .filter_map(|(run, label)| Sidecars::of(run).map(|s| (label, s)))
+        .collect();
+    for (label, s) in &found {
+        writeln!(
+            out,
+            "  sidecars in {label}: inbound {} us / outbound {} us = {:.1}x ({}; sums of p50s)",
+            us(s.inbound_ns),
+            us(s.outbound_ns),
+            s.ratio(),
+            s.placement()
+        )?;
+    }
+    let control = found.iter().find(|(_, s)| s.same_node());
+    for (label, s) in found.iter().filter(|(_, s)| !s.same_node()) {
+        let Some((control_label, c)) = control else {
+            break;
+        };
+        writeln!(
+            out,
+            "  control: inbound/outbound is {:.1}x in {label} ({}) and {:.1}x in \
+             {control_label} ({}); an asymmetry that stays with both sidecars on one node \
+             belongs to the path, one that goes away belonged to the machines",
+            s.ratio(),
+            s.placement(),
+            c.ratio(),
+            c.placement()
+        )?;
+    }
+    Ok(())
+}
+
 /// Writes the steps of `runs` (labelled `labels`) in words.
 pub fn write_steps(runs: &[Aggregate], labels: &[String], out: &mut dyn Write) -> io::Result<()> {
     writeln!(
@@ -144,5 +241,88 @@ pub fn write_steps(runs: &[Aggregate], labels: &[String], out: &mut dyn Write) -
             parts.join(", ")
         )?;
     }
-    Ok(())
+    write_sidecars(runs, labels, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{JoinMethod, Kind, MergedRequest, Segment};
+
+    fn proxy(name: &str, node: &str, unit: &str, dur_ns: u64) -> Segment {
+        Segment {
+            name: name.into(),
+            node: Some(node.into()),
+            layer: Layer::Process,
+            unit: unit.into(),
+            kind: Kind::Compute,
+            start_ns: Some(0),
+            dur_ns,
+            error_ns: None,
+            derived: None,
+        }
+    }
+
+    /// A run of identical requests: the outbound sidecar on A, the inbound one on `in_node`.
+    fn run(in_node: &str, inbound_ns: u64, outbound_ns: u64) -> Aggregate {
+        let segments = vec![
+            proxy("proxy_uds_to_tcp", "A", "sidecar-out", outbound_ns),
+            proxy("proxy_tcp_to_uds", in_node, "sidecar-in", inbound_ns),
+        ];
+        let request = MergedRequest {
+            trace_id: "t".into(),
+            client_node: "A".into(),
+            server_node: Some(in_node.into()),
+            join: JoinMethod::Offset,
+            start_ns: 0,
+            e2e_ns: inbound_ns + outbound_ns,
+            complete: true,
+            missing: Vec::new(),
+            segments,
+            notes: Vec::new(),
+        };
+        let mut agg = Aggregate::default();
+        for _ in 0..5 {
+            agg.add_request(&request);
+        }
+        agg.finish();
+        agg
+    }
+
+    #[test]
+    fn the_control_states_both_sidecar_ratios_side_by_side() {
+        let runs = [run("B", 65_000, 15_900), run("A", 5_000, 5_000)];
+        let labels = ["two-hop".to_owned(), "two-hop-same-node".to_owned()];
+        let mut out = Vec::new();
+        write_steps(&runs, &labels, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(
+                "sidecars in two-hop: inbound 65.00 us / outbound 15.90 us = 4.1x \
+                 (inbound on B, outbound on A; sums of p50s)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("sidecars in two-hop-same-node: inbound 5.00 us / outbound 5.00 us = 1.0x (both on A;"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "control: inbound/outbound is 4.1x in two-hop (inbound on B, outbound on A) \
+                 and 1.0x in two-hop-same-node (both on A)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_a_control_there_is_no_control_line() {
+        let runs = [run("B", 65_000, 15_900)];
+        let mut out = Vec::new();
+        write_steps(&runs, &["two-hop".to_owned()], &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("sidecars in two-hop:"), "{text}");
+        assert!(!text.contains("control:"), "{text}");
+    }
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::schema::{AttachEntry, Kind, Layer};
 
 use super::aggregate::{Aggregate, Completeness, GroupKey, node_label};
+use super::hops::HopRow;
 use super::key::SegmentKey;
 use super::quantile::Stats;
 
@@ -27,6 +28,8 @@ pub struct RunReport {
     pub by_node: Vec<GroupRow>,
     pub by_unit: Vec<GroupRow>,
     pub by_kind: Vec<GroupRow>,
+    /// Each process on the path and each leg between two of them, in path order.
+    pub by_hop: Vec<HopRow>,
     /// 0-based request numbers (file order) of the median and the p99 request.
     pub median_request: usize,
     pub p99_request: usize,
@@ -111,6 +114,7 @@ impl RunReport {
                 stats,
             });
         }
+        let by_hop = agg.hops.rows(e2e.sum_ns);
         let (median_request, p99_request) = agg.representative_requests();
         let summary = agg.summary.as_ref();
         RunReport {
@@ -127,6 +131,7 @@ impl RunReport {
             by_node,
             by_unit,
             by_kind,
+            by_hop,
             median_request,
             p99_request,
         }

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 
 use crate::schema::AttachStatus;
 
+use super::hops::HopRow;
 use super::summary::{GroupRow, RunReport};
 use super::table::{Align, Table, percent, us, us_f};
 
@@ -26,6 +27,7 @@ pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     write_groups(out, "by node", &r.by_node)?;
     write_groups(out, "by node / layer / unit", &r.by_unit)?;
     write_groups(out, "by kind", &r.by_kind)?;
+    write_hops(out, &r.by_hop)?;
     writeln!(out)?;
     writeln!(out, "quantiles: {}", r.quantile_method)
 }
@@ -122,6 +124,41 @@ fn write_groups(out: &mut dyn Write, title: &str, rows: &[GroupRow]) -> io::Resu
             us(g.stats.p99_ns),
             us_f(g.stats.mean_ns),
             percent(g.share),
+        ]);
+    }
+    t.write(out, "  ")
+}
+
+/// Each process's time and each leg's stages, in path order (report/hops.rs).
+fn write_hops(out: &mut dyn Write, rows: &[HopRow]) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "by hop (us; per request, in path order: each process's time, and each leg between two \
+         processes with its kernel and network stages)"
+    )?;
+    let mut t = Table::new(&[
+        ("hop", Align::Left),
+        ("kind", Align::Left),
+        ("n", Align::Right),
+        ("p50", Align::Right),
+        ("p90", Align::Right),
+        ("p99", Align::Right),
+        ("mean", Align::Right),
+        ("share", Align::Right),
+        ("stages", Align::Left),
+    ]);
+    for h in rows {
+        t.row(vec![
+            h.hop.clone(),
+            h.kind.as_str().into(),
+            h.stats.n.to_string(),
+            us(h.stats.p50_ns),
+            us(h.stats.p90_ns),
+            us(h.stats.p99_ns),
+            us_f(h.stats.mean_ns),
+            percent(h.share),
+            h.stages.join(", "),
         ]);
     }
     t.write(out, "  ")

@@ -77,6 +77,7 @@ pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> St
         largest.len()
     );
     page::segment_table(&mut body, report);
+    page::hop_table(&mut body, report);
     page::provenance(&mut body, report, agg);
     page::wrap(&report.file, &body)
 }

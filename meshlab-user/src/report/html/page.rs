@@ -98,6 +98,36 @@ pub fn segment_table(out: &mut String, r: &RunReport) {
     );
 }
 
+/// Each process on the path and each leg between two of them (report/hops.rs).
+pub fn hop_table(out: &mut String, r: &RunReport) {
+    out.push_str(
+        "<section id=\"hops\"><h2>By hop</h2><table class=\"num\"><thead><tr><th>hop</th><th>kind</th>\
+         <th>n</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th><th>mean µs</th><th>share</th>\
+         <th>stages</th></tr></thead><tbody>",
+    );
+    for h in &r.by_hop {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            escape(&h.hop),
+            h.kind.as_str(),
+            h.stats.n,
+            us(h.stats.p50_ns),
+            us(h.stats.p90_ns),
+            us(h.stats.p99_ns),
+            us_f(h.stats.mean_ns),
+            percent(h.share),
+            escape(&h.stages.join(", "))
+        );
+    }
+    out.push_str(
+        "</tbody></table><p class=\"note\">The path cut at its processes, per request: a process's time \
+         is all its process segments (a proxy's request and response relays together); a leg is the kernel \
+         and network segments between two processes, one per direction (unix when all are uds_*).</p></section>",
+    );
+}
+
 pub fn provenance(out: &mut String, r: &RunReport, agg: &Aggregate) {
     out.push_str("<section id=\"provenance\"><h2>Provenance</h2><dl>");
     merge_info_items(out, agg);

@@ -1,0 +1,234 @@
+//! `cargo xtask bench kernel-ab --baseline OLD_MESHLAB`: per-program BPF cost of two builds of
+//! the recorder side by side (issue 10's kernel hot path). The cost ladder (crate::ladder)
+//! measures one build per run; on this noisy 2-core machine a before/after across runs says
+//! little, so here the two builds alternate round by round (order rotated) under the same
+//! workload, and each program's ns/run is the median over rounds.
+//!
+//! Workload: redis PING across two namespaces, as the ladder's per-program pass. Rungs:
+//! attached but filtering out, sampling 1/100 messages, tracing all. An empty program on
+//! netif_receive_skb gives the floor (crate::bpffloor). Markdown to stdout, with each hot
+//! program's helper call sites in both builds (`bpftool prog dump xlated`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::bpffloor;
+use crate::bpfstats::{self, ProgramCost, StatsEnabled};
+use crate::ladder::{median_costs, record_args, spawn_recorder};
+use crate::ladder_plan::{Rung, Workload};
+use crate::procs::tempdir;
+use crate::redis_lab::{REDIS_PORT, RedisLab};
+
+#[derive(clap::Args)]
+pub struct KernelAbArgs {
+    /// The `meshlab` binary to compare against (e.g. built from main); its eBPF object is
+    /// embedded in it.
+    #[arg(long)]
+    baseline: PathBuf,
+    /// The candidate; default: target/debug/meshlab of this tree (`cargo build` first).
+    #[arg(long)]
+    candidate: Option<PathBuf>,
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// redis-benchmark PING requests per measured run.
+    #[arg(long, default_value_t = 20_000)]
+    requests: u64,
+}
+
+const RUNGS: [Rung; 3] = [Rung::FilteredOut, Rung::Sampled, Rung::TracingAll];
+const WORKLOAD: Workload = Workload::Redis { clients: 1 };
+
+pub fn run(args: KernelAbArgs) -> Result<()> {
+    let candidate = args
+        .candidate
+        .unwrap_or_else(|| crate::workspace_root().join("target/debug/meshlab"));
+    let builds = [("baseline", args.baseline), ("candidate", candidate)];
+    for (_, exe) in &builds {
+        anyhow::ensure!(exe.exists(), "{}: no such recorder binary", exe.display());
+    }
+    let dir = tempdir()?;
+    let redis = RedisLab::start()?;
+    let _stats = StatsEnabled::on()?;
+    let _floor = bpffloor::attach_empty("netif_receive_skb")?;
+    // (rung, build) -> per-round costs
+    let mut rounds: BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>> = BTreeMap::new();
+    let mut calls: [CallSites; 2] = Default::default();
+    for round in 0..args.rounds {
+        for (r, &rung) in RUNGS.iter().enumerate() {
+            for k in 0..builds.len() {
+                let b = (round + k) % builds.len();
+                let want_calls = calls[b].is_empty();
+                let (costs, sites) =
+                    measure(&builds[b].1, &dir, &redis, rung, args.requests, want_calls)?;
+                if want_calls {
+                    calls[b] = sites;
+                }
+                eprintln!(
+                    "bench kernel-ab: round {round} {:<24} {}",
+                    rung.name(),
+                    builds[b].0
+                );
+                rounds.entry((r, b)).or_default().push(costs);
+            }
+        }
+    }
+    print_report(&builds, &rounds, &calls, args.rounds, args.requests)
+}
+
+/// Program name -> helper name -> call sites in its translated code (all paths).
+type CallSites = BTreeMap<String, BTreeMap<String, u32>>;
+
+/// Helper call sites of every program process `pid` holds, from `bpftool prog dump xlated`
+/// (lines like `call bpf_probe_read_kernel#123`).
+fn call_sites(pid: u32) -> Result<CallSites> {
+    let mut out = CallSites::new();
+    for id in bpfstats::program_ids_held_by(pid)? {
+        let show = std::process::Command::new("bpftool")
+            .args(["prog", "show", "id", &id.to_string(), "--json"])
+            .output()
+            .context("running bpftool prog show")?;
+        let info: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
+        let Some(name) = info["name"].as_str() else {
+            continue;
+        };
+        let dump = std::process::Command::new("bpftool")
+            .args(["prog", "dump", "xlated", "id", &id.to_string()])
+            .output()
+            .context("running bpftool prog dump xlated")?;
+        let mut helpers = BTreeMap::new();
+        for line in String::from_utf8_lossy(&dump.stdout).lines() {
+            // `call pc+N` is a call of a BPF subprogram, not a helper.
+            if let Some(call) = line.split("call ").nth(1).filter(|c| !c.starts_with("pc")) {
+                let helper = call.split('#').next().unwrap_or(call).trim().to_owned();
+                *helpers.entry(helper).or_insert(0) += 1;
+            }
+        }
+        out.insert(name.to_owned(), helpers);
+    }
+    Ok(out)
+}
+
+/// One recorder run: the recorder's programs and the floor, deltas over the workload.
+fn measure(
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    redis: &RedisLab,
+    rung: Rung,
+    requests: u64,
+    want_calls: bool,
+) -> Result<(Vec<ProgramCost>, CallSites)> {
+    let args = record_args(rung, REDIS_PORT).context("every kernel-ab rung records")?;
+    let recorder = spawn_recorder(exe, dir, &args)?;
+    let sites = if want_calls {
+        call_sites(recorder.0.id())?
+    } else {
+        CallSites::new()
+    };
+    let me = std::process::id();
+    let before = bpfstats::snapshot(recorder.0.id())?;
+    let floor_before = bpfstats::snapshot(me)?;
+    let Workload::Redis { clients } = WORKLOAD else {
+        unreachable!("kernel-ab runs redis only")
+    };
+    redis.ping(clients, requests)?;
+    let mut costs = bpfstats::delta(&before, &bpfstats::snapshot(recorder.0.id())?);
+    costs.extend(bpfstats::delta(&floor_before, &bpfstats::snapshot(me)?));
+    Ok((costs, sites))
+}
+
+fn print_report(
+    builds: &[(&str, PathBuf); 2],
+    rounds: &BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>>,
+    calls: &[CallSites; 2],
+    round_count: usize,
+    requests: u64,
+) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let mut text = format!(
+        "Workload: {} ({requests} requests per run); {round_count} rounds, builds alternated \
+         per round; median ns/run per program (`kernel.bpf_stats_enabled`). baseline = {}, \
+         candidate = {}.\n",
+        WORKLOAD.name(),
+        builds[0].1.display(),
+        builds[1].1.display()
+    );
+    for (r, rung) in RUNGS.iter().enumerate() {
+        let medians: [BTreeMap<String, ProgramCost>; 2] = [0, 1].map(|b| {
+            median_costs(rounds.get(&(r, b)).map_or(&[][..], |v| v.as_slice()))
+                .into_iter()
+                .map(|c| (c.name.clone(), c))
+                .collect()
+        });
+        text += &rung_table(*rung, &medians);
+    }
+    text += &call_table(calls);
+    match out.write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing the report to stdout"),
+    }
+}
+
+/// One rung's table: each program's median ns/run in both builds and their ratio.
+fn rung_table(rung: Rung, medians: &[BTreeMap<String, ProgramCost>; 2]) -> String {
+    let mut text = format!(
+        "\n### {}\n\n| program | runs per run | baseline ns/run | candidate ns/run | \
+         candidate / baseline | xlated B baseline / candidate |\n|---|---|---|---|---|---|\n",
+        rung.name()
+    );
+    let names: std::collections::BTreeSet<&String> =
+        medians.iter().flat_map(|m| m.keys()).collect();
+    let ns = |c: Option<&ProgramCost>| c.map_or("-".into(), |c| format!("{:.1}", c.ns_per_run));
+    let size = |c: Option<&ProgramCost>| c.map_or("-".into(), |c| c.bytes_xlated.to_string());
+    for name in names {
+        let (a, b) = (medians[0].get(name), medians[1].get(name));
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) if a.ns_per_run > 0.0 => {
+                format!("{:.2}", b.ns_per_run / a.ns_per_run)
+            }
+            _ => "-".into(),
+        };
+        let runs = b.or(a).map_or(0, |c| c.runs);
+        text += &format!(
+            "| {name} | {runs} | {} | {} | {ratio} | {} / {} |\n",
+            ns(a),
+            ns(b),
+            size(a),
+            size(b)
+        );
+    }
+    text
+}
+
+/// Helper call sites per program, baseline -> candidate, one column per helper.
+fn call_table(calls: &[CallSites; 2]) -> String {
+    let helpers: std::collections::BTreeSet<&String> = calls
+        .iter()
+        .flat_map(|c| c.values().flat_map(|h| h.keys()))
+        .collect();
+    let mut text = String::from(
+        "\n### Helper call sites (all paths of the translated code; baseline -> candidate)\n\n| program |",
+    );
+    for helper in &helpers {
+        text += &format!(" {helper} |");
+    }
+    text += "\n|---|";
+    text += &"---|".repeat(helpers.len());
+    text += "\n";
+    let programs: std::collections::BTreeSet<&String> =
+        calls.iter().flat_map(|c| c.keys()).collect();
+    for program in programs {
+        text += &format!("| {program} |");
+        for helper in &helpers {
+            let n = |b: usize| calls[b].get(program).and_then(|h| h.get(*helper)).copied();
+            text += &match (n(0), n(1)) {
+                (None, None) => " |".to_owned(),
+                (a, b) => format!(" {} -> {} |", a.unwrap_or(0), b.unwrap_or(0)),
+            };
+        }
+        text += "\n";
+    }
+    text
+}

@@ -152,9 +152,10 @@ fn markdown(r: &LadderReport) -> String {
     profiling_notes(&mut md);
     let _ = writeln!(
         md,
-        "## Merge and report speed (item 5 d)\n\nNot measured by this bench: the merge and \
-         report rows (events/s and peak RSS at 1e5, 1e6, 1e7 events) belong to the binary \
-         capture work of issue 10 and are added with it.\n"
+        "## Merge and report speed (item 5 d)\n\nMeasured by `cargo xtask bench merge` \
+         (events/s and peak RSS at 1e5, 1e6 and 1e7 events): docs/benchmarks-merge.md. The \
+         kernel programs before/after, side by side: `cargo xtask bench kernel-ab`, \
+         docs/benchmarks-kernel.md.\n"
     );
     md
 }

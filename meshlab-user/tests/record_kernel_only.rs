@@ -1,0 +1,164 @@
+//! Privileged: an unmodified server and its stock client (Debian's redis-server and
+//! redis-benchmark) in two network namespaces, recorded on both "machines" with no probe file,
+//! then merged in kernel-only mode. It checks what a user looks at first: nearly every request
+//! complete, no negative segment, segments summing to end-to-end, and injected clock skew
+//! leaving every duration bit-identical on a real recording (not a synthetic fixture).
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use meshlab_testkit::privileged::can_run_with;
+use meshlab_user::lab::netns::{Lab, NamedNetns};
+use meshlab_user::schema::{MergeSummary, MergedRequest, Record};
+use support::{Recorder, privileged_or_skip};
+
+const PORT: &str = "6379";
+/// Per redis-benchmark test; `-t ping` runs two (PING_INLINE and PING_MBULK).
+const REQUESTS: usize = 3000;
+
+/// redis-server in a namespace, killed and reaped on drop (also when an assertion fails).
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn in_netns(ns: &NamedNetns, program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    ns.command(&mut cmd);
+    cmd
+}
+
+fn start_redis(lab: &Lab) -> Server {
+    let server = in_netns(&lab.b, "redis-server")
+        .args(["--bind", &lab.addrs.b.to_string(), "--port", PORT])
+        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start redis-server");
+    let server = Server(server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let pong = in_netns(&lab.a, "redis-cli")
+            .args(["-h", &lab.addrs.b.to_string(), "-p", PORT, "ping"])
+            .stderr(Stdio::null())
+            .output()
+            .expect("run redis-cli");
+        if String::from_utf8_lossy(&pong.stdout).contains("PONG") {
+            return server;
+        }
+        assert!(Instant::now() < deadline, "redis-server did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn merge(dir: &Path, out: &str, extra: &[&str]) -> (HashMap<String, MergedRequest>, MergeSummary) {
+    let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .arg("merge")
+        .args([dir.join("a.capture"), dir.join("b.capture")])
+        .args(extra)
+        .arg("-o")
+        .arg(dir.join(out))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "merge failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (mut requests, mut summary) = (HashMap::new(), None);
+    for line in std::fs::read_to_string(dir.join(out)).unwrap().lines() {
+        match serde_json::from_str::<Record>(line).unwrap() {
+            Record::Request(r) => {
+                requests.insert(r.trace_id.clone(), r);
+            }
+            Record::MergeSummary(s) => summary = Some(s),
+            _ => {}
+        }
+    }
+    (requests, summary.expect("merge_summary"))
+}
+
+/// Everything of a request but its absolute times, which skew is allowed to move.
+fn without_start_times(r: &MergedRequest) -> MergedRequest {
+    let mut r = r.clone();
+    r.start_ns = 0;
+    for s in &mut r.segments {
+        s.start_ns = None;
+    }
+    r
+}
+
+#[test]
+fn unmodified_redis_merges_complete_and_skew_changes_no_duration() {
+    let test = "unmodified_redis_merges_complete_and_skew_changes_no_duration";
+    if !privileged_or_skip(test)
+        || !can_run_with(test, "redis-server")
+        || !can_run_with(test, "redis-benchmark")
+        || !can_run_with(test, "redis-cli")
+    {
+        return;
+    }
+    let lab = Lab::create().expect("lab");
+    let _server = start_redis(&lab);
+    let dir = tempfile::tempdir().unwrap();
+    let (a_ns, b_ns) = (
+        lab.a.path().to_str().unwrap(),
+        lab.b.path().to_str().unwrap(),
+    );
+    let rec_a = Recorder::start(
+        dir.path(),
+        "a",
+        &["--node", "A", "--netns", a_ns, "--port", PORT],
+    );
+    let rec_b = Recorder::start(
+        dir.path(),
+        "b",
+        &["--node", "B", "--netns", b_ns, "--port", PORT],
+    );
+    let bench = in_netns(&lab.a, "redis-benchmark")
+        .args(["-h", &lab.addrs.b.to_string(), "-p", PORT, "-c", "1"])
+        .args(["-n", &REQUESTS.to_string(), "-t", "ping", "--csv"])
+        .output()
+        .expect("run redis-benchmark");
+    assert!(bench.status.success(), "redis-benchmark: {}", bench.status);
+    let (a, b) = (rec_a.stop(), rec_b.stop());
+    assert_eq!(
+        (a.summary.dropped, b.summary.dropped),
+        (0, 0),
+        "kernel drops"
+    );
+
+    let (requests, summary) = merge(dir.path(), "merged.ndjson", &[]);
+    let complete = requests.values().filter(|r| r.complete).count();
+    assert!(
+        requests.len() * 100 >= 2 * REQUESTS * 99 && complete * 100 >= requests.len() * 99,
+        "{complete} of {} requests complete (client sent {}); errors: {:?}",
+        requests.len(),
+        2 * REQUESTS,
+        summary.errors.iter().take(3).collect::<Vec<_>>()
+    );
+    for r in requests.values().filter(|r| r.complete) {
+        let sum: u64 = r.segments.iter().map(|s| s.dur_ns).sum();
+        assert_eq!(sum, r.e2e_ns, "segments sum to end-to-end: {r:?}");
+    }
+
+    let (skewed, _) = merge(
+        dir.path(),
+        "skewed.ndjson",
+        &["--inject-skew", "A=-250ms,B=16.34s"],
+    );
+    assert_eq!(skewed.len(), requests.len(), "the same requests with skew");
+    for (id, r) in &requests {
+        let s = &skewed[id];
+        assert_ne!(r.start_ns, s.start_ns, "the skew moved absolute times");
+        assert_eq!(without_start_times(r), without_start_times(s), "{id}");
+    }
+}

@@ -5,7 +5,7 @@ use meshlab_common::{ConnInfo, TupleKey};
 
 use crate::globals::offset;
 use crate::maps::TRACED_CONNS;
-use crate::prefilter::{cookie_may_be_traced, turn_known_unsampled};
+use crate::prefilter::{ConnSlot, conn_slot, cookie_may_be_traced};
 use crate::turn::turn_sampled;
 
 /// How a program reads a field of a kernel struct it holds a pointer to.
@@ -85,7 +85,8 @@ pub fn traced_sock<M: KernelRead>(sk: u64) -> Option<(u64, &'static mut ConnInfo
 #[inline(always)]
 pub fn sampled_sock<M: KernelRead>(sk: u64) -> Option<(u64, ConnInfo)> {
     let cookie = sock_cookie::<M>(sk);
-    if !cookie_may_be_traced(cookie) || turn_known_unsampled(cookie) {
+    // One slot read answers both "traced?" and, for a slot of its own, "sampled turn?".
+    if let ConnSlot::Gone | ConnSlot::Traced { sampled: false } = conn_slot(cookie) {
         return None;
     }
     // SAFETY: as in traced_sock.

@@ -50,17 +50,6 @@ pub fn cookie_may_be_traced(cookie: u64) -> bool {
     cookie != 0 && (*slot == cookie || *slot == PREFILTER_COLLIDED_COOKIE)
 }
 
-/// Whether `cookie` (already past [`cookie_may_be_traced`]) is a traced connection whose
-/// current turn is certainly not sampled: its slot names it alone and says so. `false` means
-/// "ask TRACED_CONNS" (a collided slot, or sampling off: the slot stays 0 then).
-#[inline(always)]
-pub fn turn_known_unsampled(cookie: u64) -> bool {
-    let index = cookie as u32 & SLOT_MASK;
-    config!(sample_messages_every) > 1
-        && COOKIE_SLOTS.get(index).is_some_and(|slot| *slot == cookie)
-        && TURN_SLOTS.get(index).is_some_and(|sampled| *sampled == 0)
-}
-
 /// The current turn of traced connection `cookie` is (not) sampled.
 #[inline(always)]
 pub fn turn_decided(cookie: u64, sampled: u8) {
@@ -115,7 +104,8 @@ pub fn thread_cookie_set(tid: u32, cookie: u64) {
 
 /// What the slot arrays alone say about traced connection `cookie`.
 pub enum ConnSlot {
-    /// Definitely not in TRACED_CONNS (sock_ops unmarks the slot when it removes it).
+    /// Definitely not in TRACED_CONNS (sock_ops unmarks the slot when it removes it; a zero
+    /// cookie, not assigned yet, is never traced).
     Gone,
     /// Traced, and whether its current turn is sampled.
     Traced { sampled: bool },
@@ -131,7 +121,7 @@ pub fn conn_slot(cookie: u64) -> ConnSlot {
             sampled: config!(sample_messages_every) <= 1
                 || TURN_SLOTS.get(index).is_some_and(|sampled| *sampled != 0),
         },
-        Some(slot) if *slot == PREFILTER_COLLIDED_COOKIE => ConnSlot::Collided,
+        Some(slot) if cookie != 0 && *slot == PREFILTER_COLLIDED_COOKIE => ConnSlot::Collided,
         _ => ConnSlot::Gone,
     }
 }

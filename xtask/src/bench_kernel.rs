@@ -38,7 +38,8 @@ pub struct KernelAbArgs {
 }
 
 const RUNGS: [Rung; 3] = [Rung::FilteredOut, Rung::Sampled, Rung::TracingAll];
-const WORKLOAD: Workload = Workload::Redis { clients: 1 };
+const CLIENTS: usize = 1;
+const WORKLOAD: Workload = Workload::Redis { clients: CLIENTS };
 
 pub fn run(args: KernelAbArgs) -> Result<()> {
     let candidate = args
@@ -126,15 +127,7 @@ fn measure(
     } else {
         CallSites::new()
     };
-    let me = std::process::id();
-    let before = bpfstats::snapshot(recorder.0.id())?;
-    let floor_before = bpfstats::snapshot(me)?;
-    let Workload::Redis { clients } = WORKLOAD else {
-        unreachable!("kernel-ab runs redis only")
-    };
-    redis.ping(clients, requests)?;
-    let mut costs = bpfstats::delta(&before, &bpfstats::snapshot(recorder.0.id())?);
-    costs.extend(bpfstats::delta(&floor_before, &bpfstats::snapshot(me)?));
+    let costs = bpfstats::costs_over(recorder.0.id(), || redis.ping(CLIENTS, requests))?;
     Ok((costs, sites))
 }
 

@@ -146,3 +146,14 @@ pub fn delta(before: &Snapshot, after: &Snapshot) -> Vec<ProgramCost> {
         })
         .collect()
 }
+
+/// Per-program costs of the recorder `pid` over `workload`, with those of the programs this
+/// process holds (the empty floor program of crate::bpffloor, read through our own pid).
+pub fn costs_over<T>(pid: u32, workload: impl FnOnce() -> Result<T>) -> Result<Vec<ProgramCost>> {
+    let me = std::process::id();
+    let (before, floor_before) = (snapshot(pid)?, snapshot(me)?);
+    workload()?;
+    let mut costs = delta(&before, &snapshot(pid)?);
+    costs.extend(delta(&floor_before, &snapshot(me)?));
+    Ok(costs)
+}

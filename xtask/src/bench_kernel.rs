@@ -85,15 +85,7 @@ type CallSites = BTreeMap<String, BTreeMap<String, u32>>;
 /// (lines like `call bpf_probe_read_kernel#123`).
 fn call_sites(pid: u32) -> Result<CallSites> {
     let mut out = CallSites::new();
-    for id in bpfstats::program_ids_held_by(pid)? {
-        let show = std::process::Command::new("bpftool")
-            .args(["prog", "show", "id", &id.to_string(), "--json"])
-            .output()
-            .context("running bpftool prog show")?;
-        let info: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
-        let Some(name) = info["name"].as_str() else {
-            continue;
-        };
+    for (id, name) in bpfstats::programs_held_by(pid)? {
         let dump = std::process::Command::new("bpftool")
             .args(["prog", "dump", "xlated", "id", &id.to_string()])
             .output()
@@ -106,7 +98,7 @@ fn call_sites(pid: u32) -> Result<CallSites> {
                 *helpers.entry(helper).or_insert(0) += 1;
             }
         }
-        out.insert(name.to_owned(), helpers);
+        out.insert(name, helpers);
     }
     Ok(out)
 }

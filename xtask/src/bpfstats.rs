@@ -97,8 +97,22 @@ pub fn snapshot(pid: u32) -> Result<Snapshot> {
     Ok(snap)
 }
 
+/// Id and name of every BPF program process `pid` holds.
+pub fn programs_held_by(pid: u32) -> Result<Vec<(u64, String)>> {
+    let held = program_ids_held_by(pid)?;
+    Ok(loaded_programs()?
+        .as_array()
+        .context("bpftool: expected a JSON array")?
+        .iter()
+        .filter_map(|p| {
+            let id = p["id"].as_u64().filter(|id| held.contains(id))?;
+            Some((id, p["name"].as_str()?.to_owned()))
+        })
+        .collect())
+}
+
 /// BPF program ids of the file descriptors process `pid` holds.
-pub fn program_ids_held_by(pid: u32) -> Result<Vec<u64>> {
+fn program_ids_held_by(pid: u32) -> Result<Vec<u64>> {
     let dir = format!("/proc/{pid}/fdinfo");
     let mut ids = Vec::new();
     for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {dir}"))? {

@@ -14,9 +14,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+use crate::bench_merge::machine;
 use crate::bpffloor;
 use crate::bpfstats::{self, ProgramCost, StatsEnabled};
-use crate::ladder::{median_costs, record_args, spawn_recorder};
+use crate::ladder::{loadavg, median_costs, record_args, spawn_recorder};
 use crate::ladder_plan::{Rung, Workload};
 use crate::procs::tempdir;
 use crate::redis_lab::{REDIS_PORT, RedisLab};
@@ -49,6 +50,7 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
     for (_, exe) in &builds {
         anyhow::ensure!(exe.exists(), "{}: no such recorder binary", exe.display());
     }
+    let load_before = loadavg();
     let dir = tempdir()?;
     let redis = RedisLab::start()?;
     let _stats = StatsEnabled::on()?;
@@ -75,7 +77,8 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
             }
         }
     }
-    print_report(&builds, &rounds, &calls, args.rounds, args.requests)
+    let load = format!("{load_before} before, {} after", loadavg());
+    print_report(&builds, &rounds, &calls, &load, args.rounds, args.requests)
 }
 
 /// Program name -> helper name -> call sites in its translated code (all paths).
@@ -127,6 +130,7 @@ fn print_report(
     builds: &[(&str, PathBuf); 2],
     rounds: &BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>>,
     calls: &[CallSites; 2],
+    load: &str,
     round_count: usize,
     requests: u64,
 ) -> Result<()> {
@@ -135,10 +139,11 @@ fn print_report(
     let mut text = format!(
         "Workload: {} ({requests} requests per run); {round_count} rounds, builds alternated \
          per round; median ns/run per program (`kernel.bpf_stats_enabled`). baseline = {}, \
-         candidate = {}.\n",
+         candidate = {}. On {}, load average {load}.\n",
         WORKLOAD.name(),
         builds[0].1.display(),
-        builds[1].1.display()
+        builds[1].1.display(),
+        machine()
     );
     for (r, rung) in RUNGS.iter().enumerate() {
         let medians: [BTreeMap<String, ProgramCost>; 2] = [0, 1].map(|b| {

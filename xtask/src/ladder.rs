@@ -301,7 +301,7 @@ fn parse_summary(stderr: &str) -> Option<(u64, u64)> {
     Some((events, dropped))
 }
 
-fn loadavg() -> String {
+pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()

@@ -14,9 +14,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+use crate::bench_merge::machine;
 use crate::bpffloor;
 use crate::bpfstats::{self, ProgramCost, StatsEnabled};
-use crate::ladder::{median_costs, record_args, spawn_recorder};
+use crate::ladder::{loadavg, median_costs, record_args, spawn_recorder};
 use crate::ladder_plan::{Rung, Workload};
 use crate::procs::tempdir;
 use crate::redis_lab::{REDIS_PORT, RedisLab};
@@ -38,7 +39,8 @@ pub struct KernelAbArgs {
 }
 
 const RUNGS: [Rung; 3] = [Rung::FilteredOut, Rung::Sampled, Rung::TracingAll];
-const WORKLOAD: Workload = Workload::Redis { clients: 1 };
+const CLIENTS: usize = 1;
+const WORKLOAD: Workload = Workload::Redis { clients: CLIENTS };
 
 pub fn run(args: KernelAbArgs) -> Result<()> {
     let candidate = args
@@ -48,6 +50,7 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
     for (_, exe) in &builds {
         anyhow::ensure!(exe.exists(), "{}: no such recorder binary", exe.display());
     }
+    let load_before = loadavg();
     let dir = tempdir()?;
     let redis = RedisLab::start()?;
     let _stats = StatsEnabled::on()?;
@@ -74,7 +77,8 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
             }
         }
     }
-    print_report(&builds, &rounds, &calls, args.rounds, args.requests)
+    let load = format!("{load_before} before, {} after", loadavg());
+    print_report(&builds, &rounds, &calls, &load, args.rounds, args.requests)
 }
 
 /// Program name -> helper name -> call sites in its translated code (all paths).
@@ -84,15 +88,7 @@ type CallSites = BTreeMap<String, BTreeMap<String, u32>>;
 /// (lines like `call bpf_probe_read_kernel#123`).
 fn call_sites(pid: u32) -> Result<CallSites> {
     let mut out = CallSites::new();
-    for id in bpfstats::program_ids_held_by(pid)? {
-        let show = std::process::Command::new("bpftool")
-            .args(["prog", "show", "id", &id.to_string(), "--json"])
-            .output()
-            .context("running bpftool prog show")?;
-        let info: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap_or_default();
-        let Some(name) = info["name"].as_str() else {
-            continue;
-        };
+    for (id, name) in bpfstats::programs_held_by(pid)? {
         let dump = std::process::Command::new("bpftool")
             .args(["prog", "dump", "xlated", "id", &id.to_string()])
             .output()
@@ -105,7 +101,7 @@ fn call_sites(pid: u32) -> Result<CallSites> {
                 *helpers.entry(helper).or_insert(0) += 1;
             }
         }
-        out.insert(name.to_owned(), helpers);
+        out.insert(name, helpers);
     }
     Ok(out)
 }
@@ -126,15 +122,7 @@ fn measure(
     } else {
         CallSites::new()
     };
-    let me = std::process::id();
-    let before = bpfstats::snapshot(recorder.0.id())?;
-    let floor_before = bpfstats::snapshot(me)?;
-    let Workload::Redis { clients } = WORKLOAD else {
-        unreachable!("kernel-ab runs redis only")
-    };
-    redis.ping(clients, requests)?;
-    let mut costs = bpfstats::delta(&before, &bpfstats::snapshot(recorder.0.id())?);
-    costs.extend(bpfstats::delta(&floor_before, &bpfstats::snapshot(me)?));
+    let costs = bpfstats::costs_over(recorder.0.id(), || redis.ping(CLIENTS, requests))?;
     Ok((costs, sites))
 }
 
@@ -142,6 +130,7 @@ fn print_report(
     builds: &[(&str, PathBuf); 2],
     rounds: &BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>>,
     calls: &[CallSites; 2],
+    load: &str,
     round_count: usize,
     requests: u64,
 ) -> Result<()> {
@@ -150,10 +139,11 @@ fn print_report(
     let mut text = format!(
         "Workload: {} ({requests} requests per run); {round_count} rounds, builds alternated \
          per round; median ns/run per program (`kernel.bpf_stats_enabled`). baseline = {}, \
-         candidate = {}.\n",
+         candidate = {}. On {}, load average {load}.\n",
         WORKLOAD.name(),
         builds[0].1.display(),
-        builds[1].1.display()
+        builds[1].1.display(),
+        machine()
     );
     for (r, rung) in RUNGS.iter().enumerate() {
         let medians: [BTreeMap<String, ProgramCost>; 2] = [0, 1].map(|b| {

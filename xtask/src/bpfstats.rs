@@ -97,8 +97,22 @@ pub fn snapshot(pid: u32) -> Result<Snapshot> {
     Ok(snap)
 }
 
+/// Id and name of every BPF program process `pid` holds.
+pub fn programs_held_by(pid: u32) -> Result<Vec<(u64, String)>> {
+    let held = program_ids_held_by(pid)?;
+    Ok(loaded_programs()?
+        .as_array()
+        .context("bpftool: expected a JSON array")?
+        .iter()
+        .filter_map(|p| {
+            let id = p["id"].as_u64().filter(|id| held.contains(id))?;
+            Some((id, p["name"].as_str()?.to_owned()))
+        })
+        .collect())
+}
+
 /// BPF program ids of the file descriptors process `pid` holds.
-pub fn program_ids_held_by(pid: u32) -> Result<Vec<u64>> {
+fn program_ids_held_by(pid: u32) -> Result<Vec<u64>> {
     let dir = format!("/proc/{pid}/fdinfo");
     let mut ids = Vec::new();
     for entry in std::fs::read_dir(&dir).with_context(|| format!("listing {dir}"))? {
@@ -145,4 +159,15 @@ pub fn delta(before: &Snapshot, after: &Snapshot) -> Vec<ProgramCost> {
             }
         })
         .collect()
+}
+
+/// Per-program costs of the recorder `pid` over `workload`, with those of the programs this
+/// process holds (the empty floor program of crate::bpffloor, read through our own pid).
+pub fn costs_over<T>(pid: u32, workload: impl FnOnce() -> Result<T>) -> Result<Vec<ProgramCost>> {
+    let me = std::process::id();
+    let (before, floor_before) = (snapshot(pid)?, snapshot(me)?);
+    workload()?;
+    let mut costs = delta(&before, &snapshot(pid)?);
+    costs.extend(delta(&floor_before, &snapshot(me)?));
+    Ok(costs)
 }

@@ -124,7 +124,6 @@ fn program_costs(
     // The floor runs beside the recorder on the busiest RX tracepoint; it is held by this
     // process, so its statistics are read through our own pid.
     let _floor = bpffloor::attach_empty("netif_receive_skb")?;
-    let me = std::process::id();
     let mut out = Vec::new();
     for &rung in rungs {
         let Some(args) = record_args(rung, workload_port(workload)) else {
@@ -133,14 +132,9 @@ fn program_costs(
         let mut rounds = Vec::new();
         for _ in 0..sizes.rounds.min(3) {
             let recorder = spawn_recorder(exe, dir, &args)?;
-            let (before, floor_before) = (
-                bpfstats::snapshot(recorder.0.id())?,
-                bpfstats::snapshot(me)?,
-            );
-            run_workload(exe, redis, workload, sizes)?;
-            let mut costs = bpfstats::delta(&before, &bpfstats::snapshot(recorder.0.id())?);
-            costs.extend(bpfstats::delta(&floor_before, &bpfstats::snapshot(me)?));
-            rounds.push(costs);
+            rounds.push(bpfstats::costs_over(recorder.0.id(), || {
+                run_workload(exe, redis, workload, sizes)
+            })?);
         }
         out.push((rung, median_costs(&rounds)));
     }
@@ -307,7 +301,7 @@ fn parse_summary(stderr: &str) -> Option<(u64, u64)> {
     Some((events, dropped))
 }
 
-fn loadavg() -> String {
+pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()

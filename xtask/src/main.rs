@@ -132,6 +132,18 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Every line of an NDJSON file (a recording, a merge), parsed; an error names the line.
+pub fn read_ndjson(path: &Path) -> Result<Vec<serde_json::Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    (text.lines().enumerate())
+        .map(|(index, line)| {
+            serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: not JSON", path.display(), index + 1))
+        })
+        .collect()
+}
+
 fn render(cmd: &Command) -> String {
     std::iter::once(cmd.get_program())
         .chain(cmd.get_args())

@@ -298,8 +298,14 @@ fn one_run(
         _ => None,
     };
     let bpf_before = recorder_bpf_ns(&recorders)?;
-    let client_recorder = recorders[0].pid().context("client recorder stopped")?;
-    let client_before = bpfstats::snapshot(client_recorder)?;
+    // Only the reference table uses the client recorder's per-program costs.
+    let client_before = match &reference {
+        Some(_) => {
+            let pid = recorders[0].pid().context("client recorder stopped")?;
+            Some((pid, bpfstats::snapshot(pid)?))
+        }
+        None => None,
+    };
     let cpu_before = recorder_cpu(&recorders)?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     let output = TruthNetns::exec_pinned(&netns.a, CLIENT_CPU, exe)
@@ -320,8 +326,13 @@ fn one_run(
     }
     server.stop()?;
     let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
-    let client_programs = bpfstats::delta(&client_before, &bpfstats::snapshot(client_recorder)?);
-    let loaded_programs = bpfstats::loaded_program_names()?;
+    let programs = match client_before {
+        Some((pid, before)) => Some((
+            bpfstats::delta(&before, &bpfstats::snapshot(pid)?),
+            bpfstats::loaded_program_names()?,
+        )),
+        None => None,
+    };
     let cpu = recorder_cpu(&recorders)?.since(cpu_before);
     let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
@@ -339,7 +350,7 @@ fn one_run(
     stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
     stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
     stats.reference = reference;
-    if stats.reference.is_some() {
+    if let Some((client_programs, loaded_programs)) = programs {
         stats.client_programs = client_programs;
         stats.loaded_programs = loaded_programs;
     }

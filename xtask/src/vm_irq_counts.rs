@@ -9,6 +9,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 
+use crate::read_ndjson;
+
 /// Largest relative difference between a recorded count and the kernel's counter.
 const TOLERANCE: f64 = 0.01;
 /// NET_RX in /proc/softirqs and in `softirq_entry`'s `value` (the kernel's softirq number).
@@ -22,17 +24,16 @@ pub fn check(dir: &Path, node: &str) -> Result<()> {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
     };
     let span = snapshot_span(&read(format!("{node}.snapshots"))?)?;
-    let interrupts = [0, 1].map(|i| read(format!("{node}.interrupts.{i}")));
-    let softirqs = [0, 1].map(|i| read(format!("{node}.softirqs.{i}")));
-    let [Ok(irq0), Ok(irq1)] = interrupts else {
-        anyhow::bail!("missing /proc/interrupts snapshots of {node}")
-    };
-    let [Ok(soft0), Ok(soft1)] = softirqs else {
-        anyhow::bail!("missing /proc/softirqs snapshots of {node}")
-    };
+    let rows = |name: String| per_cpu_rows(&read(name)?);
+    let irq_delta = delta(
+        &rows(format!("{node}.interrupts.0"))?,
+        &rows(format!("{node}.interrupts.1"))?,
+    );
+    let soft_delta = delta(
+        &rows(format!("{node}.softirqs.0"))?,
+        &rows(format!("{node}.softirqs.1"))?,
+    );
     let recording = Recording::read(&dir.join(format!("{node}.ndjson")), span)?;
-    let irq_delta = delta(&per_cpu_rows(&irq0)?, &per_cpu_rows(&irq1)?);
-    let soft_delta = delta(&per_cpu_rows(&soft0)?, &per_cpu_rows(&soft1)?);
     ensure!(
         !recording.nic_irqs.is_empty(),
         "{node}: no NIC IRQs in startup"
@@ -135,16 +136,12 @@ struct Recording {
 
 impl Recording {
     fn read(path: &Path, (start, end): (u64, u64)) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut recording = Recording {
             nic_irqs: BTreeMap::new(),
             irq_entries: BTreeMap::new(),
             net_rx_entries: BTreeMap::new(),
         };
-        for (index, line) in text.lines().enumerate() {
-            let record: serde_json::Value = serde_json::from_str(line)
-                .with_context(|| format!("{}:{}: not JSON", path.display(), index + 1))?;
+        for record in read_ndjson(path)? {
             if record["type"] == "startup" {
                 for vector in record["nic_irqs"].as_array().into_iter().flatten() {
                     let irq = vector["irq"].as_u64().context("nic_irqs[].irq")?;
@@ -202,6 +199,33 @@ mod tests {
         assert!(
             error.to_string().contains("expected 2 lines of 2"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn the_recording_counts_nic_irqs_and_net_rx_inside_the_span() {
+        let dir = std::env::temp_dir().join(format!("vm-irq-counts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("b.ndjson");
+        let lines = [
+            r#"{"type":"startup","nic_irqs":[{"irq":25,"queue":0}]}"#,
+            r#"{"type":"kernel","hook":"irq_entry","irq":25,"cpu":1,"ts_ns":10}"#,
+            r#"{"type":"kernel","hook":"irq_entry","irq":25,"cpu":1,"ts_ns":11}"#,
+            r#"{"type":"kernel","hook":"softirq_entry","value":3,"cpu":0,"ts_ns":12}"#,
+            r#"{"type":"kernel","hook":"softirq_entry","value":1,"cpu":0,"ts_ns":12}"#,
+            r#"{"type":"kernel","hook":"irq_entry","irq":25,"cpu":1,"ts_ns":99}"#,
+        ];
+        std::fs::write(&path, lines.join("\n")).expect("write");
+        let recording = Recording::read(&path, (10, 20)).expect("read");
+        std::fs::write(&path, "{}\nnot json\n").expect("write");
+        let error = Recording::read(&path, (10, 20)).err().expect("bad line");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(recording.nic_irqs[&25], "0");
+        assert_eq!(recording.irq_entries[&25], BTreeMap::from([(1, 2)]));
+        assert_eq!(recording.net_rx_entries, BTreeMap::from([(0, 1)]));
+        assert!(
+            format!("{error:#}").contains("b.ndjson:2: not JSON"),
+            "{error:#}"
         );
     }
 

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::{run_cmd, vm_irq_counts, vm_two_machines, workspace_root};
+use crate::{read_ndjson, run_cmd, vm_irq_counts, vm_two_machines, workspace_root};
 
 const KERNELS: [&str; 2] = ["6.1", "6.12"];
 /// The kernel whose two-guest run is also merged and checked across machines.
@@ -89,13 +89,7 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
 }
 
 fn check_nic_irq_recording(path: &Path) -> Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let records: Vec<serde_json::Value> = text
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()
-        .context("recording is NDJSON")?;
+    let records = read_ndjson(path)?;
     let startup = records.first().context("empty recording")?;
     let nic_irqs = check_startup(startup)?;
     let rx = check_rx_irqs(&records, nic_irqs)?;

@@ -18,7 +18,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::run_cmd;
+use crate::{read_ndjson, run_cmd};
 
 /// The lab server's port in guest B.
 const PORT: u16 = 9000;
@@ -124,17 +124,9 @@ pub fn check(meshlab: &Path, dir: &Path) -> Result<()> {
 }
 
 fn read_requests(path: &Path) -> Result<Vec<serde_json::Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut requests = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        let record: serde_json::Value = serde_json::from_str(line)
-            .with_context(|| format!("{}:{}: not JSON", path.display(), index + 1))?;
-        if record["type"] == "request" {
-            requests.push(record);
-        }
-    }
-    Ok(requests)
+    let mut records = read_ndjson(path)?;
+    records.retain(|record| record["type"] == "request");
+    Ok(records)
 }
 
 /// The direct request A -> B: every request A sent is joined to B's half across the two

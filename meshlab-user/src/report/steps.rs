@@ -188,11 +188,10 @@ fn write_sidecars(runs: &[Aggregate], labels: &[String], out: &mut dyn Write) ->
             s.placement()
         )?;
     }
-    let control = found.iter().find(|(_, s)| s.same_node());
+    let Some((control_label, c)) = found.iter().find(|(_, s)| s.same_node()) else {
+        return Ok(());
+    };
     for (label, s) in found.iter().filter(|(_, s)| !s.same_node()) {
-        let Some((control_label, c)) = control else {
-            break;
-        };
         writeln!(
             out,
             "  control: inbound/outbound is {:.1}x in {label} ({}) and {:.1}x in \

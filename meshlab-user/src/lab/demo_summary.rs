@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 
+use crate::report::steps::STEPS_HEADING;
+
 use super::topology::Topology;
 use super::workload::latency::LatencySummary;
 
@@ -57,7 +59,7 @@ pub(super) fn print_outcomes(out: &Path, outcomes: &[TopologyOutcome]) -> anyhow
 /// when there is none.
 fn steps_in_words(compare_txt: &Path) -> String {
     let text = std::fs::read_to_string(compare_txt).unwrap_or_default();
-    match text.find("steps in words") {
+    match text.find(STEPS_HEADING) {
         Some(at) => format!("\n{}", &text[at..]),
         None => String::new(),
     }
@@ -171,8 +173,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let compare = dir.path().join("compare.txt");
         assert_eq!(steps_in_words(&compare), "", "no comparison, no words");
-        let words = "steps in words (segment p50s; each run over the one before):\n  \
-                     one-hop over direct: end-to-end +15.90 us\n";
+        let words = format!(
+            "{STEPS_HEADING} (segment p50s; each run over the one before):\n  \
+             one-hop over direct: end-to-end +15.90 us\n"
+        );
         std::fs::write(&compare, format!("| segment | ... |\n{words}")).unwrap();
         assert_eq!(steps_in_words(&compare), format!("\n{words}"));
     }

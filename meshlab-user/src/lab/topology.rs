@@ -8,7 +8,7 @@
 //!   belongs to the path; one that disappears belonged to the machines.
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -58,10 +58,11 @@ impl Topology {
         }
     }
 
-    fn server_netns(self, lab: &Lab) -> &NamedNetns {
+    /// The namespace and address of [`Self::server_node`] in `lab`.
+    fn server_side(self, lab: &Lab) -> (&NamedNetns, Ipv4Addr) {
         match self.server_node() {
-            "A" => &lab.a,
-            _ => &lab.b,
+            "A" => (&lab.a, lab.addrs.a),
+            _ => (&lab.b, lab.addrs.b),
         }
     }
 
@@ -119,11 +120,7 @@ impl TopologyRun {
     ) -> anyhow::Result<Self> {
         let runtime_dir = RuntimeDir::create()?;
         let dir = runtime_dir.path();
-        let server_ns = topology.server_netns(lab);
-        let server_ip = match topology.server_node() {
-            "A" => lab.addrs.a,
-            _ => lab.addrs.b,
-        };
+        let (server_ns, server_ip) = topology.server_side(lab);
         let server_tcp = Endpoint::Tcp(SocketAddr::from((server_ip, SERVER_PORT)));
         let client_sock = Endpoint::Unix(dir.join("client.sock"));
         let server_listen = if topology.two_hops() {

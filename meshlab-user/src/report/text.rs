@@ -6,8 +6,32 @@ use std::io::{self, Write};
 use crate::schema::AttachStatus;
 
 use super::hops::HopRow;
+use super::quantile::Stats;
 use super::summary::{GroupRow, RunReport};
 use super::table::{Align, Table, percent, us, us_f};
+
+/// The figures of a row of the segment, group and hop tables (us; `share` of all end-to-end
+/// time), in the order of [`stat_cells`].
+const STAT_COLUMNS: [(&str, Align); 6] = [
+    ("n", Align::Right),
+    ("p50", Align::Right),
+    ("p90", Align::Right),
+    ("p99", Align::Right),
+    ("mean", Align::Right),
+    ("share", Align::Right),
+];
+
+/// `stats` and `share` as the cells of [`STAT_COLUMNS`].
+fn stat_cells(stats: &Stats, share: f64) -> [String; 6] {
+    [
+        stats.n.to_string(),
+        us(stats.p50_ns),
+        us(stats.p90_ns),
+        us(stats.p99_ns),
+        us_f(stats.mean_ns),
+        percent(share),
+    ]
+}
 
 pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "meshlab report: {}", r.file)?;
@@ -39,38 +63,30 @@ fn write_segments(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
         out,
         "segments in path order (us; n = requests with the segment; share = its time / all end-to-end time)"
     )?;
-    let mut t = Table::new(&[
+    let mut columns = vec![
         ("node", Align::Left),
         ("layer", Align::Left),
         ("unit", Align::Left),
         ("kind", Align::Left),
         ("segment", Align::Left),
-        ("n", Align::Right),
-        ("p50", Align::Right),
-        ("p90", Align::Right),
-        ("p99", Align::Right),
-        ("mean", Align::Right),
-        ("share", Align::Right),
-    ]);
+    ];
+    columns.extend(STAT_COLUMNS);
+    let mut t = Table::new(&columns);
     for s in &r.segments {
         let name = if s.derived {
             format!("{} (derived)", s.name)
         } else {
             s.name.clone()
         };
-        t.row(vec![
+        let mut row = vec![
             s.node.clone(),
             s.layer.as_str().into(),
             s.unit.clone(),
             s.kind.as_str().into(),
             name,
-            s.stats.n.to_string(),
-            us(s.stats.p50_ns),
-            us(s.stats.p90_ns),
-            us(s.stats.p99_ns),
-            us_f(s.stats.mean_ns),
-            percent(s.share),
-        ]);
+        ];
+        row.extend(stat_cells(&s.stats, s.share));
+        t.row(row);
     }
     t.write(out, "  ")?;
     let total: f64 = r.segments.iter().map(|s| s.share).sum();
@@ -106,25 +122,13 @@ fn write_groups(out: &mut dyn Write, title: &str, rows: &[GroupRow]) -> io::Resu
         out,
         "{title} (us; per request, the sum of its segments in the group)"
     )?;
-    let mut t = Table::new(&[
-        ("group", Align::Left),
-        ("n", Align::Right),
-        ("p50", Align::Right),
-        ("p90", Align::Right),
-        ("p99", Align::Right),
-        ("mean", Align::Right),
-        ("share", Align::Right),
-    ]);
+    let mut columns = vec![("group", Align::Left)];
+    columns.extend(STAT_COLUMNS);
+    let mut t = Table::new(&columns);
     for g in rows {
-        t.row(vec![
-            g.group.clone(),
-            g.stats.n.to_string(),
-            us(g.stats.p50_ns),
-            us(g.stats.p90_ns),
-            us(g.stats.p99_ns),
-            us_f(g.stats.mean_ns),
-            percent(g.share),
-        ]);
+        let mut row = vec![g.group.clone()];
+        row.extend(stat_cells(&g.stats, g.share));
+        t.row(row);
     }
     t.write(out, "  ")
 }
@@ -137,29 +141,15 @@ fn write_hops(out: &mut dyn Write, rows: &[HopRow]) -> io::Result<()> {
         "by hop (us; per request, in path order: each process's time, and each leg between two \
          processes with its kernel and network stages)"
     )?;
-    let mut t = Table::new(&[
-        ("hop", Align::Left),
-        ("kind", Align::Left),
-        ("n", Align::Right),
-        ("p50", Align::Right),
-        ("p90", Align::Right),
-        ("p99", Align::Right),
-        ("mean", Align::Right),
-        ("share", Align::Right),
-        ("stages", Align::Left),
-    ]);
+    let mut columns = vec![("hop", Align::Left), ("kind", Align::Left)];
+    columns.extend(STAT_COLUMNS);
+    columns.push(("stages", Align::Left));
+    let mut t = Table::new(&columns);
     for h in rows {
-        t.row(vec![
-            h.hop.clone(),
-            h.kind.as_str().into(),
-            h.stats.n.to_string(),
-            us(h.stats.p50_ns),
-            us(h.stats.p90_ns),
-            us(h.stats.p99_ns),
-            us_f(h.stats.mean_ns),
-            percent(h.share),
-            h.stages.join(", "),
-        ]);
+        let mut row = vec![h.hop.clone(), h.kind.as_str().into()];
+        row.extend(stat_cells(&h.stats, h.share));
+        row.push(h.stages.join(", "));
+        t.row(row);
     }
     t.write(out, "  ")
 }

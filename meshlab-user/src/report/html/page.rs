@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use crate::schema::{AttachEntry, AttachStatus};
 
 use super::super::aggregate::Aggregate;
+use super::super::quantile::Stats;
 use super::super::summary::RunReport;
 use super::super::table::{percent, us, us_f};
 use super::svg::{escape, kind_color};
@@ -73,7 +74,7 @@ pub fn segment_table(out: &mut String, r: &RunReport) {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>\
-             <td>{}{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}{}</td>",
             escape(&s.node),
             s.layer.as_str(),
             escape(&s.unit),
@@ -81,12 +82,11 @@ pub fn segment_table(out: &mut String, r: &RunReport) {
             s.kind.as_str(),
             escape(&s.name),
             if s.derived { " <em>(derived)</em>" } else { "" },
-            s.stats.n,
-            us(s.stats.p50_ns),
-            us(s.stats.p90_ns),
-            us(s.stats.p99_ns),
-            us_f(s.stats.mean_ns),
-            percent(s.share),
+        );
+        stat_cells(out, &s.stats, s.share);
+        let _ = write!(
+            out,
+            "<td>{}</td></tr>",
             s.max_error_ns
                 .map_or(String::new(), |e| format!("±{}", us(e)))
         );
@@ -95,6 +95,21 @@ pub fn segment_table(out: &mut String, r: &RunReport) {
         out,
         "</tbody></table><p class=\"note\">Quantiles: {}. Share: the segment's time over all end-to-end time. Clock err: the largest bound on the error of converting a userland timestamp to the node's monotonic clock.</p></section>",
         r.quantile_method
+    );
+}
+
+/// The cells under the n, p50 µs, p90 µs, p99 µs, mean µs and share headers of the segment and
+/// hop tables.
+fn stat_cells(out: &mut String, stats: &Stats, share: f64) {
+    let _ = write!(
+        out,
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+        stats.n,
+        us(stats.p50_ns),
+        us(stats.p90_ns),
+        us(stats.p99_ns),
+        us_f(stats.mean_ns),
+        percent(share)
     );
 }
 
@@ -108,18 +123,12 @@ pub fn hop_table(out: &mut String, r: &RunReport) {
     for h in &r.by_hop {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td>",
             escape(&h.hop),
-            h.kind.as_str(),
-            h.stats.n,
-            us(h.stats.p50_ns),
-            us(h.stats.p90_ns),
-            us(h.stats.p99_ns),
-            us_f(h.stats.mean_ns),
-            percent(h.share),
-            escape(&h.stages.join(", "))
+            h.kind.as_str()
         );
+        stat_cells(out, &h.stats, h.share);
+        let _ = write!(out, "<td>{}</td></tr>", escape(&h.stages.join(", ")));
     }
     out.push_str(
         "</tbody></table><p class=\"note\">The path cut at its processes, per request: a process's time \

@@ -61,7 +61,8 @@ fn run_topology(topology: Topology) {
         "--trace".into(),
         server_trace.clone().into_os_string(),
         "--node".into(),
-        "B".into(),
+        // The node the server really runs on (A in the same-node control).
+        topology.server_node().into(),
     ];
     let mut run = TopologyRun::start(
         &lab,

@@ -145,6 +145,11 @@ fn unmodified_redis_merges_complete_and_skew_changes_no_duration() {
         2 * REQUESTS,
         summary.errors.iter().take(3).collect::<Vec<_>>()
     );
+    eprintln!(
+        "kernel-only redis: {complete} of {} requests complete (client sent {})",
+        requests.len(),
+        2 * REQUESTS
+    );
     for r in requests.values().filter(|r| r.complete) {
         let sum: u64 = r.segments.iter().map(|s| s.dur_ns).sum();
         assert_eq!(sum, r.e2e_ns, "segments sum to end-to-end: {r:?}");
@@ -161,4 +166,8 @@ fn unmodified_redis_merges_complete_and_skew_changes_no_duration() {
         assert_ne!(r.start_ns, s.start_ns, "the skew moved absolute times");
         assert_eq!(without_start_times(r), without_start_times(s), "{id}");
     }
+    eprintln!(
+        "kernel-only redis with skew A=-250ms,B=16.34s: all {} requests identical but for start times",
+        skewed.len()
+    );
 }

@@ -277,7 +277,6 @@ fn one_run(
     dir: &Path,
 ) -> Result<RunStats> {
     let with_cause = run_kind == RunKind::WithCause;
-    let workload = cause.workload();
     let kernel = [dir.join("kernel-A.ndjson"), dir.join("kernel-B.ndjson")];
     let mut recorders = Vec::new();
     for (node, ns, file) in [("A", &netns.a, &kernel[0]), ("B", &netns.b, &kernel[1])] {
@@ -308,6 +307,35 @@ fn one_run(
     };
     let cpu_before = recorder_cpu(&recorders)?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
+    run_client(exe, netns, cause, seconds)?;
+    server.stop()?;
+    let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
+    let programs = match client_before {
+        Some((pid, before)) => Some((
+            bpfstats::delta(&before, &bpfstats::snapshot(pid)?),
+            bpfstats::loaded_program_names()?,
+        )),
+        None => None,
+    };
+    let cpu = recorder_cpu(&recorders)?.since(cpu_before);
+    let reference = reference.map(Reference::finish).transpose()?;
+    for mut recorder in recorders {
+        recorder.stop()?;
+    }
+    let mut stats = run_stats(&merge_kernel(exe, &kernel, dir)?, cause)?;
+    stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
+    stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
+    stats.reference = reference;
+    if let Some((client_programs, loaded_programs)) = programs {
+        stats.client_programs = client_programs;
+        stats.loaded_programs = loaded_programs;
+    }
+    Ok(stats)
+}
+
+/// The lab client on node A, pinned, with the cause's workload; fails with its stderr.
+fn run_client(exe: &Path, netns: &TruthNetns, cause: Cause, seconds: u64) -> Result<()> {
+    let workload = cause.workload();
     let output = TruthNetns::exec_pinned(&netns.a, CLIENT_CPU, exe)
         .args(["lab", "client", "--connect"])
         .arg(format!("{}:{PORT}", netns.addr_b))
@@ -324,37 +352,20 @@ fn one_run(
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    server.stop()?;
-    let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
-    let programs = match client_before {
-        Some((pid, before)) => Some((
-            bpfstats::delta(&before, &bpfstats::snapshot(pid)?),
-            bpfstats::loaded_program_names()?,
-        )),
-        None => None,
-    };
-    let cpu = recorder_cpu(&recorders)?.since(cpu_before);
-    let reference = reference.map(Reference::finish).transpose()?;
-    for mut recorder in recorders {
-        recorder.stop()?;
-    }
+    Ok(())
+}
+
+/// `meshlab merge` of the two kernel recordings (kernel-only mode) into `dir`/merged.ndjson.
+fn merge_kernel(exe: &Path, kernel: &[PathBuf], dir: &Path) -> Result<PathBuf> {
     let merged = dir.join("merged.ndjson");
     run_quiet(
         std::process::Command::new(exe)
             .arg("merge")
-            .args(&kernel)
+            .args(kernel)
             .arg("-o")
             .arg(&merged),
     )?;
-    let mut stats = run_stats(&merged, cause)?;
-    stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
-    stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
-    stats.reference = reference;
-    if let Some((client_programs, loaded_programs)) = programs {
-        stats.client_programs = client_programs;
-        stats.loaded_programs = loaded_programs;
-    }
-    Ok(stats)
+    Ok(merged)
 }
 
 /// Total BPF program run time so far of the recorders' programs (kernel.bpf_stats_enabled).

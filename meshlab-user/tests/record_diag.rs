@@ -50,7 +50,7 @@ fn close_during_next_recording(verbose: bool) -> (String, [u64; 2]) {
     std::thread::sleep(Duration::from_millis(300));
     let second = second.stop();
     assert!(
-        second.summary.per_hook.get("sock_closed").is_none(),
+        !second.summary.per_hook.contains_key("sock_closed"),
         "the second recording never traced the connection"
     );
     (std::fs::read_to_string(&stderr_path).unwrap(), cookies)

@@ -17,13 +17,17 @@ pub const MAP_FILTER_ADDR_SET: &str = "FILTER_ADDR_SET";
 pub const MAP_NIC_IRQS: &str = "NIC_IRQS";
 /// Interfaces with NIC IRQs (TX completion applies to them only).
 pub const MAP_NIC_IFINDEXES: &str = "NIC_IFINDEXES";
+/// aya-log-ebpf's ring buffer of the kernel programs' diagnostics (`record -v`).
+pub const MAP_KERNEL_LOG: &str = "AYA_LOGS";
+/// aya-log-ebpf's level global: 0 turns every kernel log call off (meshlab-ebpf's diag.rs).
+pub const GLOBAL_KERNEL_LOG_LEVEL: &str = "AYA_LOG_LEVEL";
 /// The [`crate::Config`] read-only global.
 pub const GLOBAL_CONFIG: &str = "CONFIG";
 /// The [`crate::KernelOffsets`] read-only global.
 pub const GLOBAL_OFFSETS: &str = "OFFSETS";
 
 /// Every name userspace uses, for the object check.
-pub const USER_SIDE_NAMES: [&str; 9] = [
+pub const USER_SIDE_NAMES: [&str; 11] = [
     MAP_EVENTS,
     MAP_HITS,
     MAP_DROPS,
@@ -31,6 +35,8 @@ pub const USER_SIDE_NAMES: [&str; 9] = [
     MAP_FILTER_ADDR_SET,
     MAP_NIC_IRQS,
     MAP_NIC_IFINDEXES,
+    MAP_KERNEL_LOG,
+    GLOBAL_KERNEL_LOG_LEVEL,
     GLOBAL_CONFIG,
     GLOBAL_OFFSETS,
 ];

@@ -8,6 +8,7 @@
 // Inline BPF assembly for the atomic add (emit::atomic_add); enabled by RUSTC_BOOTSTRAP in build.rs.
 #![feature(asm_experimental_arch)]
 
+mod diag;
 mod emit;
 mod globals;
 mod irq;

@@ -3,6 +3,7 @@
 
 use meshlab_common::{EVENT_FLAG_TUPLE, Event, Hook, TURN_RX};
 
+use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
@@ -80,7 +81,14 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
     }
     let (cookie, info) = traced_sock::<C::Mem>(ctx.arg_u64(0))?;
     let skb = ctx.arg_u64(1);
-    let (seq, end_seq) = tcp_skb_cb_range(skb)?;
+    let Some((seq, end_seq)) = tcp_skb_cb_range(skb) else {
+        diag_warn!(
+            "tcp_probe",
+            "traced connection {}: reading TCP_SKB_CB(skb) seq/end_seq failed",
+            cookie
+        );
+        return None;
+    };
     let len = end_seq.wrapping_sub(seq);
     if len == 0 || !conn_payload_sampled(info, cookie, TURN_RX, seq) {
         return None;
@@ -108,7 +116,14 @@ fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
     let Some((cookie, info)) = sampled_sock::<C::Mem>(sk) else {
         return crate::unix::on_unix(Hook::SkDataReady, sk, 0);
     };
-    let rcv_nxt: u32 = read(sk, offset!(tcp_sock_rcv_nxt))?;
+    let Some(rcv_nxt) = read::<u32>(sk, offset!(tcp_sock_rcv_nxt)) else {
+        diag_warn!(
+            "sk_data_ready",
+            "traced connection {}: reading tcp_sock.rcv_nxt failed",
+            cookie
+        );
+        return None;
+    };
     emit(Hook::SkDataReady, |ev| {
         ev.cookie = cookie;
         ev.seq = rcv_nxt;
@@ -182,7 +197,14 @@ fn on_recv_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
     let Some((cookie, info)) = sampled_sock::<M>(sk) else {
         return crate::unix::on_unix(Hook::RecvReturn, sk, ret);
     };
-    let copied_seq: u32 = read(sk, offset!(tcp_sock_copied_seq))?;
+    let Some(copied_seq) = read::<u32>(sk, offset!(tcp_sock_copied_seq)) else {
+        diag_warn!(
+            "recv_return",
+            "traced connection {}: reading tcp_sock.copied_seq failed",
+            cookie
+        );
+        return None;
+    };
     emit(Hook::RecvReturn, |ev| {
         ev.cookie = cookie;
         ev.value = ret;

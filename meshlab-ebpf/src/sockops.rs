@@ -6,10 +6,11 @@ use aya_ebpf::helpers::generated::{bpf_get_netns_cookie, bpf_get_socket_cookie};
 use aya_ebpf::macros::sock_ops;
 use aya_ebpf::programs::SockOpsContext;
 use meshlab_common::{
-    AF_INET, AF_INET6, EVENT_FLAG_ACTIVE_OPEN, FILTER_ADDRS, FILTER_PORTS, Hook, TURN_NONE,
-    TupleKey, Turn, conn_sample_hash, conn_sampled,
+    AF_INET, AF_INET6, EVENT_FLAG_ACTIVE_OPEN, FILTER_ADDRS, FILTER_PORTS, Hook, MAX_TRACED_CONNS,
+    TURN_NONE, TupleKey, Turn, conn_sample_hash, conn_sampled,
 };
 
+use crate::diag::{diag_error, diag_warn};
 use crate::emit::{emit_without_task, set_conn_tuple};
 use crate::globals::config;
 use crate::kread::ipv4_mapped;
@@ -133,7 +134,10 @@ fn wanted(ctx: &SockOpsContext, tuple: &TupleKey) -> Option<u32> {
 }
 
 fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
-    let info = SCRATCH_CONN.get_ptr_mut(0)?;
+    let Some(info) = SCRATCH_CONN.get_ptr_mut(0) else {
+        diag_error!("sock_ops", "per-CPU scratch slot SCRATCH_CONN[0] missing");
+        return None;
+    };
     // SAFETY: per-CPU scratch slot; sock_ops runs with bottom halves or preemption disabled
     // for the duration of the program, so nothing else on this CPU uses it meanwhile.
     let info = unsafe { &mut *info };
@@ -151,8 +155,24 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
     let (snd_nxt, rcv_nxt) = (ctx_field!(ctx, snd_nxt), ctx_field!(ctx, rcv_nxt));
     info.snd_base = snd_nxt;
     info.rcv_base = rcv_nxt;
-    TRACED_CONNS.insert(&cookie, &*info, 0).ok()?;
-    TUPLES.insert(&info.tuple, &cookie, 0).ok()?;
+    if let Err(errno) = TRACED_CONNS.insert(&cookie, &*info, 0) {
+        diag_warn!(
+            "sock_ops",
+            "connection {} not traced: TRACED_CONNS update failed ({})",
+            cookie,
+            errno
+        );
+        return None;
+    }
+    if let Err(errno) = TUPLES.insert(&info.tuple, &cookie, 0) {
+        diag_warn!(
+            "sock_ops",
+            "connection {} not traced: TUPLES update failed ({})",
+            cookie,
+            errno
+        );
+        return None;
+    }
     conn_added(cookie, info.tuple.local_port);
     // Ask for STATE_CB so the connection leaves the maps when it closes.
     let _ = ctx
@@ -175,8 +195,18 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
 fn try_closed(ctx: &SockOpsContext) -> Option<()> {
     // SAFETY: helper valid for sock_ops contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    // Only connections sock_ops traced ask for STATE_CB (try_established), so a miss means
+    // this recording lost it, or an earlier recording traced it.
     // SAFETY: value copied out at once.
-    let info = *unsafe { TRACED_CONNS.get(&cookie) }?;
+    let Some(info) = unsafe { TRACED_CONNS.get(&cookie) }.copied() else {
+        diag_warn!(
+            "sock_ops",
+            "closed connection {} was not in TRACED_CONNS: evicted (more than {} traced at once) or traced by an earlier recording",
+            cookie,
+            MAX_TRACED_CONNS
+        );
+        return None;
+    };
     let _ = TUPLES.remove(&info.tuple);
     if TRACED_CONNS.remove(&cookie).is_ok() {
         conn_removed(cookie);

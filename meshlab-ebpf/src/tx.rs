@@ -5,6 +5,7 @@ use aya_ebpf::macros::{fentry, fexit, kprobe, tracepoint};
 use aya_ebpf::programs::{FEntryContext, FExitContext, ProbeContext, TracePointContext};
 use meshlab_common::{ConnInfo, Hook, TURN_TX};
 
+use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
@@ -50,7 +51,14 @@ fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -
         return None;
     }
     let (cookie, info) = traced_sock::<M>(sk)?;
-    let write_seq: u32 = read(sk, offset!(tcp_sock_write_seq))?;
+    let Some(write_seq) = read::<u32>(sk, offset!(tcp_sock_write_seq)) else {
+        diag_warn!(
+            "tcp_sendmsg",
+            "traced connection {}: reading tcp_sock.write_seq failed",
+            cookie
+        );
+        return None;
+    };
     if !conn_payload_sampled(info, cookie, TURN_TX, write_seq) {
         return None;
     }
@@ -124,7 +132,15 @@ fn on_send_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
     emit(Hook::SendReturn, |ev| {
         ev.cookie = cookie;
         ev.value = ret;
-        ev.seq = read(sk, offset!(tcp_sock_write_seq))?;
+        let Some(write_seq) = read::<u32>(sk, offset!(tcp_sock_write_seq)) else {
+            diag_warn!(
+                "send_return",
+                "traced connection {}: reading tcp_sock.write_seq failed",
+                cookie
+            );
+            return None;
+        };
+        ev.seq = write_seq;
         set_conn_tuple(ev, &info);
         track_thread(ev.tid, cookie);
         Some(())
@@ -220,8 +236,15 @@ fn try_net_dev_start_xmit<C: TpArgs>(ctx: &C) -> Option<()> {
         unsafe { *slot = state };
     }
     // SAFETY: presence check only.
-    if unsafe { NIC_IFINDEXES.get(&tx.ifindex) }.is_some() {
-        let _ = INFLIGHT_TX.insert(&skb, &state, 0);
+    if unsafe { NIC_IFINDEXES.get(&tx.ifindex) }.is_some()
+        && let Err(errno) = INFLIGHT_TX.insert(&skb, &state, 0)
+    {
+        diag_warn!(
+            "net_dev_start_xmit",
+            "traced connection {}: INFLIGHT_TX update failed ({}), its TX completion is lost",
+            tx.cookie,
+            errno
+        );
     }
     emit_tx_skb(Hook::NetDevStartXmit, skb, &tx);
     Some(())

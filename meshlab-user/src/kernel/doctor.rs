@@ -142,7 +142,14 @@ pub(crate) fn inspect_object(bytes: &[u8]) -> ObjectFacts {
 fn probe_tiers(report: &mut DoctorReport) -> anyhow::Result<()> {
     setup::require_root("probing attach tiers")?;
     setup::raise_memlock();
-    let (mut ebpf, _) = setup::load(&Config::default(), meshlab_common::DEFAULT_RING_BYTES, &[])?;
+    // With the kernel log calls on (`record -v`), so the verifier checks them too: without
+    // them it only checks a subset (it removes the calls).
+    let (mut ebpf, _) = setup::load(
+        &Config::default(),
+        meshlab_common::DEFAULT_RING_BYTES,
+        super::diag::level(true),
+        &[],
+    )?;
     let btf = loader::kernel_btf()?;
     let cgroup_path = setup::cgroup_dir(None)?;
     let cgroup = loader::open_cgroup(&cgroup_path)

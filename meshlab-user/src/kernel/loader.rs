@@ -26,18 +26,32 @@ pub enum LoadError {
 }
 
 /// Loads the object with its read-only globals and ring buffer size; no program is loaded
-/// into the kernel yet (that happens per tier in [`attach_hook`]).
+/// into the kernel yet (that happens per tier in [`attach_hook`]). `kernel_log_level` is
+/// [`super::diag::level`]: with 0 the programs' log calls are removed by the verifier and
+/// their ring, which nothing reads then, is shrunk to one page.
 pub fn load_object(
     config: &Config,
     offsets: &KernelOffsets,
     ring_bytes: u32,
+    kernel_log_level: u8,
 ) -> Result<Ebpf, LoadError> {
-    let ebpf = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global(names::GLOBAL_CONFIG, config, true)
         .override_global(names::GLOBAL_OFFSETS, offsets, true)
-        .map_max_entries(names::MAP_EVENTS, ring_bytes)
-        .load(EBPF_OBJECT)?;
-    Ok(ebpf)
+        .override_global(names::GLOBAL_KERNEL_LOG_LEVEL, &kernel_log_level, true)
+        .map_max_entries(names::MAP_EVENTS, ring_bytes);
+    if kernel_log_level == 0 {
+        loader.map_max_entries(names::MAP_KERNEL_LOG, page_size());
+    }
+    Ok(loader.load(EBPF_OBJECT)?)
+}
+
+/// The smallest ring buffer the kernel accepts.
+fn page_size() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).unwrap_or(4096)
 }
 
 /// The kernel's BTF as aya needs it for fentry and tp_btf (its own parser: aya's program

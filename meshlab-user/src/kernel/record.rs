@@ -12,7 +12,7 @@ use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::output::{OutputFormat, RecordingOutput};
 use super::plan::{Family, HOOKS, HookSpec, TierSpec};
-use super::{clock, loader, nic, privilege, session, setup, sysinfo};
+use super::{clock, diag, loader, nic, privilege, session, setup, sysinfo};
 use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
 use crate::schema::{
@@ -76,6 +76,11 @@ pub struct RecordArgs {
     /// recorder's housekeeping tick).
     #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
     pub clock_every: Duration,
+    /// Print the kernel programs' rare diagnostics on stderr, named by program: a failed
+    /// kernel read on a traced socket, a refused map update, an impossible state. Off by
+    /// default, when the verifier removes them and they cost the programs nothing.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// A submit wakes the reader once 1/16 of the ring is pending; below that the reader drains
@@ -89,16 +94,21 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let netns = setup::netns_facts(args.netns.as_deref())?;
     let config = kernel_config(&args, &netns)?;
     let nic_irqs = nic::nic_irqs(&nic::sysfs::SysRoot::live());
-    let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, &nic_irqs)?;
+    let log_level = diag::level(args.verbose);
+    let (mut ebpf, _offsets) = setup::load(&config, args.ring_bytes, log_level, &nic_irqs)?;
     install_filters(&mut ebpf, &args)?;
 
     let cgroup_path = setup::cgroup_dir(args.cgroup.as_deref())?;
     let (attach_plan, attached) = attach_all(&mut ebpf, &cgroup_path, args.raw_irq)?;
+    let kernel_log = match args.verbose {
+        true => Some(diag::KernelLog::start(&mut ebpf, &attached)?),
+        false => None,
+    };
     let startup = startup_record(&args, &node, &cgroup_path, attach_plan, nic_irqs);
     let sink = open_capture_output(&args.output)?;
     let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)
         .with_context(|| format!("writing {}", args.output.display()))?;
-    let mut session = session::Session::new(ebpf, attached, node, out)?;
+    let mut session = session::Session::new(ebpf, attached, node, out, kernel_log)?;
     session.write_record(&Record::Startup(startup))?;
     session.flush()?;
     let run = session.run(

@@ -14,6 +14,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::clock::sample_clocks;
+use super::diag::KernelLog;
 use super::loader;
 use super::output::RecordingOutput;
 use super::plan::TierSpec;
@@ -42,6 +43,8 @@ pub struct Session {
     out: RecordingOutput,
     ring: Option<RingBuf<MapData>>,
     last_drops_total: u64,
+    /// `record -v`: the programs' diagnostics, printed once a second and at the end.
+    kernel_log: Option<KernelLog>,
 }
 
 /// Per-hook hit and drop counters, summed over CPUs, plus drops per CPU.
@@ -57,6 +60,7 @@ impl Session {
         attached: Vec<&'static TierSpec>,
         node: String,
         out: RecordingOutput,
+        kernel_log: Option<KernelLog>,
     ) -> anyhow::Result<Self> {
         let ring = RingBuf::try_from(
             ebpf.take_map("EVENTS")
@@ -69,6 +73,7 @@ impl Session {
             out,
             ring: Some(ring),
             last_drops_total: 0,
+            kernel_log,
         })
     }
 
@@ -104,6 +109,9 @@ impl Session {
             }
         }
         self.drain()?;
+        if let Some(log) = &mut self.kernel_log {
+            log.flush();
+        }
         let counters = self.read_counters()?;
         self.write_drops_if_changed(&counters, true)?;
         let end = sample_clocks(Some(&self.node));
@@ -227,6 +235,9 @@ impl Session {
         clock_due: bool,
         last_received: Option<&mut u64>,
     ) -> anyhow::Result<()> {
+        if let Some(log) = &mut self.kernel_log {
+            log.flush();
+        }
         let counters = self.read_counters()?;
         self.write_drops_if_changed(&counters, false)?;
         if clock_due {

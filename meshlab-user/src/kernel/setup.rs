@@ -146,13 +146,15 @@ pub fn cgroup_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
 }
 
 /// Resolves kernel offsets, loads the object and fills the NIC IRQ map.
+/// `kernel_log_level`: see [`super::loader::load_object`].
 pub fn load(
     config: &Config,
     ring_bytes: u32,
+    kernel_log_level: u8,
     nic_irqs: &[NicIrqInfo],
 ) -> anyhow::Result<(Ebpf, KernelOffsets)> {
     let offsets = btf_offsets::resolve_offsets(Path::new(btf_offsets::VMLINUX_BTF))?;
-    let mut ebpf = super::loader::load_object(config, &offsets, ring_bytes)?;
+    let mut ebpf = super::loader::load_object(config, &offsets, ring_bytes, kernel_log_level)?;
     let mut irq_map: BpfHashMap<_, u32, NicIrq> =
         BpfHashMap::try_from(map_mut(&mut ebpf, names::MAP_NIC_IRQS)?)?;
     for irq in nic_irqs {

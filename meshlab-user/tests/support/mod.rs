@@ -23,6 +23,17 @@ impl Recorder {
     /// Starts `meshlab record -o <dir>/<name>.capture --ready-file ... <extra>` (the default
     /// binary capture) and waits until every program is attached.
     pub fn start(dir: &Path, name: &str, extra: &[&str]) -> Recorder {
+        Self::start_with_stderr(dir, name, extra, Stdio::inherit())
+    }
+
+    /// [`Recorder::start`] with the recorder's stderr sent to `stderr` (a file, so the test
+    /// can read it; RUST_LOG is cleared for the recorder's default log filter).
+    pub fn start_with_stderr(
+        dir: &Path,
+        name: &str,
+        extra: &[&str],
+        stderr: impl Into<Stdio>,
+    ) -> Recorder {
         let output = dir.join(format!("{name}.capture"));
         let ready = dir.join(format!("{name}.ready"));
         let child = Command::new(env!("CARGO_BIN_EXE_meshlab"))
@@ -32,7 +43,9 @@ impl Recorder {
             .arg("--ready-file")
             .arg(&ready)
             .args(extra)
+            .env_remove("RUST_LOG")
             .stdin(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn meshlab record");
         let mut rec = Recorder {

@@ -9,6 +9,7 @@ use crate::schema::{AttachEntry, Kind, Layer};
 use super::aggregate::{Aggregate, Completeness, GroupKey, node_label};
 use super::hops::HopRow;
 use super::key::SegmentKey;
+use super::own_cost::OwnCost;
 use super::quantile::Stats;
 
 /// How quantiles are computed; printed in both outputs so figures can be re-derived.
@@ -33,6 +34,8 @@ pub struct RunReport {
     /// 0-based request numbers (file order) of the median and the p99 request.
     pub median_request: usize,
     pub p99_request: usize,
+    /// meshlab's own cost per node and its bound per stage (report/own_cost.rs).
+    pub own_cost: OwnCost,
 }
 
 #[derive(Debug, Serialize)]
@@ -80,7 +83,7 @@ impl RunReport {
     pub fn new(agg: &mut Aggregate) -> Self {
         let e2e = agg.e2e.finish().expect("at least one request");
         let share = |s: &Stats| s.sum_ns as f64 / e2e.sum_ns.max(1) as f64;
-        let segments = agg
+        let segments: Vec<SegmentRow> = agg
             .catalog
             .iter()
             .map(|key| {
@@ -117,6 +120,9 @@ impl RunReport {
         let by_hop = agg.hops.rows(e2e.sum_ns);
         let (median_request, p99_request) = agg.representative_requests();
         let summary = agg.summary.as_ref();
+        let own_cost = summary.map_or_else(OwnCost::default, |s| {
+            OwnCost::new(&s.self_cost, e2e.n, &segments)
+        });
         RunReport {
             file: agg.file.display().to_string(),
             quantile_method: QUANTILE_METHOD,
@@ -134,6 +140,7 @@ impl RunReport {
             by_hop,
             median_request,
             p99_request,
+            own_cost,
         }
     }
 }

@@ -189,8 +189,9 @@ fn sample(programs: &[(&'static TierSpec, ProgramFd)]) -> Result<Vec<Counters>, 
 
 /// BPF_OBJ_GET_INFO_BY_FD on a program fd: the kernel's cumulative run count and time.
 fn prog_counters(fd: &ProgramFd) -> std::io::Result<Counters> {
-    // SAFETY: both are plain C structs for which all-zero is a valid value.
+    // SAFETY: a plain C struct for which all-zero is a valid value.
     let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above (a union of plain C structs; zero also means "no flags" to the kernel).
     let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
     attr.info.bpf_fd = fd.as_fd().as_raw_fd() as u32;
     attr.info.info_len = std::mem::size_of::<bpf_prog_info>() as u32;

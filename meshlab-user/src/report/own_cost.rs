@@ -8,8 +8,6 @@ use serde::Serialize;
 
 use crate::schema::{BpfStatsState, SelfCost};
 
-use super::summary::SegmentRow;
-
 /// The programs that run inside a stage's interval: the hooks at its two ends. A program
 /// takes its timestamp part-way through its run, so the part after it lies in the stage the
 /// point starts and the part before it in the stage the point ends; one run of each end
@@ -95,20 +93,28 @@ pub struct StageOwnShare {
     pub share_of_p50_max: f64,
 }
 
+/// A stage's median on one node, as the report measured it (non-derived segments only).
+#[derive(Clone, Copy, Debug)]
+pub struct StageMedian<'a> {
+    pub stage: &'a str,
+    pub node: &'a str,
+    pub p50_ns: u64,
+}
+
 fn ratio(num: f64, den: u64) -> Option<f64> {
     (den > 0).then(|| num / den as f64)
 }
 
 impl OwnCost {
-    /// `costs` by node from the merge summary; `segments` the report's segment rows.
-    pub fn new(costs: &BTreeMap<String, SelfCost>, requests: u64, segments: &[SegmentRow]) -> Self {
+    /// `costs` by node from the merge summary; `stages` the report's stage medians in path
+    /// order.
+    pub fn new(costs: &BTreeMap<String, SelfCost>, requests: u64, stages: &[StageMedian]) -> Self {
         let nodes: Vec<NodeOwnCost> = costs
             .iter()
             .map(|(node, c)| node_cost(node, c, requests))
             .collect();
-        let stages = segments
+        let stages = stages
             .iter()
-            .filter(|s| !s.derived)
             .filter_map(|s| stage_share(s, nodes.iter().find(|n| n.node == s.node)?))
             .collect();
         OwnCost {
@@ -151,8 +157,8 @@ fn node_cost(node: &str, c: &SelfCost, requests: u64) -> NodeOwnCost {
 }
 
 /// The stage's bound, when the table lists it and one of its programs ran on the node.
-fn stage_share(s: &SegmentRow, node: &NodeOwnCost) -> Option<StageOwnShare> {
-    let spec = STAGE_PROGRAMS.iter().find(|p| p.stage == s.name)?;
+fn stage_share(s: &StageMedian, node: &NodeOwnCost) -> Option<StageOwnShare> {
+    let spec = STAGE_PROGRAMS.iter().find(|p| p.stage == s.stage)?;
     let mut hooks = Vec::new();
     let mut own_ns_max = 0.0;
     for hook in spec.hooks {
@@ -171,12 +177,12 @@ fn stage_share(s: &SegmentRow, node: &NodeOwnCost) -> Option<StageOwnShare> {
         return None;
     }
     Some(StageOwnShare {
-        stage: s.name.clone(),
-        node: s.node.clone(),
+        stage: s.stage.to_owned(),
+        node: s.node.to_owned(),
         hooks,
         own_ns_max,
-        stage_p50_ns: s.stats.p50_ns,
-        share_of_p50_max: ratio(own_ns_max, s.stats.p50_ns).unwrap_or(0.0),
+        stage_p50_ns: s.p50_ns,
+        share_of_p50_max: ratio(own_ns_max, s.p50_ns).unwrap_or(0.0),
     })
 }
 
@@ -185,8 +191,7 @@ mod tests {
     use super::*;
     use crate::kernel::plan::HOOKS;
     use crate::merge::segments::SEGMENTS;
-    use crate::report::quantile::Stats;
-    use crate::schema::{Kind, Layer, ProgramRuns};
+    use crate::schema::ProgramRuns;
 
     #[test]
     fn every_stage_and_hook_of_the_table_exists() {
@@ -206,24 +211,11 @@ mod tests {
         }
     }
 
-    fn row(name: &str, node: &str, p50_ns: u64) -> SegmentRow {
-        SegmentRow {
-            name: name.into(),
-            node: node.into(),
-            layer: Layer::Kernel,
-            unit: "qdisc".into(),
-            kind: Kind::Queue,
-            derived: false,
-            stats: Stats {
-                n: 10,
-                p50_ns,
-                p90_ns: p50_ns,
-                p99_ns: p50_ns,
-                mean_ns: p50_ns as f64,
-                sum_ns: u128::from(p50_ns) * 10,
-            },
-            share: 0.1,
-            max_error_ns: None,
+    fn row(stage: &'static str, node: &'static str, p50_ns: u64) -> StageMedian<'static> {
+        StageMedian {
+            stage,
+            node,
+            p50_ns,
         }
     }
 

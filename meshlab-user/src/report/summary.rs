@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::schema::{AttachEntry, Kind, Layer};
+use crate::schema::{AttachEntry, Kind, Layer, MergeSummary};
 
 use super::aggregate::{Aggregate, Completeness, GroupKey, node_label};
 use super::hops::HopRow;
 use super::key::SegmentKey;
-use super::own_cost::OwnCost;
+use super::own_cost::{OwnCost, StageMedian};
 use super::quantile::Stats;
 
 /// How quantiles are computed; printed in both outputs so figures can be re-derived.
@@ -120,10 +120,8 @@ impl RunReport {
         let by_hop = agg.hops.rows(e2e.sum_ns);
         let (median_request, p99_request) = agg.representative_requests();
         let summary = agg.summary.as_ref();
-        let own_cost = summary.map_or_else(OwnCost::default, |s| {
-            OwnCost::new(&s.self_cost, e2e.n, &segments)
-        });
         RunReport {
+            own_cost: own_cost(summary, e2e.n, &segments),
             file: agg.file.display().to_string(),
             quantile_method: QUANTILE_METHOD,
             completeness: agg.completeness.clone(),
@@ -140,9 +138,25 @@ impl RunReport {
             by_hop,
             median_request,
             p99_request,
-            own_cost,
         }
     }
+}
+
+/// The own-cost section from the merge summary's per-node figures and the stage medians.
+fn own_cost(summary: Option<&MergeSummary>, requests: u64, segments: &[SegmentRow]) -> OwnCost {
+    let Some(summary) = summary else {
+        return OwnCost::default();
+    };
+    let medians: Vec<StageMedian> = segments
+        .iter()
+        .filter(|s| !s.derived)
+        .map(|s| StageMedian {
+            stage: &s.name,
+            node: &s.node,
+            p50_ns: s.stats.p50_ns,
+        })
+        .collect();
+    OwnCost::new(&summary.self_cost, requests, &medians)
 }
 
 fn segment_row(key: &SegmentKey, share: f64, stats: Stats) -> SegmentRow {

@@ -561,6 +561,9 @@ pub struct ProgramRuns {
     pub hook: String,
     pub run_cnt: u64,
     pub run_time_ns: u64,
+    /// Events its hook emitted (the hits of its event hooks): the runs that did more than
+    /// filter, so `run_time_ns / events` bounds the mean cost of an emitting run.
+    pub events: u64,
 }
 
 /// Why a recording ended.
@@ -860,7 +863,7 @@ mod tests {
 
     #[test]
     fn self_cost_round_trips_and_rejects_unknown_fields() {
-        let line = r#"{"type":"summary","node":"A","ts_ns":9,"duration_ns":5,"per_hook":{},"received":3,"dropped":0,"reason":"duration","self_cost":{"bpf_stats":"measured","programs":{"p":{"hook":"tcp_probe","run_cnt":3,"run_time_ns":600}},"user_cpu_ns":10,"sys_cpu_ns":20,"events":3}}"#;
+        let line = r#"{"type":"summary","node":"A","ts_ns":9,"duration_ns":5,"per_hook":{},"received":3,"dropped":0,"reason":"duration","self_cost":{"bpf_stats":"measured","programs":{"p":{"hook":"tcp_probe","run_cnt":3,"run_time_ns":600,"events":3}},"user_cpu_ns":10,"sys_cpu_ns":20,"events":3}}"#;
         let record: Record = serde_json::from_str(line).unwrap();
         assert_eq!(serde_json::to_string(&record).unwrap(), line);
         let extra = line.replace(r#""events":3"#, r#""events":3,"extra":1"#);

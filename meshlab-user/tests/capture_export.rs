@@ -148,6 +148,7 @@ fn end_records() -> Vec<Record> {
                         hook: "tcp_probe".into(),
                         run_cnt: 3,
                         run_time_ns: 1_200,
+                        events: 3,
                     },
                 )]
                 .into_iter()

@@ -211,6 +211,7 @@ fn schema_md_self_cost_table_lists_exactly_its_fields() {
                 hook: "tcp_probe".into(),
                 run_cnt: 1,
                 run_time_ns: 2,
+                events: 3,
             },
         )]
         .into_iter()

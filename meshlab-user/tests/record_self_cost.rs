@@ -51,7 +51,8 @@ fn record_exchanges(name: &str, extra: &[&str]) -> (tempfile::TempDir, Recording
 }
 
 /// Every hook that emitted events has its program's runs counted, at least once per event
-/// (a program also runs for what its filters drop: other ports, other namespaces).
+/// (twice for sched_switch), as a program also runs for what its filters drop (other ports,
+/// namespaces, threads).
 fn assert_runs_cover_events(summary: &Summary, cost: &SelfCost) {
     let mut checked = 0;
     for (hook, counts) in &summary.per_hook {
@@ -60,12 +61,20 @@ fn assert_runs_cover_events(summary: &Summary, cost: &SelfCost) {
             assert!(hook.starts_with("sock_"), "hook {hook} has no program");
             continue;
         };
+        // One sched_switch run can report the thread switched out and the one switched in.
+        let per_run = if hook == "sched_switch" { 2 } else { 1 };
         assert!(
-            runs.run_cnt >= counts.hits,
+            runs.run_cnt * per_run >= counts.hits,
             "{program}: {} runs for {} events",
             runs.run_cnt,
             counts.hits
         );
+        if hook != "sock_ops" {
+            assert_eq!(
+                runs.events, counts.hits,
+                "{program}: events are its hook's hits"
+            );
+        }
         if counts.hits > 0 {
             assert!(runs.run_time_ns > 0, "{program}: runs without run time");
             checked += 1;
@@ -77,6 +86,12 @@ fn assert_runs_cover_events(summary: &Summary, cost: &SelfCost) {
     );
     let sock_ops = &cost.programs["meshlab_sock_ops"];
     assert!(sock_ops.run_cnt > 0, "sock_ops saw the connection open");
+    let sock_events: u64 = ["sock_established", "sock_closed"]
+        .iter()
+        .filter_map(|h| summary.per_hook.get(*h))
+        .map(|c| c.hits)
+        .sum();
+    assert_eq!(sock_ops.events, sock_events);
     assert_eq!(sock_ops.hook, "sock_ops");
 }
 
@@ -162,4 +177,138 @@ fn without_the_flag_and_with_the_sysctl_off_bpf_time_is_not_measured() {
     assert!(cost.programs.is_empty(), "{cost:?}");
     assert_eq!(cost.events, rec.summary.received);
     assert!(cost.user_cpu_ns + cost.sys_cpu_ns > 0);
+}
+
+/// The lab server in `ns`, stopped and reaped on drop (also when an assertion fails).
+struct LabServer(std::process::Child);
+
+impl Drop for LabServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn meshlab_in(ns: &meshlab_user::lab::netns::NamedNetns) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshlab"));
+    ns.command(&mut cmd);
+    cmd
+}
+
+fn start_lab_server(lab: &meshlab_user::lab::netns::Lab, dir: &Path) -> LabServer {
+    let ready = dir.join("server.ready");
+    let child = meshlab_in(&lab.b)
+        .args(["lab", "server", "--listen"])
+        .arg(format!("{}:{LAB_PORT}", lab.addrs.b))
+        .arg("--ready-file")
+        .arg(&ready)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn lab server");
+    let server = LabServer(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ready.exists() {
+        assert!(std::time::Instant::now() < deadline, "server not ready");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    server
+}
+
+const LAB_PORT: &str = "7410";
+
+/// Two namespaces, kernel-only: both recordings' costs reach the report, with a bound for the
+/// TX stages of both nodes.
+#[test]
+fn two_node_report_shows_own_cost_per_node_and_stage() {
+    let test = "two_node_report_shows_own_cost_per_node_and_stage";
+    if !privileged_or_skip(test) {
+        return;
+    }
+    let lab = meshlab_user::lab::netns::Lab::create().expect("lab");
+    let dir = tempfile::tempdir().unwrap();
+    let _server = start_lab_server(&lab, dir.path());
+    let recorders: Vec<support::Recorder> = [("a", "A", &lab.a), ("b", "B", &lab.b)]
+        .into_iter()
+        .map(|(file, node, ns)| {
+            let ns_path = ns.path().to_str().unwrap();
+            let args = [
+                "--node",
+                node,
+                "--netns",
+                ns_path,
+                "--port",
+                LAB_PORT,
+                "--bpf-stats",
+            ];
+            support::Recorder::start(dir.path(), file, &args)
+        })
+        .collect();
+    let client = meshlab_in(&lab.a)
+        .args(["lab", "client", "--connect"])
+        .arg(format!("{}:{LAB_PORT}", lab.addrs.b))
+        .args(["--qps", "500", "--warmup", "100ms", "--duration", "1s"])
+        .output()
+        .expect("run lab client");
+    assert!(client.status.success(), "client: {}", client.status);
+    for rec in recorders {
+        rec.stop();
+    }
+    let merged = dir.path().join("merged.ndjson");
+    let status = Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .arg("merge")
+        .args([dir.path().join("a.capture"), dir.path().join("b.capture")])
+        .arg("-o")
+        .arg(&merged)
+        .status()
+        .unwrap();
+    assert!(status.success(), "merge: {status}");
+    let report = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_meshlab"))
+            .arg("report")
+            .arg(&merged)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "report: {}", out.status);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let json: serde_json::Value = serde_json::from_str(&report(&["--json"])).unwrap();
+    assert_own_cost(&json["own_cost"]);
+    let text = report(&[]);
+    let section = &text[text.find("meshlab's own cost").expect("text section")..];
+    println!("{section}");
+    assert!(section.contains("tx_qdisc"), "{section}");
+}
+
+fn assert_own_cost(own: &serde_json::Value) {
+    let requests = own["requests"].as_u64().unwrap();
+    assert!(requests > 100, "requests: {own}");
+    let nodes = own["nodes"].as_array().unwrap();
+    let names: Vec<&str> = nodes.iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(names, ["A", "B"]);
+    for n in nodes {
+        assert_eq!(n["bpf_stats"], "measured", "{n}");
+        assert!(n["bpf_total_ns"].as_u64().unwrap() > 0, "{n}");
+        assert!(n["cpu_ns_per_event"].as_f64().unwrap() > 0.0, "{n}");
+        assert!(n["cpu_ns_per_request"].as_f64().unwrap() > 0.0, "{n}");
+    }
+    for node in ["A", "B"] {
+        let qdisc = own["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == "tx_qdisc" && s["node"] == node)
+            .unwrap_or_else(|| panic!("no tx_qdisc bound on {node}: {own}"));
+        assert_eq!(
+            qdisc["hooks"],
+            serde_json::json!(["net_dev_queue", "net_dev_start_xmit"])
+        );
+        // Both end programs emitted events: the bound exists and is at least the estimate.
+        let (est, max) = (
+            qdisc["own_ns_est"].as_f64().unwrap(),
+            qdisc["own_ns_max"].as_f64().unwrap(),
+        );
+        assert!(est > 0.0 && max >= est, "{qdisc}");
+        assert!(qdisc["share_of_p50_max"].as_f64().unwrap() > 0.0, "{qdisc}");
+    }
 }

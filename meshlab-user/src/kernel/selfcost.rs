@@ -15,7 +15,9 @@ use aya::Ebpf;
 use aya::programs::ProgramFd;
 use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_info};
 
-use super::plan::{HOOKS, TierSpec};
+use meshlab_common::Hook;
+
+use super::plan::{Family, HOOKS, HookSpec, TierSpec};
 use crate::schema::{BpfStatsState, ProgramRuns, SelfCost};
 
 /// The global switch; read only: `--bpf-stats` turns statistics on through BPF_ENABLE_STATS,
@@ -139,19 +141,22 @@ impl OwnPrograms {
 
     /// The cost since [`Self::start`]; call after the programs are detached, so the counters
     /// are final.
-    pub fn finish(&self, events: u64) -> Result<SelfCost, SelfCostError> {
+    /// `hits` are the per-hook event counters (HITS), `events` the events written.
+    pub fn finish(&self, events: u64, hits: &[u64]) -> Result<SelfCost, SelfCostError> {
         let cpu = CpuTime::now();
         let bpf_stats = self.switch.state_at_end();
         let mut programs = BTreeMap::new();
         if bpf_stats == BpfStatsState::Measured {
             let end = sample(&self.programs)?;
             for ((spec, _), c) in self.programs.iter().zip(&end) {
+                let hook = hook_of(spec);
                 programs.insert(
                     spec.program.to_owned(),
                     ProgramRuns {
-                        hook: hook_of(spec).to_owned(),
+                        hook: hook.name.to_owned(),
                         run_cnt: c.run_cnt,
                         run_time_ns: c.run_time_ns,
+                        events: events_of(hook, hits),
                     },
                 );
             }
@@ -168,11 +173,24 @@ impl OwnPrograms {
 
 /// The attach-plan hook a tier belongs to (by program name: each names one tier; HOOKS is a
 /// const, so its addresses are not stable enough to compare).
-fn hook_of(spec: &TierSpec) -> &'static str {
+fn hook_of(spec: &TierSpec) -> &'static HookSpec {
     HOOKS
         .iter()
         .find(|h| h.tiers.iter().any(|t| t.program == spec.program))
-        .map_or("unknown", |h| h.name)
+        .expect("every attached tier is one of HOOKS")
+}
+
+/// Events a hook's program emitted: the hits of the event hook of the same name, or for
+/// sock_ops its two events.
+fn events_of(hook: &HookSpec, hits: &[u64]) -> u64 {
+    Hook::ALL
+        .iter()
+        .filter(|h| match hook.family {
+            Family::SockOps => matches!(h, Hook::SockEstablished | Hook::SockClosed),
+            _ => h.name() == hook.name,
+        })
+        .map(|h| hits.get(*h as usize).copied().unwrap_or(0))
+        .sum()
 }
 
 fn sample(programs: &[(&'static TierSpec, ProgramFd)]) -> Result<Vec<Counters>, SelfCostError> {
@@ -243,6 +261,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn events_of_a_hook_are_its_event_hooks_hits() {
+        let mut hits = vec![0u64; Hook::ALL.len()];
+        hits[Hook::SockEstablished as usize] = 2;
+        hits[Hook::SockClosed as usize] = 1;
+        hits[Hook::TcpProbe as usize] = 7;
+        let by_name = |name: &str| HOOKS.iter().find(|h| h.name == name).unwrap();
+        assert_eq!(events_of(by_name("sock_ops"), &hits), 3);
+        assert_eq!(events_of(by_name("tcp_probe"), &hits), 7);
+        assert_eq!(events_of(by_name("sched_switch"), &hits), 0);
+    }
+
+    #[test]
     fn cpu_time_moves_forward_with_work() {
         let before = CpuTime::now();
         let mut x = 0u64;
@@ -267,7 +297,7 @@ mod tests {
         assert_eq!(programs.len(), all, "a program name serves two tiers");
         for hook in HOOKS {
             for tier in hook.tiers {
-                assert_eq!(hook_of(tier), hook.name, "{}", tier.program);
+                assert_eq!(hook_of(tier).name, hook.name, "{}", tier.program);
             }
         }
     }

@@ -121,7 +121,7 @@ impl Session {
             dropped: counters.drops.iter().sum(),
             per_hook: self.per_hook_counts(&counters),
             reason,
-            self_cost: self.self_cost(received),
+            self_cost: self.self_cost(received, &counters.hits),
         };
         self.write_record(&Record::Summary(summary.clone()))?;
         self.flush()?;
@@ -149,8 +149,8 @@ impl Session {
 
     /// meshlab's own cost; a failed read is a warning (the recording itself is whole) and
     /// leaves the field out rather than writing a figure that was not measured.
-    fn self_cost(&self, received: u64) -> Option<SelfCost> {
-        match self.own.finish(received) {
+    fn self_cost(&self, received: u64, hits: &[u64]) -> Option<SelfCost> {
+        match self.own.finish(received, hits) {
             Ok(cost) => Some(cost),
             Err(e) => {
                 log::warn!("meshlab's own cost not written: {e}");

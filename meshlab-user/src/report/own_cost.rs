@@ -10,9 +10,9 @@ use crate::schema::{BpfStatsState, SelfCost};
 
 /// The programs that run inside a stage's interval: the hooks at its two ends. A program
 /// takes its timestamp part-way through its run, so the part after it lies in the stage the
-/// point starts and the part before it in the stage the point ends; one run of each end
-/// program per occurrence bounds meshlab's own time inside the stage from above. Runs of the
-/// same programs for other packets or other threads inside the interval are not counted.
+/// point starts and the part before it in the stage the point ends: one occurrence holds at
+/// most one emitting run of each end program. Runs of the same programs for other packets or
+/// other threads inside the interval are not counted.
 #[derive(Clone, Copy, Debug)]
 pub struct StagePrograms {
     /// Segment name (docs/segments.md).
@@ -46,6 +46,19 @@ pub const STAGE_PROGRAMS: &[StagePrograms] = &[
     stage("rx_copy", &["skb_copy_datagram", "recv_return"]),
 ];
 
+/// Hooks whose program can emit two events in one run: sched_switch reports the tracked
+/// thread switched out and the one switched in. Every other program emits at most one.
+const TWO_EVENTS_PER_RUN: &[&str] = &["sched_switch"];
+
+/// Runs that emitted at least one event, at least: events over the most one run emits.
+fn emitting_runs_min(hook: &str, events: u64) -> u64 {
+    if TWO_EVENTS_PER_RUN.contains(&hook) {
+        events.div_ceil(2)
+    } else {
+        events
+    }
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct OwnCost {
     /// Requests in the report: the per-request denominator.
@@ -77,7 +90,14 @@ pub struct ProgramCost {
     pub hook: String,
     pub runs: u64,
     pub total_ns: u64,
+    /// Mean over every run, also those that filtered the packet or thread out.
     pub ns_per_run: Option<f64>,
+    /// Events its hook emitted.
+    pub events: u64,
+    /// total_ns over the fewest runs that can have emitted `events` (events, or half of them
+    /// for sched_switch): every run's time charged to the emitting ones, a bound on the mean
+    /// cost of an emitting run (none without events).
+    pub ns_per_event_max: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -86,11 +106,17 @@ pub struct StageOwnShare {
     pub node: String,
     /// The hooks of [`STAGE_PROGRAMS`] whose program ran on the node.
     pub hooks: Vec<String>,
-    /// Σ ns/run of those programs: at most this much of one occurrence is meshlab's own.
-    pub own_ns_max: f64,
+    /// Σ ns/run of those programs: one average run of each (an emitting run does more than
+    /// the average one when most runs filter, so this tends to under-state).
+    pub own_ns_est: f64,
+    /// Σ ns_per_event_max of those programs: a bound on the mean of meshlab's own time in an
+    /// occurrence; none when one of them emitted no event (its hook feeds state only).
+    pub own_ns_max: Option<f64>,
     pub stage_p50_ns: u64,
-    /// own_ns_max / stage_p50_ns: an upper bound on meshlab's share of the stage's median.
-    pub share_of_p50_max: f64,
+    /// own_ns_est / stage_p50_ns.
+    pub share_of_p50_est: f64,
+    /// own_ns_max / stage_p50_ns.
+    pub share_of_p50_max: Option<f64>,
 }
 
 /// A stage's median on one node, as the report measured it (non-derived segments only).
@@ -135,6 +161,8 @@ fn node_cost(node: &str, c: &SelfCost, requests: u64) -> NodeOwnCost {
             runs: p.run_cnt,
             total_ns: p.run_time_ns,
             ns_per_run: ratio(p.run_time_ns as f64, p.run_cnt),
+            events: p.events,
+            ns_per_event_max: ratio(p.run_time_ns as f64, emitting_runs_min(&p.hook, p.events)),
         })
         .collect();
     let bpf_total_ns = programs.iter().map(|p| p.total_ns).sum();
@@ -156,22 +184,19 @@ fn node_cost(node: &str, c: &SelfCost, requests: u64) -> NodeOwnCost {
     }
 }
 
-/// The stage's bound, when the table lists it and one of its programs ran on the node.
+/// The stage's estimate and bound, when the table lists it and one of its programs ran on
+/// the node.
 fn stage_share(s: &StageMedian, node: &NodeOwnCost) -> Option<StageOwnShare> {
     let spec = STAGE_PROGRAMS.iter().find(|p| p.stage == s.stage)?;
     let mut hooks = Vec::new();
-    let mut own_ns_max = 0.0;
+    let (mut est, mut max) = (0.0, Some(0.0));
     for hook in spec.hooks {
-        let per_run: Vec<f64> = node
-            .programs
-            .iter()
-            .filter(|p| p.hook == *hook)
-            .filter_map(|p| p.ns_per_run)
-            .collect();
-        if !per_run.is_empty() {
-            hooks.push((*hook).to_owned());
-            own_ns_max += per_run.iter().sum::<f64>();
-        }
+        let Some(p) = node.programs.iter().find(|p| p.hook == *hook) else {
+            continue;
+        };
+        hooks.push((*hook).to_owned());
+        est += p.ns_per_run.unwrap_or(0.0);
+        max = max.zip(p.ns_per_event_max).map(|(a, b)| a + b);
     }
     if hooks.is_empty() {
         return None;
@@ -180,9 +205,11 @@ fn stage_share(s: &StageMedian, node: &NodeOwnCost) -> Option<StageOwnShare> {
         stage: s.stage.to_owned(),
         node: s.node.to_owned(),
         hooks,
-        own_ns_max,
+        own_ns_est: est,
+        own_ns_max: max,
         stage_p50_ns: s.p50_ns,
-        share_of_p50_max: ratio(own_ns_max, s.p50_ns).unwrap_or(0.0),
+        share_of_p50_est: ratio(est, s.p50_ns).unwrap_or(0.0),
+        share_of_p50_max: max.and_then(|m| ratio(m, s.p50_ns)),
     })
 }
 
@@ -219,16 +246,18 @@ mod tests {
         }
     }
 
-    fn cost(state: BpfStatsState, programs: &[(&str, &str, u64, u64)]) -> SelfCost {
+    /// Programs as (name, hook, runs, run time, events).
+    fn cost(state: BpfStatsState, programs: &[(&str, &str, u64, u64, u64)]) -> SelfCost {
         SelfCost {
             bpf_stats: state,
             programs: programs
                 .iter()
-                .map(|(name, hook, run_cnt, run_time_ns)| {
+                .map(|(name, hook, run_cnt, run_time_ns, events)| {
                     let runs = ProgramRuns {
                         hook: (*hook).into(),
                         run_cnt: *run_cnt,
                         run_time_ns: *run_time_ns,
+                        events: *events,
                     };
                     ((*name).to_owned(), runs)
                 })
@@ -244,34 +273,63 @@ mod tests {
         let measured = cost(
             BpfStatsState::Measured,
             &[
-                ("net_dev_queue_btf", "net_dev_queue", 100, 30_000),
-                ("net_dev_start_xmit_btf", "net_dev_start_xmit", 100, 20_000),
+                ("net_dev_queue_btf", "net_dev_queue", 100, 30_000, 50),
+                (
+                    "net_dev_start_xmit_btf",
+                    "net_dev_start_xmit",
+                    100,
+                    20_000,
+                    40,
+                ),
+                ("irq_entry_btf", "irq_entry", 10, 3_000, 0),
             ],
         );
         let costs = [("A".to_owned(), measured)].into_iter().collect();
         let segments = [
             row("tx_qdisc", "A", 1_000),
             row("tx_driver", "A", 4_000),
+            row("rx_irq_handler", "A", 1_000),
             row("rx_copy", "A", 500),
             row("tx_qdisc", "B", 1_000),
         ];
         let own = OwnCost::new(&costs, 1_000, &segments);
         let a = &own.nodes[0];
-        assert_eq!(a.bpf_total_ns, 50_000);
-        assert_eq!(a.bpf_ns_per_request, Some(50.0));
+        assert_eq!(a.bpf_total_ns, 53_000);
+        assert_eq!(a.bpf_ns_per_request, Some(53.0));
         assert_eq!(a.cpu_ns_per_event, Some(500.0));
         assert_eq!(a.cpu_ns_per_request, Some(4_000.0));
-        assert_eq!(a.programs[0].ns_per_run, Some(300.0));
-        // tx_qdisc: both ends ran (300 + 200 ns of a 1000 ns median); tx_driver: only its
-        // start program was recorded; rx_copy: none of its programs; B: no cost recorded.
-        assert_eq!(own.stages.len(), 2, "{:?}", own.stages);
+        let queue = a
+            .programs
+            .iter()
+            .find(|p| p.hook == "net_dev_queue")
+            .unwrap();
+        assert_eq!(queue.ns_per_run, Some(300.0));
+        assert_eq!(queue.ns_per_event_max, Some(600.0));
+        let irq = a.programs.iter().find(|p| p.hook == "irq_entry").unwrap();
+        assert_eq!(irq.ns_per_event_max, None, "no events: no bound");
+        // tx_qdisc: both ends ran: 300 + 200 ns per run, 600 + 500 ns per event, of a
+        // 1000 ns median; tx_driver: only its start program was recorded; rx_irq_handler: its
+        // start program emitted nothing, so no bound; rx_copy: none of its programs; B: no
+        // cost recorded.
+        let stages: Vec<&str> = own.stages.iter().map(|s| s.stage.as_str()).collect();
+        assert_eq!(stages, ["tx_qdisc", "tx_driver", "rx_irq_handler"]);
         let qdisc = &own.stages[0];
-        assert_eq!(qdisc.stage, "tx_qdisc");
-        assert_eq!(qdisc.own_ns_max, 500.0);
-        assert_eq!(qdisc.share_of_p50_max, 0.5);
+        assert_eq!(qdisc.own_ns_est, 500.0);
+        assert_eq!(qdisc.share_of_p50_est, 0.5);
+        assert_eq!(qdisc.own_ns_max, Some(1_100.0));
+        assert_eq!(qdisc.share_of_p50_max, Some(1.1));
         let driver = &own.stages[1];
         assert_eq!(driver.hooks, vec!["net_dev_start_xmit".to_owned()]);
-        assert_eq!(driver.share_of_p50_max, 0.05);
+        assert_eq!(driver.share_of_p50_est, 0.05);
+        assert_eq!(driver.share_of_p50_max, Some(0.125));
+        let irq = &own.stages[2];
+        assert_eq!((irq.own_ns_est, irq.own_ns_max), (300.0, None));
+    }
+
+    #[test]
+    fn a_sched_switch_run_may_emit_two_events() {
+        assert_eq!(emitting_runs_min("sched_switch", 79), 40);
+        assert_eq!(emitting_runs_min("tcp_probe", 79), 79);
     }
 
     #[test]

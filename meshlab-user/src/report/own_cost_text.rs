@@ -12,6 +12,11 @@ fn ns(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"))
 }
 
+/// A share, or "-" when there is no figure.
+fn share(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), percent)
+}
+
 pub fn write_own_cost(c: &OwnCost, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out)?;
     writeln!(
@@ -79,6 +84,8 @@ fn write_programs(n: &NodeOwnCost, out: &mut dyn Write) -> io::Result<()> {
         ("runs", Align::Right),
         ("ns/run", Align::Right),
         ("total ns", Align::Right),
+        ("events", Align::Right),
+        ("ns/event <=", Align::Right),
     ]);
     for p in &n.programs {
         t.row(vec![
@@ -87,6 +94,8 @@ fn write_programs(n: &NodeOwnCost, out: &mut dyn Write) -> io::Result<()> {
             p.runs.to_string(),
             ns(p.ns_per_run),
             p.total_ns.to_string(),
+            p.events.to_string(),
+            ns(p.ns_per_event_max),
         ]);
     }
     t.write(out, "    ")
@@ -98,24 +107,29 @@ fn write_stages(c: &OwnCost, out: &mut dyn Write) -> io::Result<()> {
     }
     writeln!(
         out,
-        "  per stage: at most this much of one occurrence is meshlab's own programs (one run of \
-         each program at the stage's ends; docs/report.md)"
+        "  per stage: meshlab's own programs in one occurrence, from the programs at the stage's \
+         ends: one average run each (est) and each one's run time per event it emitted (<=, a \
+         bound); docs/report.md"
     )?;
     let mut t = Table::new(&[
         ("node", Align::Left),
         ("stage", Align::Left),
-        ("own ns <=", Align::Right),
         ("stage p50 ns", Align::Right),
-        ("share of p50 <=", Align::Right),
+        ("own ns est", Align::Right),
+        ("share est", Align::Right),
+        ("own ns <=", Align::Right),
+        ("share <=", Align::Right),
         ("programs of", Align::Left),
     ]);
     for s in &c.stages {
         t.row(vec![
             s.node.clone(),
             s.stage.clone(),
-            ns(Some(s.own_ns_max)),
             s.stage_p50_ns.to_string(),
-            percent(s.share_of_p50_max),
+            ns(Some(s.own_ns_est)),
+            percent(s.share_of_p50_est),
+            ns(s.own_ns_max),
+            share(s.share_of_p50_max),
             s.hooks.join(", "),
         ]);
     }

@@ -12,6 +12,10 @@ fn ns(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_owned(), |v| format!("{v:.0}"))
 }
 
+fn share(v: Option<f64>) -> String {
+    v.map_or_else(|| "–".to_owned(), percent)
+}
+
 pub fn section(out: &mut String, c: &OwnCost) {
     out.push_str("<section id=\"own-cost\"><h2>meshlab's own cost</h2>");
     if c.nodes.is_empty() {
@@ -55,8 +59,9 @@ pub fn section(out: &mut String, c: &OwnCost) {
         "<p class=\"note\">BPF: the kernel's run-time statistics of meshlab's own programs over the \
          recording (not measured when kernel.bpf_stats_enabled was 0: record with --bpf-stats). \
          CPU: the recorder process's getrusage over the recording. Per request: over the {} \
-         requests of this report. Per stage: one run of each program at the stage's ends, over the \
-         stage's median: an upper bound on meshlab's own share (docs/report.md).</p></section>",
+         requests of this report. Per stage: the programs at the stage's ends, one average run each \
+         (est) and each one's run time per event it emitted (≤, a bound), over the stage's median \
+         (docs/report.md).</p></section>",
         c.requests
     );
 }
@@ -64,19 +69,22 @@ pub fn section(out: &mut String, c: &OwnCost) {
 fn programs(out: &mut String, c: &OwnCost) {
     out.push_str(
         "<table class=\"num\"><thead><tr><th>node</th><th>program</th><th>hook</th><th>runs</th>\
-         <th>ns/run</th><th>total ns</th></tr></thead><tbody>",
+         <th>ns/run</th><th>total ns</th><th>events</th><th>ns/event ≤</th></tr></thead><tbody>",
     );
     for n in &c.nodes {
         for p in &n.programs {
             let _ = write!(
                 out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td></tr>",
                 escape(&n.node),
                 escape(&p.program),
                 escape(&p.hook),
                 p.runs,
                 ns(p.ns_per_run),
-                p.total_ns
+                p.total_ns,
+                p.events,
+                ns(p.ns_per_event_max)
             );
         }
     }
@@ -88,18 +96,22 @@ fn stages(out: &mut String, c: &OwnCost) {
         return;
     }
     out.push_str(
-        "<table class=\"num\"><thead><tr><th>node</th><th>stage</th><th>own ns ≤</th>\
-         <th>stage p50 ns</th><th>share of p50 ≤</th><th>programs of</th></tr></thead><tbody>",
+        "<table class=\"num\"><thead><tr><th>node</th><th>stage</th><th>stage p50 ns</th>\
+         <th>own ns est</th><th>share est</th><th>own ns ≤</th><th>share ≤</th><th>programs of</th>\
+         </tr></thead><tbody>",
     );
     for s in &c.stages {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
             escape(&s.node),
             escape(&s.stage),
-            s.own_ns_max,
             s.stage_p50_ns,
-            percent(s.share_of_p50_max),
+            s.own_ns_est,
+            percent(s.share_of_p50_est),
+            ns(s.own_ns_max),
+            share(s.share_of_p50_max),
             escape(&s.hooks.join(", "))
         );
     }

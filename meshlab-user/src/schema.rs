@@ -514,6 +514,56 @@ pub struct Summary {
     pub received: u64,
     pub dropped: u64,
     pub reason: StopReason,
+    /// meshlab's own cost during this recording; absent in recordings made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_cost: Option<SelfCost>,
+}
+
+/// meshlab's own cost during one recording (docs/schema.md, "self_cost"): its BPF programs'
+/// run time (the kernel's BPF run-time statistics, sampled at start and end) and the recorder
+/// process's CPU time (getrusage), both over the same window.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelfCost {
+    pub bpf_stats: BpfStatsState,
+    /// Program name -> its runs during the recording; empty when `bpf_stats` is not measured.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub programs: BTreeMap<String, ProgramRuns>,
+    /// Recorder CPU time in user mode over the window, all threads.
+    pub user_cpu_ns: u64,
+    /// Recorder CPU time in the kernel on its behalf (system calls, page cache copies).
+    pub sys_cpu_ns: u64,
+    /// Events the recorder wrote over the window (the summary's `received`).
+    pub events: u64,
+}
+
+/// Whether the program figures of a [`SelfCost`] were measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BpfStatsState {
+    /// kernel.bpf_stats_enabled was 1 for the whole recording, or `record --bpf-stats`.
+    Measured,
+    /// The kernel did not count program run time: `programs` is empty.
+    NotMeasured,
+}
+
+wire_names!(BpfStatsState {
+    Measured => "measured",
+    NotMeasured => "not_measured",
+});
+
+/// One of meshlab's BPF programs over a recording: differences of the kernel's cumulative
+/// `run_cnt` and `run_time_ns` between the start and the end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramRuns {
+    /// The attach-plan hook the program serves (docs/probe-points.md).
+    pub hook: String,
+    pub run_cnt: u64,
+    pub run_time_ns: u64,
+    /// Events its hook emitted (the hits of its event hooks): the runs that did more than
+    /// filter, so `run_time_ns / events` bounds the mean cost of an emitting run.
+    pub events: u64,
 }
 
 /// Why a recording ended.
@@ -745,6 +795,10 @@ pub struct MergeSummary {
     pub custom_points: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unplaced_points: u64,
+    /// Per node: meshlab's own cost, copied from its recording's summary (nodes whose
+    /// recording has none are absent).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub self_cost: BTreeMap<String, SelfCost>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -777,6 +831,7 @@ mod tests {
         assert_wire_names(IrqRole::ALL, IrqRole::as_str);
         assert_wire_names(Tier::ALL, Tier::as_str);
         assert_wire_names(StopReason::ALL, StopReason::as_str);
+        assert_wire_names(BpfStatsState::ALL, BpfStatsState::as_str);
         assert_wire_names(Hook::ALL.as_slice(), Hook::name);
     }
 
@@ -801,6 +856,23 @@ mod tests {
     fn unknown_fields_are_rejected() {
         let line = r#"{"type":"clock","realtime_ns":1,"monotonic_ns":2,"tai_ns":3,"boottime_ns":4,"bracket_ns":5,"extra":1}"#;
         let err = serde_json::from_str::<Record>(line)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `extra`"), "{err}");
+    }
+
+    #[test]
+    fn self_cost_round_trips_and_rejects_unknown_fields() {
+        let line = r#"{"type":"summary","node":"A","ts_ns":9,"duration_ns":5,"per_hook":{},"received":3,"dropped":0,"reason":"duration","self_cost":{"bpf_stats":"measured","programs":{"p":{"hook":"tcp_probe","run_cnt":3,"run_time_ns":600,"events":3}},"user_cpu_ns":10,"sys_cpu_ns":20,"events":3}}"#;
+        let record: Record = serde_json::from_str(line).unwrap();
+        assert_eq!(serde_json::to_string(&record).unwrap(), line);
+        let extra = line.replace(r#""events":3"#, r#""events":3,"extra":1"#);
+        let err = serde_json::from_str::<Record>(&extra)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `extra`"), "{err}");
+        let extra = line.replace(r#""run_cnt":3"#, r#""run_cnt":3,"extra":1"#);
+        let err = serde_json::from_str::<Record>(&extra)
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field `extra`"), "{err}");

@@ -19,7 +19,9 @@ use meshlab_user::capture::reader::CaptureReader;
 use meshlab_user::capture::{FILE_HEADER_LEN, RECORD_HEADER_LEN, RecordKind};
 use meshlab_user::kernel::output::{OutputFormat, RecordingOutput};
 use meshlab_user::records::RecordSource;
-use meshlab_user::schema::{ClockSample, Drops, Record, StopReason, Summary};
+use meshlab_user::schema::{
+    BpfStatsState, ClockSample, Drops, ProgramRuns, Record, SelfCost, StopReason, Summary,
+};
 
 fn v4(a: [u8; 4]) -> [u8; 16] {
     let mut b = [0u8; 16];
@@ -137,6 +139,24 @@ fn end_records() -> Vec<Record> {
             received: 861,
             dropped: 3,
             reason: StopReason::Sigint,
+            // The summary's self-accounting goes through the capture and export unchanged.
+            self_cost: Some(SelfCost {
+                bpf_stats: BpfStatsState::Measured,
+                programs: [(
+                    "tcp_probe_btf".to_owned(),
+                    ProgramRuns {
+                        hook: "tcp_probe".into(),
+                        run_cnt: 3,
+                        run_time_ns: 1_200,
+                        events: 3,
+                    },
+                )]
+                .into_iter()
+                .collect(),
+                user_cpu_ns: 4_000_000,
+                sys_cpu_ns: 2_000_000,
+                events: 861,
+            }),
         }),
     ]
 }

@@ -1,12 +1,15 @@
 //! The docs describe what the code does: docs/segments.md's table is the merge's segment table,
-//! and docs/schema.md lists exactly the fields the schema writes.
+//! docs/schema.md lists exactly the fields the schema writes, and docs/report.md's own-cost
+//! table is the report's STAGE_PROGRAMS.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use meshlab_user::merge::segments::{NETWORK_ROUND_TRIP, PEER_WAIT, SEGMENTS, Unit};
+use meshlab_user::report::own_cost::STAGE_PROGRAMS;
 use meshlab_user::schema::{
-    ClockId, ClockSample, ConnRef, Direction, Hook, KernelEvent, ProbeEvent, Record,
+    BpfStatsState, ClockId, ClockSample, ConnRef, Direction, Hook, KernelEvent, ProbeEvent,
+    ProgramRuns, Record, SelfCost,
 };
 
 fn doc(name: &str) -> String {
@@ -196,4 +199,46 @@ fn schema_md_lists_exactly_the_fields_the_schema_writes() {
         written_fields(Record::Probe(full_probe_event())),
         "docs/schema.md probe fields vs schema.rs"
     );
+}
+
+#[test]
+fn schema_md_self_cost_table_lists_exactly_its_fields() {
+    let cost = SelfCost {
+        bpf_stats: BpfStatsState::Measured,
+        programs: [(
+            "p".to_owned(),
+            ProgramRuns {
+                hook: "tcp_probe".into(),
+                run_cnt: 1,
+                run_time_ns: 2,
+                events: 3,
+            },
+        )]
+        .into_iter()
+        .collect(),
+        user_cpu_ns: 3,
+        sys_cpu_ns: 4,
+        events: 5,
+    };
+    let value = serde_json::to_value(&cost).expect("serializable");
+    let written: BTreeSet<String> = value.as_object().unwrap().keys().cloned().collect();
+    // The only table of the `summary` section is self_cost's.
+    assert_eq!(
+        schema_fields(&doc("schema.md"), "summary"),
+        written,
+        "docs/schema.md self_cost fields vs schema.rs"
+    );
+}
+
+#[test]
+fn report_md_stage_table_is_the_own_cost_table() {
+    let documented: Vec<(String, String)> = table(&doc("report.md"), "stage")
+        .into_iter()
+        .map(|r| (r[0].clone(), r[1].clone()))
+        .collect();
+    let in_code: Vec<(String, String)> = STAGE_PROGRAMS
+        .iter()
+        .map(|s| (s.stage.to_owned(), s.hooks.join(", ")))
+        .collect();
+    assert_eq!(documented, in_code, "docs/report.md vs STAGE_PROGRAMS");
 }

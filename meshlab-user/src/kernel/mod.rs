@@ -10,6 +10,7 @@ pub mod output;
 pub mod plan;
 pub mod privilege;
 pub mod record;
+pub(crate) mod selfcost;
 pub(crate) mod session;
 pub(crate) mod setup;
 pub mod sysinfo;

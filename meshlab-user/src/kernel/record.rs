@@ -12,7 +12,7 @@ use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::output::{OutputFormat, RecordingOutput};
 use super::plan::{Family, HOOKS, HookSpec, TierSpec};
-use super::{clock, diag, loader, nic, privilege, session, setup, sysinfo};
+use super::{clock, diag, loader, nic, privilege, selfcost, session, setup, sysinfo};
 use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
 use crate::schema::{
@@ -81,6 +81,12 @@ pub struct RecordArgs {
     /// default, when the verifier removes them and they cost the programs nothing.
     #[arg(short, long)]
     pub verbose: bool,
+    /// Turn the kernel's BPF run-time statistics on for this recording only (BPF_ENABLE_STATS:
+    /// off again when the recorder exits, however it exits; kernel.bpf_stats_enabled is not
+    /// written). Without it, and with the sysctl at 0, meshlab's own program run time is
+    /// "not measured" in the summary's self_cost. Costs some ns per program run.
+    #[arg(long)]
+    pub bpf_stats: bool,
 }
 
 /// A submit wakes the reader once 1/16 of the ring is pending; below that the reader drains
@@ -99,16 +105,19 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     install_filters(&mut ebpf, &args)?;
 
     let cgroup_path = setup::cgroup_dir(args.cgroup.as_deref())?;
+    // Before the first program is loaded: their run counters then start with them.
+    let stats = selfcost::StatsSwitch::new(args.bpf_stats)?;
     let (attach_plan, attached) = attach_all(&mut ebpf, &cgroup_path, args.raw_irq)?;
     let kernel_log = match args.verbose {
         true => Some(diag::KernelLog::start(&mut ebpf, &attached)?),
         false => None,
     };
+    let own = selfcost::OwnPrograms::start(&ebpf, &attached, stats)?;
     let startup = startup_record(&args, &node, &cgroup_path, attach_plan, nic_irqs);
     let sink = open_capture_output(&args.output)?;
     let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)
         .with_context(|| format!("writing {}", args.output.display()))?;
-    let mut session = session::Session::new(ebpf, attached, node, out, kernel_log)?;
+    let mut session = session::Session::new(ebpf, attached, own, node, out, kernel_log)?;
     session.write_record(&Record::Startup(startup))?;
     session.flush()?;
     let run = session.run(

@@ -18,7 +18,8 @@ use super::diag::KernelLog;
 use super::loader;
 use super::output::RecordingOutput;
 use super::plan::TierSpec;
-use crate::schema::{Drops, HookCounts, Record, StopReason, Summary};
+use super::selfcost::OwnPrograms;
+use crate::schema::{Drops, HookCounts, Record, SelfCost, StopReason, Summary};
 
 /// Creates the ready file (signal handlers are in place) and drops every capability: everything
 /// is attached and every file is open, so nothing from here on needs one (kernel/privilege.rs).
@@ -39,6 +40,7 @@ const BATCH: usize = 4096;
 pub struct Session {
     ebpf: Ebpf,
     attached: Vec<&'static TierSpec>,
+    own: OwnPrograms,
     node: String,
     out: RecordingOutput,
     ring: Option<RingBuf<MapData>>,
@@ -58,6 +60,7 @@ impl Session {
     pub fn new(
         mut ebpf: Ebpf,
         attached: Vec<&'static TierSpec>,
+        own: OwnPrograms,
         node: String,
         out: RecordingOutput,
         kernel_log: Option<KernelLog>,
@@ -69,6 +72,7 @@ impl Session {
         Ok(Self {
             ebpf,
             attached,
+            own,
             node,
             out,
             ring: Some(ring),
@@ -116,14 +120,16 @@ impl Session {
         self.write_drops_if_changed(&counters, true)?;
         let end = sample_clocks(Some(&self.node));
         self.write_record(&Record::Clock(end.clone()))?;
+        let received = self.out.received().iter().sum();
         let summary = Summary {
             node: self.node.clone(),
             ts_ns: end.monotonic_ns,
             duration_ns: end.monotonic_ns.saturating_sub(start_ns),
-            received: self.out.received().iter().sum(),
+            received,
             dropped: counters.drops.iter().sum(),
             per_hook: self.per_hook_counts(&counters),
             reason,
+            self_cost: self.self_cost(received, &counters.hits),
         };
         self.write_record(&Record::Summary(summary.clone()))?;
         self.flush()?;
@@ -147,6 +153,18 @@ impl Session {
             summary.dropped,
             per_hook.join(" ")
         ))
+    }
+
+    /// meshlab's own cost; a failed read is a warning (the recording itself is whole) and
+    /// leaves the field out rather than writing a figure that was not measured.
+    fn self_cost(&self, received: u64, hits: &[u64]) -> Option<SelfCost> {
+        match self.own.finish(received, hits) {
+            Ok(cost) => Some(cost),
+            Err(e) => {
+                log::warn!("meshlab's own cost not written: {e}");
+                None
+            }
+        }
     }
 
     /// Hits, drops and received events of every hook that saw any.

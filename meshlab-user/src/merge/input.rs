@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::capture::source::non_event_records;
 use crate::ndjson::NdjsonError;
 use crate::records::{RecordSource, file_is_capture};
-use crate::schema::{ClockId, ClockSample, InputKind, Record, Startup};
+use crate::schema::{ClockId, ClockSample, InputKind, Record, SelfCost, Startup};
 
 use super::MergeError;
 use super::clock::ClockTable;
@@ -37,6 +37,8 @@ pub struct Plan {
     pub nic_irq_devs: Vec<Vec<String>>,
     pub skew_ns: Vec<i64>,
     pub dropped: BTreeMap<String, u64>,
+    /// Per node name: meshlab's own cost, from its recording's summary.
+    pub self_cost: BTreeMap<String, SelfCost>,
     /// Per node: it has a kernel recording (else its probes keep their declared clock).
     pub kernel_recorded: Vec<bool>,
     /// Per node: the clocks its probe lines declare.
@@ -315,28 +317,31 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
         )
     })?;
     plan.clocks[usize::from(node.0)].push(first);
-    let (clocks, dropped) = scan_clocks_and_drops(&path, &display, skew)?;
+    let (clocks, dropped, self_cost) = scan_clocks_and_drops(&path, &display, skew)?;
     clocks
         .into_iter()
         .for_each(|c| plan.clocks[usize::from(node.0)].push(c));
+    if let Some(cost) = self_cost {
+        plan.self_cost.insert(node_name.clone(), cost);
+    }
     plan.dropped.insert(node_name, dropped);
     Ok(())
 }
 
-/// The clock samples (shifted by `skew`) of a kernel recording (capture or NDJSON), and its drop total: the
-/// summary's, else the last drops record's.
+/// The clock samples (shifted by `skew`) of a kernel recording (capture or NDJSON), its drop
+/// total (the summary's, else the last drops record's) and the summary's self-accounting.
 fn scan_clocks_and_drops(
     path: &Path,
     display: &str,
     skew: i64,
-) -> Result<(Vec<ClockSample>, u64), MergeError> {
+) -> Result<(Vec<ClockSample>, u64, Option<SelfCost>), MergeError> {
     let mut clocks = Vec::new();
     let records = if file_is_capture(path)? {
         non_event_records(path).map_err(NdjsonError::from)?
     } else {
         ndjson_clock_and_drop_records(path, display)?
     };
-    let (mut summary_drops, mut drops_total) = (None, 0u64);
+    let (mut summary_drops, mut drops_total, mut self_cost) = (None, 0u64, None);
     for (line_no, record) in records {
         match record {
             Record::Clock(mut s) => {
@@ -345,12 +350,15 @@ fn scan_clocks_and_drops(
                 })?;
                 clocks.push(s);
             }
-            Record::Summary(s) => summary_drops = Some(s.dropped),
+            Record::Summary(s) => {
+                summary_drops = Some(s.dropped);
+                self_cost = s.self_cost;
+            }
             Record::Drops(d) => drops_total = drops_total.max(d.total),
             _ => {}
         }
     }
-    Ok((clocks, summary_drops.unwrap_or(drops_total)))
+    Ok((clocks, summary_drops.unwrap_or(drops_total), self_cost))
 }
 
 /// The clock, summary and drops lines of an NDJSON recording, with their line numbers.

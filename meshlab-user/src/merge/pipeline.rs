@@ -189,6 +189,7 @@ impl State {
                 dropped_per_node: plan.dropped.clone(),
                 custom_points: 0,
                 unplaced_points: 0,
+                self_cost: plan.self_cost.clone(),
             },
             extra_errors: 0,
             timeline,

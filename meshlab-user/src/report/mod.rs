@@ -13,6 +13,8 @@ pub(crate) mod html;
 pub(crate) mod key;
 pub(crate) mod layout;
 pub(crate) mod order;
+pub mod own_cost;
+pub(crate) mod own_cost_text;
 pub(crate) mod perfetto;
 pub(crate) mod quantile;
 pub(crate) mod select;

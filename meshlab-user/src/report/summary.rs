@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::schema::{AttachEntry, Kind, Layer};
+use crate::schema::{AttachEntry, Kind, Layer, MergeSummary};
 
 use super::aggregate::{Aggregate, Completeness, GroupKey, node_label};
 use super::hops::HopRow;
 use super::key::SegmentKey;
+use super::own_cost::{OwnCost, StageMedian};
 use super::quantile::Stats;
 
 /// How quantiles are computed; printed in both outputs so figures can be re-derived.
@@ -33,6 +34,8 @@ pub struct RunReport {
     /// 0-based request numbers (file order) of the median and the p99 request.
     pub median_request: usize,
     pub p99_request: usize,
+    /// meshlab's own cost per node and its bound per stage (report/own_cost.rs).
+    pub own_cost: OwnCost,
 }
 
 #[derive(Debug, Serialize)]
@@ -80,7 +83,7 @@ impl RunReport {
     pub fn new(agg: &mut Aggregate) -> Self {
         let e2e = agg.e2e.finish().expect("at least one request");
         let share = |s: &Stats| s.sum_ns as f64 / e2e.sum_ns.max(1) as f64;
-        let segments = agg
+        let segments: Vec<SegmentRow> = agg
             .catalog
             .iter()
             .map(|key| {
@@ -118,6 +121,7 @@ impl RunReport {
         let (median_request, p99_request) = agg.representative_requests();
         let summary = agg.summary.as_ref();
         RunReport {
+            own_cost: own_cost(summary, e2e.n, &segments),
             file: agg.file.display().to_string(),
             quantile_method: QUANTILE_METHOD,
             completeness: agg.completeness.clone(),
@@ -136,6 +140,23 @@ impl RunReport {
             p99_request,
         }
     }
+}
+
+/// The own-cost section from the merge summary's per-node figures and the stage medians.
+fn own_cost(summary: Option<&MergeSummary>, requests: u64, segments: &[SegmentRow]) -> OwnCost {
+    let Some(summary) = summary else {
+        return OwnCost::default();
+    };
+    let medians: Vec<StageMedian> = segments
+        .iter()
+        .filter(|s| !s.derived)
+        .map(|s| StageMedian {
+            stage: &s.name,
+            node: &s.node,
+            p50_ns: s.stats.p50_ns,
+        })
+        .collect();
+    OwnCost::new(&summary.self_cost, requests, &medians)
 }
 
 fn segment_row(key: &SegmentKey, share: f64, stats: Stats) -> SegmentRow {

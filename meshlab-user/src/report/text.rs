@@ -52,6 +52,7 @@ pub fn write_run(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     write_groups(out, "by node / layer / unit", &r.by_unit)?;
     write_groups(out, "by kind", &r.by_kind)?;
     write_hops(out, &r.by_hop)?;
+    super::own_cost_text::write_own_cost(&r.own_cost, out)?;
     writeln!(out)?;
     writeln!(out, "quantiles: {}", r.quantile_method)
 }

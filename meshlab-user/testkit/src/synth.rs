@@ -428,5 +428,6 @@ fn summary(node: usize, end: u64, dropped: u64) -> Summary {
         received: 0,
         dropped,
         reason: StopReason::Duration,
+        self_cost: None,
     }
 }

@@ -5,6 +5,7 @@ pub mod charts;
 pub mod svg;
 pub mod waterfall;
 
+mod own_cost;
 mod page;
 
 use std::fmt::Write as _;
@@ -78,6 +79,7 @@ pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> St
     );
     page::segment_table(&mut body, report);
     page::hop_table(&mut body, report);
+    own_cost::section(&mut body, &report.own_cost);
     page::provenance(&mut body, report, agg);
     page::wrap(&report.file, &body)
 }

@@ -44,7 +44,7 @@ pub fn header(out: &mut String, r: &RunReport) {
     out.push_str(
         "</section><nav class=\"toc\"><a href=\"#by-kind\">by kind</a><a href=\"#waterfall-median\">median \
          request</a><a href=\"#waterfall-p99\">p99 request</a><a href=\"#cdf-e2e\">distributions</a>\
-         <a href=\"#segments\">segment table</a><a href=\"#provenance\">provenance</a></nav>",
+         <a href=\"#segments\">segment table</a><a href=\"#own-cost\">meshlab's own cost</a><a href=\"#provenance\">provenance</a></nav>",
     );
 }
 

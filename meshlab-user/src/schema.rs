@@ -684,6 +684,25 @@ pub struct Segment {
     pub error_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub derived: Option<Derivation>,
+    /// Kernel stages: where the stage ran (the event that ends it), for per-CPU and per-queue
+    /// aggregation (`report --nic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<Placement>,
+}
+
+/// The CPU a kernel stage ran on and, where known, its device, queue and NIC IRQ. RX stages
+/// take the queue of their CPU's receive IRQ, TX stages the skb's queue_mapping and the
+/// vector serving that queue (docs/schema.md).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    pub cpu: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

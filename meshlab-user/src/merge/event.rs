@@ -21,6 +21,19 @@ pub struct Stamp {
     /// Converted userland timestamps: which clock sample converted them (`u32::MAX` = none).
     pub sample: u32,
     pub origin: Origin,
+    /// Where a kernel event ran (nothing for probes); the segment a kernel point ends carries it.
+    pub place: Place,
+}
+
+/// Where a kernel event ran: its CPU and, where known, its device, queue and NIC IRQ. RX
+/// queues come from the IRQ of the CPU's receive context, TX IRQs from the TX queue, both
+/// through the node's device context ([`super::nic`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    pub cpu: Option<u32>,
+    pub ifindex: Option<u32>,
+    pub queue: Option<u32>,
+    pub irq: Option<u32>,
 }
 
 impl Stamp {

@@ -5,7 +5,7 @@ use crate::schema::{Hook, InputKind, KernelEvent, ProbeEvent, Record};
 
 use super::MergeError;
 use super::event::{
-    Endpoint, Established, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp, UnixEnds,
+    Endpoint, Established, Item, KEvent, Origin, PEvent, Place, Role, RxContext, Stamp, UnixEnds,
 };
 use super::input::{Plan, parse_err, shift};
 use super::time::{NodeId, NodeTime};
@@ -113,6 +113,7 @@ fn kernel_item(
             error_ns: 0,
             sample: u32::MAX,
             origin,
+            place: plan.nics[usize::from(node.0)].place(&k),
         },
         tid: k.tid,
         cookie: k.cookie,
@@ -196,6 +197,7 @@ fn probe_item(
             error_ns: converted.error_ns,
             sample: converted.sample,
             origin,
+            place: Place::default(),
         },
         tid: p.tid,
         conn: p.conn,

@@ -10,6 +10,7 @@ use crate::ndjson::{NdjsonError, RecordReader};
 use crate::schema::{Kind, Layer, MergeInfo, MergeSummary, MergedRequest, Record};
 
 use super::key::SegmentKey;
+use super::nic::NicAgg;
 use super::order::PathOrder;
 use super::quantile::Samples;
 
@@ -32,6 +33,8 @@ pub enum ReportError {
     SecondMergeInfo { file: PathBuf, line: u64 },
     #[error("{file}: no `request` records: nothing to report")]
     NoRequests { file: PathBuf },
+    #[error("{file}: no `startup` record: not a `meshlab record` recording")]
+    NotARecording { file: PathBuf },
 }
 
 /// Label of a group a segment's time is added to.
@@ -83,6 +86,8 @@ pub struct Aggregate {
     pub hops: Hops,
     /// Timeline lines (`probe` records from `merge --timeline`), skipped.
     pub timeline_points: u64,
+    /// Kernel stages by queue and CPU (`report --nic`).
+    pub nic: NicAgg,
 }
 
 impl Aggregate {
@@ -155,6 +160,7 @@ impl Aggregate {
         self.e2e.push(req.e2e_ns);
         self.e2e_by_index.push(req.e2e_ns);
         self.hops.add_request(req);
+        self.nic.add_request(req);
 
         // One sample per request and key: a segment repeated within a request is summed.
         let mut per_segment: Vec<(SegmentKey, u64)> = Vec::new();

@@ -23,7 +23,12 @@ pub struct Representatives<'a> {
     pub p99: &'a MergedRequest,
 }
 
-pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> String {
+pub fn render(
+    report: &RunReport,
+    agg: &Aggregate,
+    reps: &Representatives,
+    nic: Option<&super::nic::NicReport>,
+) -> String {
     let mut body = String::new();
     page::header(&mut body, report);
     page::kind_legend(&mut body);
@@ -78,6 +83,9 @@ pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> St
     );
     page::segment_table(&mut body, report);
     page::hop_table(&mut body, report);
+    if let Some(nic) = nic {
+        body.push_str(&super::nic_text::html_section(nic));
+    }
     page::provenance(&mut body, report, agg);
     page::wrap(&report.file, &body)
 }

@@ -5,7 +5,7 @@ use crate::schema::{Hook, InputKind, KernelEvent, ProbeEvent, Record};
 
 use super::MergeError;
 use super::event::{
-    Endpoint, Established, Item, KEvent, Origin, PEvent, Place, Role, RxContext, Stamp, UnixEnds,
+    Endpoint, Established, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp, UnixEnds,
 };
 use super::input::{Plan, parse_err, shift};
 use super::time::{NodeId, NodeTime};
@@ -192,13 +192,7 @@ fn probe_item(
         point: point.to_owned(),
         process: p.process,
         trace_id: p.trace_id,
-        stamp: Stamp {
-            time: converted.time,
-            error_ns: converted.error_ns,
-            sample: converted.sample,
-            origin,
-            place: Place::default(),
-        },
+        stamp: converted.stamp(origin),
         tid: p.tid,
         conn: p.conn,
         dir: p.dir,

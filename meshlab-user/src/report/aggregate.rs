@@ -33,8 +33,6 @@ pub enum ReportError {
     SecondMergeInfo { file: PathBuf, line: u64 },
     #[error("{file}: no `request` records: nothing to report")]
     NoRequests { file: PathBuf },
-    #[error("{file}: no `startup` record: not a `meshlab record` recording")]
-    NotARecording { file: PathBuf },
 }
 
 /// Label of a group a segment's time is added to.

@@ -56,7 +56,12 @@ pub struct ReportArgs {
     pub nic: bool,
     /// Recordings whose raw IRQ/NAPI stream --nic reads (default: the kernel recordings the
     /// merge read, as its merge_info names them).
-    #[arg(long, value_name = "FILE", requires = "nic", conflicts_with = "compare")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "nic",
+        conflicts_with = "compare"
+    )]
     pub recording: Vec<PathBuf>,
     /// Count the raw IRQ/NAPI stream only between these two times (ns, CLOCK_MONOTONIC of the
     /// recording's node), e.g. two /proc/interrupts snapshots.
@@ -88,7 +93,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     };
     // Files first: a reader closing stdout early must not cost the HTML or the trace.
     if args.html.is_some() || args.perfetto.is_some() {
-        write_files(&args, path, &agg, &report, nic.as_ref())?;
+        write_files(args, path, &agg, &report, nic.as_ref())?;
     }
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -301,7 +306,10 @@ fn nic_report(
     for path in recordings(agg, given) {
         // A recording the merge read but that is not here any more: said in the report.
         if given.is_empty() && !path.exists() {
-            log::warn!("{}: not found: no raw IRQ/NAPI stream for it", path.display());
+            log::warn!(
+                "{}: not found: no raw IRQ/NAPI stream for it",
+                path.display()
+            );
             continue;
         }
         let (node, stream) = nic_raw::read(&path, window)?;

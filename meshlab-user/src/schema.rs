@@ -826,6 +826,20 @@ mod tests {
     }
 
     #[test]
+    fn segment_place_round_trips_and_rejects_unknown_fields() {
+        let line = r#"{"name":"rx_napi_poll","node":"B","layer":"kernel","unit":"driver","kind":"compute","start_ns":1,"dur_ns":2,"place":{"cpu":1,"dev":"eth0","queue":0,"irq":25}}"#;
+        let seg: Segment = serde_json::from_str(line).unwrap();
+        let place = seg.place.clone().unwrap();
+        assert_eq!((place.cpu, place.queue, place.irq), (1, Some(0), Some(25)));
+        assert_eq!(serde_json::to_string(&seg).unwrap(), line);
+        let bad = line.replace(r#""irq":25"#, r#""irq":25,"napi":3"#);
+        let err = serde_json::from_str::<Segment>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `napi`"), "{err}");
+    }
+
+    #[test]
     fn unknown_hook_is_rejected() {
         let line = r#"{"type":"kernel","node":"A","hook":"no_such_hook","ts_ns":1,"cpu":0,"pid":0,"tid":0}"#;
         let err = serde_json::from_str::<Record>(line)

@@ -37,6 +37,13 @@ pub fn check(meshlab: &Path, dir: &Path, node: &str) -> Result<()> {
     ensure!(!nic_irqs.is_empty(), "{node}: no NIC IRQs in startup");
     let report = nic_report(meshlab, dir, span)?;
     let counts = ReportCounts::read(&report, &node.to_uppercase())?;
+    for irq in nic_irqs.keys() {
+        let requests = counts.requests.get(irq).copied().unwrap_or(0);
+        ensure!(
+            requests > 0,
+            "report --nic: no request has a stage on the queue of IRQ {irq}: RX stages lost their queue"
+        );
+    }
     for (irq, queue) in &nic_irqs {
         let kernel = irq_delta
             .get(&irq.to_string())
@@ -164,12 +171,40 @@ fn startup_nic_irqs(path: &Path) -> Result<BTreeMap<u64, String>> {
     Ok(irqs)
 }
 
+/// One queue row of the report, for the log: its requests and stage and raw-stream medians.
+fn print_queue(node: &str, q: &serde_json::Value) {
+    let p50 = |v: &serde_json::Value| {
+        v["p50_ns"]
+            .as_u64()
+            .map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1000.0))
+    };
+    let stages: Vec<String> = (q["stages"].as_array().into_iter().flatten())
+        .map(|s| format!("{} {} us", s["stage"].as_str().unwrap_or("?"), p50(s)))
+        .collect();
+    let raw = &q["raw"];
+    eprintln!(
+        "vm irq counts: report --nic {node} {} {} queue {} irq {}: {} requests; p50: {}; raw: hard irq {} us, irq->softirq {} us, packets/poll {}, budget exhausted {}",
+        q["dev"].as_str().unwrap_or("?"),
+        q["dir"].as_str().unwrap_or("?"),
+        q["queue"],
+        q["irq"],
+        q["requests"],
+        stages.join(", "),
+        p50(&raw["hard_irq_ns"]),
+        p50(&raw["irq_to_softirq_ns"]),
+        raw["packets_per_poll"]["p50"],
+        raw["budget_exhausted"],
+    );
+}
+
 /// What `report --nic` counted on one node inside the window.
 struct ReportCounts {
     /// irq -> cpu -> hard IRQs (the RX queue rows' raw `hard_irqs_per_cpu`).
     irq_entries: BTreeMap<u64, BTreeMap<u32, u64>>,
     /// cpu -> NET_RX softirq runs (the CPU rows' `net_rx_softirqs`).
     net_rx_entries: BTreeMap<u32, u64>,
+    /// irq -> requests with a stage on the queue that vector serves.
+    requests: BTreeMap<u64, u64>,
 }
 
 impl ReportCounts {
@@ -180,8 +215,14 @@ impl ReportCounts {
         let mut counts = ReportCounts {
             irq_entries: BTreeMap::new(),
             net_rx_entries: BTreeMap::new(),
+            requests: BTreeMap::new(),
         };
         for queue in n["queues"].as_array().into_iter().flatten() {
+            print_queue(node, queue);
+            if let (Some(irq), Some(requests)) = (queue["irq"].as_u64(), queue["requests"].as_u64())
+            {
+                *counts.requests.entry(irq).or_default() += requests;
+            }
             let raw = &queue["raw"];
             let (Some(irq), Some(per_cpu)) =
                 (raw["irq"].as_u64(), raw["hard_irqs_per_cpu"].as_object())
@@ -238,13 +279,15 @@ mod tests {
     fn the_report_counts_are_read_per_vector_and_cpu() {
         let report = serde_json::json!({"nodes": [{"node": "B",
             "queues": [
-                {"dir": "rx", "queue": 0, "raw": {"irq": 25, "hard_irqs_per_cpu": {"1": 2}}},
+                {"dir": "rx", "queue": 0, "irq": 25, "requests": 3,
+                 "raw": {"irq": 25, "hard_irqs_per_cpu": {"1": 2}}},
                 {"dir": "tx", "queue": 0}
             ],
             "cpus": [{"cpu": 0, "net_rx_softirqs": 1}, {"cpu": 1}]}]});
         let counts = ReportCounts::read(&report, "B").expect("read");
         assert_eq!(counts.irq_entries[&25], BTreeMap::from([(1, 2)]));
         assert_eq!(counts.net_rx_entries, BTreeMap::from([(0, 1), (1, 0)]));
+        assert_eq!(counts.requests, BTreeMap::from([(25, 3)]));
         assert!(ReportCounts::read(&report, "A").is_err(), "no node A");
     }
 

@@ -89,10 +89,11 @@ pub struct Aggregate {
 }
 
 impl Aggregate {
-    /// Reads `path` once.
-    pub fn from_file(path: &Path) -> Result<Self, ReportError> {
+    /// Reads `path` once; `nic`: also by queue and CPU (`report --nic`).
+    pub fn from_file(path: &Path, nic: bool) -> Result<Self, ReportError> {
         let mut agg = Aggregate {
             file: path.into(),
+            nic: NicAgg::new(nic),
             ..Default::default()
         };
         let mut reader = RecordReader::open(path)?;

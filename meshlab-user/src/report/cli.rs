@@ -85,7 +85,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         .as_deref()
         .expect("clap requires MERGED or --compare");
     let window = raw_window(args)?;
-    let mut agg = Aggregate::from_file(path)?;
+    let mut agg = Aggregate::from_file(path, args.nic)?;
     let report = RunReport::new(&mut agg);
     let nic = match args.nic {
         true => Some(nic_report(&mut agg, &args.recording, window)?),
@@ -246,7 +246,7 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
     let runs = args
         .compare
         .iter()
-        .map(|p| Aggregate::from_file(p))
+        .map(|p| Aggregate::from_file(p, args.nic))
         .collect::<Result<Vec<_>, _>>()?;
     let mut runs = runs;
     let nic = match args.nic {
@@ -316,6 +316,11 @@ fn nic_report(
         raw.insert(node, stream);
     }
     let file = agg.file.display().to_string();
+    if agg.nic.is_empty() {
+        log::warn!(
+            "{file}: no kernel segment says where it ran (`place`): merged by an older meshlab? run `meshlab merge` again"
+        );
+    }
     Ok(NicReport::new(file, &mut agg.nic, raw, window))
 }
 

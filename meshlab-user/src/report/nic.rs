@@ -96,12 +96,24 @@ fn path_rank(stage: &str) -> usize {
 /// pass, super::aggregate).
 #[derive(Debug, Default)]
 pub struct NicAgg {
+    /// Off unless `--nic` asked: its samples would double the memory of the main table's.
+    enabled: bool,
     queues: BTreeMap<QueueKey, RowAgg>,
     cpus: BTreeMap<(String, u32), RowAgg>,
 }
 
 impl NicAgg {
+    pub fn new(enabled: bool) -> NicAgg {
+        NicAgg {
+            enabled,
+            ..NicAgg::default()
+        }
+    }
+
     pub fn add_request(&mut self, req: &MergedRequest) {
+        if !self.enabled {
+            return;
+        }
         let mut queues: BTreeMap<QueueKey, (BTreeMap<String, u64>, Option<u32>)> = BTreeMap::new();
         let mut cpus: BTreeMap<(String, u32), BTreeMap<String, u64>> = BTreeMap::new();
         for seg in req.segments.iter().filter(|s| s.layer == Layer::Kernel) {
@@ -210,7 +222,7 @@ impl NicReport {
                 dev: key.dev.clone(),
                 dir: key.dir,
                 queue: key.queue,
-                irq: row.irq.or(raw_queue.as_ref().map(|r| r.irq)),
+                irq: row.irq.or(raw_queue.as_ref().and_then(|r| r.irq)),
                 requests: row.requests,
                 stages: row.stats(),
                 raw: raw_queue,
@@ -270,7 +282,7 @@ fn add_raw_only(nodes: &mut BTreeMap<String, NodeNicReport>, raw: &mut BTreeMap<
                 dev,
                 dir: QueueDir::Rx,
                 queue,
-                irq: (q.hard_irqs > 0).then_some(q.irq),
+                irq: q.irq,
                 requests: 0,
                 stages: Vec::new(),
                 raw: Some(q),
@@ -338,7 +350,7 @@ mod tests {
             ],
             notes: Vec::new(),
         };
-        let mut agg = NicAgg::default();
+        let mut agg = NicAgg::new(true);
         agg.add_request(&req);
         agg.add_request(&req);
         let mut report = NicReport::new("f".into(), &mut agg, BTreeMap::new(), None);

@@ -38,8 +38,10 @@ pub struct PollStats {
 /// One RX queue's raw-stream figures.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct QueueRaw {
-    /// The vector (the first seen, if the queue has several).
-    pub irq: u32,
+    /// The vector (the first seen, if the queue has several); none for the polls of a device
+    /// whose NET_RX run no NIC IRQ started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub irq: Option<u32>,
     pub hard_irqs: u64,
     /// CPU -> `irq_entry` events of the queue's vector.
     pub hard_irqs_per_cpu: BTreeMap<u32, u64>,
@@ -73,7 +75,7 @@ impl QueueAcc {
             mean: s.mean_ns,
         });
         QueueRaw {
-            irq: self.irq.unwrap_or(0),
+            irq: self.irq,
             hard_irqs: self.per_cpu.values().sum(),
             hard_irqs_per_cpu: self.per_cpu,
             hard_irq_ns: self.durations.finish(),
@@ -285,7 +287,7 @@ mod tests {
         ];
         events.iter().for_each(|e| c.event(e));
         let q0 = c.queues.remove(&("eth0".into(), Some(0))).unwrap().finish();
-        assert_eq!((q0.irq, q0.hard_irqs), (30, 1));
+        assert_eq!((q0.irq, q0.hard_irqs), (Some(30), 1));
         assert_eq!(q0.hard_irqs_per_cpu, BTreeMap::from([(1, 1)]));
         assert_eq!(q0.hard_irq_ns.unwrap().p50_ns, 400);
         assert_eq!(q0.irq_to_softirq_ns.unwrap().p50_ns, 1000);

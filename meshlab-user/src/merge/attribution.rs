@@ -219,12 +219,10 @@ impl Chain {
 /// The wire form of a kernel point's [`Place`]; `None` without a CPU (not a kernel event).
 fn placement(names: &Names, node: usize, p: &Place) -> Option<Placement> {
     Some(Placement {
-        cpu: p.cpu?,
-        dev: p
-            .ifindex
-            .and_then(|i| names.devices.get(node)?.get(&i).cloned()),
-        queue: p.queue,
-        irq: p.irq,
+        cpu: p.cpu()?,
+        dev: (p.ifindex()).and_then(|i| names.devices.get(node)?.get(&i).cloned()),
+        queue: p.queue(),
+        irq: p.irq(),
     })
 }
 

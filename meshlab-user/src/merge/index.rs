@@ -181,8 +181,7 @@ impl RxFound {
         let irq_entry = in_order(rx.irq_entry_ns);
         // The context's IRQ (and so the RX queue) is this skb's only when its entry time is.
         if irq_entry.is_none() {
-            node.place.irq = None;
-            node.place.queue = None;
+            node.place = node.place.without_irq();
             self.netif = Some(node);
         }
         let at = |ns: Option<u64>| {

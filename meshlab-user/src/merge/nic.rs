@@ -52,28 +52,22 @@ impl NodeNic {
 
     /// The place of one event: CPU always; queue and IRQ on the device stages.
     pub fn place(&self, k: &KernelEvent) -> Place {
-        let mut place = Place {
-            cpu: Some(k.cpu),
-            ifindex: (k.ifindex.filter(|&i| i != 0))
-                .or_else(|| self.ifindex.get(k.dev.as_deref()?).copied()),
-            queue: None,
-            irq: None,
-        };
-        match k.hook {
+        let ifindex = (k.ifindex.filter(|&i| i != 0))
+            .or_else(|| self.ifindex.get(k.dev.as_deref()?).copied());
+        let (queue, irq) = match k.hook {
             Hook::NetifReceiveSkb => {
-                place.irq = k.irq.filter(|_| k.irq_entry_ns.is_some());
-                place.queue = place.irq.and_then(|irq| self.rx_queue.get(&irq).copied());
+                let irq = k.irq.filter(|_| k.irq_entry_ns.is_some());
+                (irq.and_then(|irq| self.rx_queue.get(&irq).copied()), irq)
             }
             Hook::NetDevQueue | Hook::NetDevStartXmit | Hook::NetDevXmit | Hook::TxComplete => {
-                place.queue = k.queue;
-                place.irq = place
-                    .ifindex
+                let irq = ifindex
                     .zip(k.queue)
                     .and_then(|key| self.tx_irq.get(&key).copied());
+                (k.queue, irq)
             }
-            _ => {}
-        }
-        place
+            _ => (None, None),
+        };
+        Place::new(Some(k.cpu), ifindex, queue, irq)
     }
 }
 
@@ -118,22 +112,22 @@ mod tests {
         rx.irq = Some(30);
         rx.irq_entry_ns = Some(1);
         let p = nic.place(&rx);
-        assert_eq!((p.cpu, p.queue, p.irq), (Some(3), Some(1), Some(30)));
+        assert_eq!((p.cpu(), p.queue(), p.irq()), (Some(3), Some(1), Some(30)));
         // An event naming its device only (synthetic recordings) still gets its ifindex.
         rx.ifindex = None;
         rx.dev = Some("eth0".into());
-        assert_eq!(nic.place(&rx).ifindex, Some(2));
+        assert_eq!(nic.place(&rx).ifindex(), Some(2));
         // A context without an IRQ (veth, loopback): no queue either.
         rx.irq_entry_ns = None;
-        assert_eq!(nic.place(&rx).queue, None);
+        assert_eq!(nic.place(&rx).queue(), None);
         let mut tx = KernelEvent::new("B".into(), Hook::NetDevXmit, 1);
         tx.ifindex = Some(2);
         tx.queue = Some(1);
         let p = nic.place(&tx);
-        assert_eq!((p.queue, p.irq), (Some(1), Some(31)));
+        assert_eq!((p.queue(), p.irq()), (Some(1), Some(31)));
         tx.queue = Some(5);
-        assert_eq!(nic.place(&tx).irq, None, "no vector serves queue 5");
+        assert_eq!(nic.place(&tx).irq(), None, "no vector serves queue 5");
         let sched = KernelEvent::new("B".into(), Hook::SchedSwitch, 1);
-        assert_eq!(nic.place(&sched).queue, None);
+        assert_eq!(nic.place(&sched).queue(), None);
     }
 }

@@ -11,35 +11,19 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::merge::segments::SEGMENTS;
-use crate::schema::{Layer, MergedRequest, Segment};
+use crate::schema::{Direction, Layer, MergedRequest, Segment};
 
 use super::nic_raw::{NodeRaw, QueueRaw};
 use super::quantile::{Samples, Stats};
 
-/// Which way a queue carries packets; from the stage's name (`rx_*`, `tx_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum QueueDir {
-    Rx,
-    Tx,
-}
-
-impl QueueDir {
-    fn of(stage: &str) -> Option<QueueDir> {
-        if stage.starts_with("rx_") {
-            Some(QueueDir::Rx)
-        } else if stage.starts_with("tx_") {
-            Some(QueueDir::Tx)
-        } else {
-            None
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueDir::Rx => "rx",
-            QueueDir::Tx => "tx",
-        }
+/// Which way a queue carries packets, from the stage's name (`rx_*`, `tx_*`).
+fn dir_of(stage: &str) -> Option<Direction> {
+    if stage.starts_with("rx_") {
+        Some(Direction::Rx)
+    } else if stage.starts_with("tx_") {
+        Some(Direction::Tx)
+    } else {
+        None
     }
 }
 
@@ -48,7 +32,7 @@ impl QueueDir {
 pub struct QueueKey {
     pub node: String,
     pub dev: String,
-    pub dir: QueueDir,
+    pub dir: Direction,
     pub queue: Option<u32>,
 }
 
@@ -148,7 +132,7 @@ fn queue_key(node: &str, seg: &Segment) -> Option<QueueKey> {
     Some(QueueKey {
         node: node.to_owned(),
         dev: place.dev.clone()?,
-        dir: QueueDir::of(&seg.name)?,
+        dir: dir_of(&seg.name)?,
         queue: place.queue,
     })
 }
@@ -181,7 +165,7 @@ pub struct NodeNicReport {
 #[derive(Debug, Serialize)]
 pub struct QueueReport {
     pub dev: String,
-    pub dir: QueueDir,
+    pub dir: Direction,
     pub queue: Option<u32>,
     pub irq: Option<u32>,
     /// Requests with a stage on this queue.
@@ -215,7 +199,7 @@ impl NicReport {
     ) -> NicReport {
         let mut nodes: BTreeMap<String, NodeNicReport> = BTreeMap::new();
         for (key, row) in agg.queues.iter_mut() {
-            let raw_queue = (key.dir == QueueDir::Rx)
+            let raw_queue = (key.dir == Direction::Rx)
                 .then(|| raw.get_mut(&key.node)?.take_queue(&key.dev, key.queue))
                 .flatten();
             let queue = QueueReport {
@@ -280,7 +264,7 @@ fn add_raw_only(nodes: &mut BTreeMap<String, NodeNicReport>, raw: &mut BTreeMap<
         for (dev, queue, q) in rest {
             entry.queues.push(QueueReport {
                 dev,
-                dir: QueueDir::Rx,
+                dir: Direction::Rx,
                 queue,
                 irq: q.irq,
                 requests: 0,
@@ -363,9 +347,9 @@ mod tests {
             .collect();
         assert_eq!(
             dirs,
-            [(QueueDir::Rx, Some(2), 2), (QueueDir::Tx, Some(2), 2)]
+            [(Direction::Tx, Some(2), 2), (Direction::Rx, Some(2), 2)]
         );
-        let tx = &node.queues[1].stages[0];
+        let tx = &node.queues[0].stages[0];
         assert_eq!(
             (tx.stage.as_str(), tx.stats.n, tx.stats.p50_ns),
             ("tx_driver", 2, 50)

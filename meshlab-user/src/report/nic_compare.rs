@@ -14,8 +14,9 @@ use serde::Serialize;
 
 use crate::schema::{DeviceContext, Startup};
 
-use super::nic::{NicReport, QueueDir};
+use super::nic::NicReport;
 use super::table::{Align, Table, us, us_signed};
+use crate::schema::Direction;
 
 #[derive(Debug, Serialize)]
 pub struct NicCompare {
@@ -40,7 +41,7 @@ pub struct ContextDiff {
 
 #[derive(Debug, Serialize)]
 pub struct CompareRow {
-    pub dir: QueueDir,
+    pub dir: Direction,
     pub queue: Option<u32>,
     /// A stage name, or a raw-stream figure (`raw: hard_irq`, `raw: irq_to_softirq`).
     pub stage: String,
@@ -60,7 +61,7 @@ pub struct CompareCell {
     pub step_pct: Option<f64>,
 }
 
-type RowKey = (String, QueueDir, Option<u32>, String);
+type RowKey = (String, Direction, Option<u32>, String);
 
 /// Every (node, dir, queue, stage) cell of one run's report, raw figures included.
 fn cells(report: &NicReport) -> BTreeMap<RowKey, CompareCell> {

@@ -5,7 +5,7 @@
 //! the event names a byte range or a stream pointer.
 
 /// Direction of data relative to the node the event was recorded on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(
     feature = "user",
     derive(serde::Serialize, serde::Deserialize),
@@ -14,6 +14,16 @@
 pub enum Direction {
     Tx,
     Rx,
+}
+
+impl Direction {
+    /// The wire (serde) name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Tx => "tx",
+            Direction::Rx => "rx",
+        }
+    }
 }
 
 /// How a stream event's `offset` relates to the bytes it is about.

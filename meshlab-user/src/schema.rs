@@ -734,6 +734,25 @@ pub struct Segment {
     pub error_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub derived: Option<Derivation>,
+    /// Kernel stages: where the stage ran (the event that ends it), for per-CPU and per-queue
+    /// aggregation (`report --nic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<Placement>,
+}
+
+/// The CPU a kernel stage ran on and, where known, its device, queue and NIC IRQ. RX stages
+/// take the queue of their CPU's receive IRQ, TX stages the skb's queue_mapping and the
+/// vector serving that queue (docs/schema.md).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    pub cpu: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irq: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -876,6 +895,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field `extra`"), "{err}");
+    }
+
+    #[test]
+    fn segment_place_round_trips_and_rejects_unknown_fields() {
+        let line = r#"{"name":"rx_napi_poll","node":"B","layer":"kernel","unit":"driver","kind":"compute","start_ns":1,"dur_ns":2,"place":{"cpu":1,"dev":"eth0","queue":0,"irq":25}}"#;
+        let seg: Segment = serde_json::from_str(line).unwrap();
+        let place = seg.place.clone().unwrap();
+        assert_eq!((place.cpu, place.queue, place.irq), (1, Some(0), Some(25)));
+        assert_eq!(serde_json::to_string(&seg).unwrap(), line);
+        let bad = line.replace(r#""irq":25"#, r#""irq":25,"napi":3"#);
+        let err = serde_json::from_str::<Segment>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `napi`"), "{err}");
     }
 
     #[test]

@@ -1,24 +1,24 @@
 //! Per-queue and per-CPU counts of the two-guest run checked against the kernel's own
-//! counters: every NIC RX vector's `irq_entry` events in guest B's `--raw-irq` recording,
-//! per CPU, against the /proc/interrupts delta of that vector, and NET_RX `softirq_entry`
-//! events per CPU against the /proc/softirqs delta, over the same span (the two snapshots B
-//! takes around the traffic, with their CLOCK_MONOTONIC times in `b.snapshots`).
+//! counters, as `meshlab report --nic` prints them: the two guests' recordings are merged, and
+//! the report (JSON, its raw stream restricted with `--raw-window` to the span between the two
+//! snapshots B takes around the traffic, their CLOCK_MONOTONIC times in `b.snapshots`) must
+//! give, for every NIC RX vector of B's startup record, per CPU, the /proc/interrupts delta of
+//! that vector, and per CPU the NET_RX delta of /proc/softirqs.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::read_ndjson;
+use crate::{read_ndjson, workspace_root};
 
 /// Largest relative difference between a recorded count and the kernel's counter.
 const TOLERANCE: f64 = 0.01;
-/// NET_RX in /proc/softirqs and in `softirq_entry`'s `value` (the kernel's softirq number).
-const NET_RX: i64 = 3;
 
-/// Reads `NODE.interrupts.0/.1`, `NODE.softirqs.0/.1`, `NODE.snapshots` and `NODE.ndjson` in
-/// `dir` and compares.
-pub fn check(dir: &Path, node: &str) -> Result<()> {
+/// Reads `NODE.interrupts.0/.1`, `NODE.softirqs.0/.1` and `NODE.snapshots` in `dir`, merges
+/// `a.capture` and `b.capture` there, and compares with what `report --nic` counted.
+pub fn check(meshlab: &Path, dir: &Path, node: &str) -> Result<()> {
     let read = |name: String| -> Result<String> {
         let path = dir.join(name);
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
@@ -33,22 +33,56 @@ pub fn check(dir: &Path, node: &str) -> Result<()> {
         &rows(format!("{node}.softirqs.0"))?,
         &rows(format!("{node}.softirqs.1"))?,
     );
-    let recording = Recording::read(&dir.join(format!("{node}.ndjson")), span)?;
-    ensure!(
-        !recording.nic_irqs.is_empty(),
-        "{node}: no NIC IRQs in startup"
-    );
-    for (irq, queue) in &recording.nic_irqs {
+    let nic_irqs = startup_nic_irqs(&dir.join(format!("{node}.ndjson")))?;
+    ensure!(!nic_irqs.is_empty(), "{node}: no NIC IRQs in startup");
+    let report = nic_report(meshlab, dir, span)?;
+    let counts = ReportCounts::read(&report, &node.to_uppercase())?;
+    for irq in nic_irqs.keys() {
+        let requests = counts.requests.get(irq).copied().unwrap_or(0);
+        ensure!(
+            requests > 0,
+            "report --nic: no request has a stage on the queue of IRQ {irq}: RX stages lost their queue"
+        );
+    }
+    for (irq, queue) in &nic_irqs {
         let kernel = irq_delta
             .get(&irq.to_string())
             .with_context(|| format!("IRQ {irq} not in /proc/interrupts"))?;
-        let recorded = recording.irq_entries.get(irq).cloned().unwrap_or_default();
+        let recorded = counts.irq_entries.get(irq).cloned().unwrap_or_default();
         compare(&format!("IRQ {irq} (queue {queue})"), &recorded, kernel)?;
     }
     let kernel = soft_delta
         .get("NET_RX")
         .context("no NET_RX in /proc/softirqs")?;
-    compare("NET_RX softirq", &recording.net_rx_entries, kernel)
+    compare("NET_RX softirq", &counts.net_rx_entries, kernel)
+}
+
+/// `meshlab merge a.capture b.capture` and `meshlab report --nic --json --raw-window` of it
+/// (the runbook's commands, docs/runbook-nic.md step 6).
+fn nic_report(meshlab: &Path, dir: &Path, (start, end): (u64, u64)) -> Result<serde_json::Value> {
+    let merged = dir.join("nic.merged.ndjson");
+    crate::run_cmd(
+        Command::new(meshlab)
+            .arg("merge")
+            .args([dir.join("a.capture"), dir.join("b.capture")])
+            .arg("-o")
+            .arg(&merged),
+    )?;
+    let out = Command::new(meshlab)
+        .arg("report")
+        .arg(&merged)
+        .args(["--nic", "--json", "--raw-window", &format!("{start},{end}")])
+        .current_dir(workspace_root())
+        .output()
+        .context("running meshlab report --nic")?;
+    ensure!(
+        out.status.success(),
+        "meshlab report --nic failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = dir.join("nic.report.json");
+    std::fs::write(&path, &out.stdout)?;
+    serde_json::from_slice(&out.stdout).with_context(|| format!("{}: not JSON", path.display()))
 }
 
 /// Per CPU: recorded vs the kernel's delta, within TOLERANCE of the delta (and enough of them
@@ -124,50 +158,89 @@ fn delta(
         .collect()
 }
 
-/// What the recording counted inside the span.
-struct Recording {
-    /// RX-capable NIC vectors of the startup record: irq -> queue.
-    nic_irqs: BTreeMap<u64, String>,
-    /// irq -> cpu -> `irq_entry` events.
-    irq_entries: BTreeMap<u64, BTreeMap<u32, u64>>,
-    /// cpu -> NET_RX `softirq_entry` events.
-    net_rx_entries: BTreeMap<u32, u64>,
+/// The RX-capable NIC vectors of a recording's startup record: irq -> queue.
+fn startup_nic_irqs(path: &Path) -> Result<BTreeMap<u64, String>> {
+    let records = read_ndjson(path)?;
+    let startup = records.first().filter(|r| r["type"] == "startup");
+    let startup = startup.with_context(|| format!("{}: no startup record", path.display()))?;
+    let mut irqs = BTreeMap::new();
+    for vector in startup["nic_irqs"].as_array().into_iter().flatten() {
+        let irq = vector["irq"].as_u64().context("nic_irqs[].irq")?;
+        irqs.insert(irq, vector["queue"].to_string());
+    }
+    Ok(irqs)
 }
 
-impl Recording {
-    fn read(path: &Path, (start, end): (u64, u64)) -> Result<Self> {
-        let mut recording = Recording {
-            nic_irqs: BTreeMap::new(),
+/// One queue row of the report, for the log: its requests and stage and raw-stream medians.
+fn print_queue(node: &str, q: &serde_json::Value) {
+    let p50 = |v: &serde_json::Value| {
+        v["p50_ns"]
+            .as_u64()
+            .map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1000.0))
+    };
+    let stages: Vec<String> = (q["stages"].as_array().into_iter().flatten())
+        .map(|s| format!("{} {} us", s["stage"].as_str().unwrap_or("?"), p50(s)))
+        .collect();
+    let raw = &q["raw"];
+    eprintln!(
+        "vm irq counts: report --nic {node} {} {} queue {} irq {}: {} requests; p50: {}; raw: hard irq {} us, irq->softirq {} us, packets/poll {}, budget exhausted {}",
+        q["dev"].as_str().unwrap_or("?"),
+        q["dir"].as_str().unwrap_or("?"),
+        q["queue"],
+        q["irq"],
+        q["requests"],
+        stages.join(", "),
+        p50(&raw["hard_irq_ns"]),
+        p50(&raw["irq_to_softirq_ns"]),
+        raw["packets_per_poll"]["p50"],
+        raw["budget_exhausted"],
+    );
+}
+
+/// What `report --nic` counted on one node inside the window.
+struct ReportCounts {
+    /// irq -> cpu -> hard IRQs (the RX queue rows' raw `hard_irqs_per_cpu`).
+    irq_entries: BTreeMap<u64, BTreeMap<u32, u64>>,
+    /// cpu -> NET_RX softirq runs (the CPU rows' `net_rx_softirqs`).
+    net_rx_entries: BTreeMap<u32, u64>,
+    /// irq -> requests with a stage on the queue that vector serves.
+    requests: BTreeMap<u64, u64>,
+}
+
+impl ReportCounts {
+    fn read(report: &serde_json::Value, node: &str) -> Result<Self> {
+        let nodes = report["nodes"].as_array().context("report: nodes")?;
+        let n = (nodes.iter().find(|n| n["node"] == node))
+            .with_context(|| format!("report: no node {node}"))?;
+        let mut counts = ReportCounts {
             irq_entries: BTreeMap::new(),
             net_rx_entries: BTreeMap::new(),
+            requests: BTreeMap::new(),
         };
-        for record in read_ndjson(path)? {
-            if record["type"] == "startup" {
-                for vector in record["nic_irqs"].as_array().into_iter().flatten() {
-                    let irq = vector["irq"].as_u64().context("nic_irqs[].irq")?;
-                    recording.nic_irqs.insert(irq, vector["queue"].to_string());
-                }
+        for queue in n["queues"].as_array().into_iter().flatten() {
+            print_queue(node, queue);
+            if let (Some(irq), Some(requests)) = (queue["irq"].as_u64(), queue["requests"].as_u64())
+            {
+                *counts.requests.entry(irq).or_default() += requests;
             }
-            let inside = record["ts_ns"]
-                .as_u64()
-                .is_some_and(|t| t >= start && t <= end);
-            if record["type"] != "kernel" || !inside {
+            let raw = &queue["raw"];
+            let (Some(irq), Some(per_cpu)) =
+                (raw["irq"].as_u64(), raw["hard_irqs_per_cpu"].as_object())
+            else {
                 continue;
-            }
-            let cpu = record["cpu"].as_u64().context("kernel event without cpu")? as u32;
-            if record["hook"] == "irq_entry" {
-                let irq = record["irq"].as_u64().context("irq_entry without irq")?;
-                *recording
-                    .irq_entries
-                    .entry(irq)
-                    .or_default()
-                    .entry(cpu)
-                    .or_default() += 1;
-            } else if record["hook"] == "softirq_entry" && record["value"] == NET_RX {
-                *recording.net_rx_entries.entry(cpu).or_default() += 1;
+            };
+            let entry = counts.irq_entries.entry(irq).or_default();
+            for (cpu, count) in per_cpu {
+                let cpu: u32 = cpu.parse().context("report: hard_irqs_per_cpu key")?;
+                *entry.entry(cpu).or_default() += count.as_u64().context("report: count")?;
             }
         }
-        Ok(recording)
+        for cpu in n["cpus"].as_array().into_iter().flatten() {
+            let id = cpu["cpu"].as_u64().context("report: cpus[].cpu")? as u32;
+            let runs = cpu["net_rx_softirqs"].as_u64().unwrap_or(0);
+            counts.net_rx_entries.insert(id, runs);
+        }
+        Ok(counts)
     }
 }
 
@@ -203,30 +276,19 @@ mod tests {
     }
 
     #[test]
-    fn the_recording_counts_nic_irqs_and_net_rx_inside_the_span() {
-        let dir = std::env::temp_dir().join(format!("vm-irq-counts-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("b.ndjson");
-        let lines = [
-            r#"{"type":"startup","nic_irqs":[{"irq":25,"queue":0}]}"#,
-            r#"{"type":"kernel","hook":"irq_entry","irq":25,"cpu":1,"ts_ns":10}"#,
-            r#"{"type":"kernel","hook":"irq_entry","irq":25,"cpu":1,"ts_ns":11}"#,
-            r#"{"type":"kernel","hook":"softirq_entry","value":3,"cpu":0,"ts_ns":12}"#,
-            r#"{"type":"kernel","hook":"softirq_entry","value":1,"cpu":0,"ts_ns":12}"#,
-            r#"{"type":"kernel","hook":"irq_entry","irq":25,"cpu":1,"ts_ns":99}"#,
-        ];
-        std::fs::write(&path, lines.join("\n")).expect("write");
-        let recording = Recording::read(&path, (10, 20)).expect("read");
-        std::fs::write(&path, "{}\nnot json\n").expect("write");
-        let error = Recording::read(&path, (10, 20)).err().expect("bad line");
-        let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(recording.nic_irqs[&25], "0");
-        assert_eq!(recording.irq_entries[&25], BTreeMap::from([(1, 2)]));
-        assert_eq!(recording.net_rx_entries, BTreeMap::from([(0, 1)]));
-        assert!(
-            format!("{error:#}").contains("b.ndjson:2: not JSON"),
-            "{error:#}"
-        );
+    fn the_report_counts_are_read_per_vector_and_cpu() {
+        let report = serde_json::json!({"nodes": [{"node": "B",
+            "queues": [
+                {"dir": "rx", "queue": 0, "irq": 25, "requests": 3,
+                 "raw": {"irq": 25, "hard_irqs_per_cpu": {"1": 2}}},
+                {"dir": "tx", "queue": 0}
+            ],
+            "cpus": [{"cpu": 0, "net_rx_softirqs": 1}, {"cpu": 1}]}]});
+        let counts = ReportCounts::read(&report, "B").expect("read");
+        assert_eq!(counts.irq_entries[&25], BTreeMap::from([(1, 2)]));
+        assert_eq!(counts.net_rx_entries, BTreeMap::from([(0, 1), (1, 0)]));
+        assert_eq!(counts.requests, BTreeMap::from([(25, 3)]));
+        assert!(ReportCounts::read(&report, "A").is_err(), "no node A");
     }
 
     #[test]

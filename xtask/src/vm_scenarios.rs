@@ -73,7 +73,7 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
             .args(["--a", &scripts.a, "--b", &scripts.b]),
     )?;
     let mut result = check_nic_irq_recording(&dir.join("b.ndjson"))
-        .and_then(|()| vm_irq_counts::check(&dir, "b"));
+        .and_then(|()| vm_irq_counts::check(&meshlab, &dir, "b"));
     // 6.1 has no sk_data_ready tier: its merged requests are never complete, and one kernel
     // is enough to check the merge across machines.
     if kernel == TWO_MACHINE_KERNEL {

@@ -12,10 +12,12 @@
 //! a negative segment: it is dropped with an error naming both events, the neighbouring stages
 //! merge into one segment, and the request is incomplete.
 
-use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Segment};
+use std::collections::HashMap;
+
+use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment};
 
 use super::chain::Point;
-use super::event::Stamp;
+use super::event::{Place, Stamp};
 use super::half::{Half, LinkKey};
 use super::segments::{self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, Unit};
 use super::time::{Instant, NodeClock, Span, difference, with_clock};
@@ -24,6 +26,8 @@ use super::time::{Instant, NodeClock, Span, difference, with_clock};
 pub struct Names<'a> {
     pub nodes: &'a [String],
     pub files: &'a [String],
+    /// Per node: ifindex -> device name (its startup's `devices` and `nic_irqs`).
+    pub devices: &'a [HashMap<u32, String>],
 }
 
 impl Names<'_> {
@@ -58,6 +62,7 @@ struct Kept {
 
 struct Chain {
     node: String,
+    node_id: usize,
     /// The half's probed process, then the proxies its points may belong to ([`Point::owner`]).
     processes: Vec<String>,
     full: Vec<PointId>,
@@ -129,6 +134,7 @@ impl Chain {
         processes.extend(half.relays.iter().cloned());
         Chain {
             node,
+            node_id: usize::from(half.node.0),
             processes,
             full: points.iter().map(|p| p.id).collect(),
             owners: points.iter().map(|p| p.owner).collect(),
@@ -137,11 +143,15 @@ impl Chain {
     }
 
     /// Segments between consecutive kept points in `kept[range]`.
-    fn segments<'n>(&self, clock: &NodeClock<'n>, kept: &[Kept]) -> Vec<Segment> {
+    fn segments<'n>(&self, names: &Names, clock: &NodeClock<'n>, kept: &[Kept]) -> Vec<Segment> {
         kept.windows(2)
             .map(|w| {
                 let span = span(clock, &w[0], &w[1]);
                 let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
+                // A kernel stage ran where the event that ends it was recorded.
+                let place = (layer == Layer::Kernel && !w[1].id.is_probe())
+                    .then(|| placement(names, self.node_id, &w[1].stamp.place))
+                    .flatten();
                 Segment {
                     name,
                     node: Some(self.node.clone()),
@@ -152,6 +162,7 @@ impl Chain {
                     dur_ns: span.dur_ns(),
                     error_ns: error_bound(&[w[0].stamp, w[1].stamp]),
                     derived: None,
+                    place,
                 }
             })
             .collect()
@@ -203,6 +214,16 @@ impl Chain {
             ),
         }
     }
+}
+
+/// The wire form of a kernel point's [`Place`]; `None` without a CPU (not a kernel event).
+fn placement(names: &Names, node: usize, p: &Place) -> Option<Placement> {
+    Some(Placement {
+        cpu: p.cpu()?,
+        dev: (p.ifindex()).and_then(|i| names.devices.get(node)?.get(&i).cloned()),
+        queue: p.queue(),
+        irq: p.irq(),
+    })
 }
 
 fn out_of_order(
@@ -399,10 +420,10 @@ fn client_segments(
     let chain = &cside.chain;
     let e2e = span(cc, &cside.first, &cside.last).dur_ns();
     let (pre, post) = (cside.pre(), cside.post());
-    let mut segs = chain.segments(cc, pre);
+    let mut segs = chain.segments(names, cc, pre);
     let (Some(outer_a), Some(outer_b)) = (pre.last(), post.first()) else {
         // Only reachable when every point of one side was dropped: no wait to split.
-        segs.extend(chain.segments(cc, &chain.kept[cside.cut.saturating_sub(1)..]));
+        segs.extend(chain.segments(names, cc, &chain.kept[cside.cut.saturating_sub(1)..]));
         return (segs, e2e);
     };
     let outer = Outer {
@@ -416,7 +437,7 @@ fn client_segments(
         })
     });
     segs.extend(split.unwrap_or_else(|| vec![peer_wait(&outer)]));
-    segs.extend(chain.segments(cc, post));
+    segs.extend(chain.segments(names, cc, post));
     (segs, e2e)
 }
 
@@ -468,8 +489,9 @@ fn split_wait(
                     inner_node: s.node.clone(),
                     inner: vec![ia.id.name().into(), ib.id.name().into()],
                 }),
+                place: None,
             }];
-            v.extend(s.segments(sc, kept));
+            v.extend(s.segments(names, sc, kept));
             Some(v)
         }
         Err(e) => {
@@ -508,6 +530,7 @@ fn peer_wait(outer: &Outer) -> Segment {
         dur_ns: outer.span.dur_ns(),
         error_ns: error_bound(&[a.stamp, b.stamp]),
         derived: None,
+        place: None,
     }
 }
 

@@ -9,6 +9,7 @@
 
 use crate::schema::{ClockId, ClockSample};
 
+use super::event::{Origin, Place, Stamp};
 use super::time::{NodeId, NodeTime};
 
 /// A userland timestamp converted to node monotonic time, with its error bound.
@@ -18,6 +19,19 @@ pub struct Converted {
     pub error_ns: u64,
     /// Index of the clock sample used (`u32::MAX` for monotonic input, which needs none).
     pub sample: u32,
+}
+
+impl Converted {
+    /// The stamp of a probe point at this time (probes have no kernel [`Place`]).
+    pub fn stamp(self, origin: Origin) -> Stamp {
+        Stamp {
+            time: self.time,
+            error_ns: self.error_ns,
+            sample: self.sample,
+            origin,
+            place: Place::default(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

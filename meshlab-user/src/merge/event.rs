@@ -21,7 +21,80 @@ pub struct Stamp {
     /// Converted userland timestamps: which clock sample converted them (`u32::MAX` = none).
     pub sample: u32,
     pub origin: Origin,
+    /// Where a kernel event ran (nothing for probes); the segment a kernel point ends carries it.
+    pub place: Place,
 }
+
+/// Where a kernel event ran: its CPU and, where known, its device, queue and NIC IRQ. RX
+/// queues come from the IRQ of the CPU's receive context, TX IRQs from the TX queue, both
+/// through the node's device context ([`super::nic`]). Every [`Stamp`] carries one, so it is
+/// kept at 16 bytes: `u32::MAX` stands for "not known" (no CPU, ifindex, IRQ or queue has it;
+/// the kernel event already uses it for an unknown queue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Place {
+    cpu: u32,
+    ifindex: u32,
+    queue: u32,
+    irq: u32,
+}
+
+const UNKNOWN: u32 = u32::MAX;
+
+impl Default for Place {
+    fn default() -> Self {
+        Place::new(None, None, None, None)
+    }
+}
+
+impl Place {
+    pub fn new(
+        cpu: Option<u32>,
+        ifindex: Option<u32>,
+        queue: Option<u32>,
+        irq: Option<u32>,
+    ) -> Place {
+        let v = |o: Option<u32>| o.unwrap_or(UNKNOWN);
+        Place {
+            cpu: v(cpu),
+            ifindex: v(ifindex),
+            queue: v(queue),
+            irq: v(irq),
+        }
+    }
+
+    fn get(v: u32) -> Option<u32> {
+        (v != UNKNOWN).then_some(v)
+    }
+
+    pub fn cpu(&self) -> Option<u32> {
+        Place::get(self.cpu)
+    }
+
+    pub fn ifindex(&self) -> Option<u32> {
+        Place::get(self.ifindex)
+    }
+
+    pub fn queue(&self) -> Option<u32> {
+        Place::get(self.queue)
+    }
+
+    pub fn irq(&self) -> Option<u32> {
+        Place::get(self.irq)
+    }
+
+    /// The same place without its IRQ and the queue derived from it.
+    pub fn without_irq(self) -> Place {
+        Place {
+            queue: UNKNOWN,
+            irq: UNKNOWN,
+            ..self
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Place>() == 16);
+// Stamps fill the merge's index for a whole window: 48 bytes before Place, 64 with it.
+const _: () = assert!(std::mem::size_of::<Stamp>() == 64);
 
 impl Stamp {
     pub fn ns(&self) -> u64 {

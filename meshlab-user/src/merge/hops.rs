@@ -266,6 +266,7 @@ mod tests {
             error_ns: 0,
             sample: u32::MAX,
             origin: Origin { file: 0, line: 0 },
+            place: Default::default(),
         };
         Io {
             sock,

@@ -157,14 +157,8 @@ impl RxFound {
     /// returns whether some were not (stale context).
     fn set_context(&mut self, rx: RxContext) -> bool {
         self.irq_expected = rx.irq_expected;
-        let Some(node) = self.netif else {
+        let Some(mut node) = self.netif else {
             return false;
-        };
-        let at = |ns: Option<u64>| {
-            ns.map(|ns| Stamp {
-                time: NodeTime::new(node.time.node(), ns),
-                ..node
-            })
         };
         // The context is per CPU, not per skb: keep only times in path order before the skb
         // (walking back from it), so a later IRQ on that CPU is never taken for this skb's.
@@ -185,6 +179,17 @@ impl RxFound {
         // (netif_rx), not by this skb's arrival: that raise is not a receive stage.
         let softirq_raise = in_order(rx.softirq_raise_ns.filter(|_| rx.irq_expected));
         let irq_entry = in_order(rx.irq_entry_ns);
+        // The context's IRQ (and so the RX queue) is this skb's only when its entry time is.
+        if irq_entry.is_none() {
+            node.place = node.place.without_irq();
+            self.netif = Some(node);
+        }
+        let at = |ns: Option<u64>| {
+            ns.map(|ns| Stamp {
+                time: NodeTime::new(node.time.node(), ns),
+                ..node
+            })
+        };
         self.softirq_entry = at(softirq_entry);
         self.softirq_raise = at(softirq_raise);
         self.irq_entry = at(irq_entry);

@@ -13,6 +13,7 @@ use crate::schema::{ClockId, ClockSample, InputKind, Record, SelfCost, Startup};
 
 use super::MergeError;
 use super::clock::ClockTable;
+use super::nic::NodeNic;
 use super::time::NodeId;
 
 #[derive(Debug)]
@@ -35,6 +36,8 @@ pub struct Plan {
     /// Per node (by `NodeId`).
     pub clocks: Vec<ClockTable>,
     pub nic_irq_devs: Vec<Vec<String>>,
+    /// Per node: queue <-> IRQ maps of its device context.
+    pub nics: Vec<NodeNic>,
     pub skew_ns: Vec<i64>,
     pub dropped: BTreeMap<String, u64>,
     /// Per node name: meshlab's own cost, from its recording's summary.
@@ -104,6 +107,7 @@ pub fn plan(
         .collect();
     plan.set_probe_clocks(&probe_clocks)?;
     plan.nic_irq_devs = vec![Vec::new(); plan.nodes.len()];
+    plan.nics = vec![NodeNic::default(); plan.nodes.len()];
     for i in 0..plan.files.len() {
         if plan.files[i].kind == InputKind::Kernel {
             scan_kernel_file(&mut plan, i)?;
@@ -308,6 +312,7 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
         .expect("registered");
     plan.nic_irq_devs[usize::from(node.0)] =
         startup.nic_irqs.iter().map(|i| i.dev.clone()).collect();
+    plan.nics[usize::from(node.0)] = NodeNic::new(startup);
     let mut first = startup.clock.clone();
     shift_sample(&mut first, skew).map_err(|m| {
         parse_err(

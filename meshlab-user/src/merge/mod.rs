@@ -26,6 +26,7 @@ pub(crate) mod input;
 pub(crate) mod join;
 pub(crate) mod legs;
 pub(crate) mod message;
+pub(crate) mod nic;
 pub mod pipeline;
 pub(crate) mod reduce;
 pub mod segments;

@@ -81,9 +81,11 @@ pub(crate) fn run(
     let n = plan.nodes.len();
     let (mut streams, mut joiners) = open_nodes(plan, opts)?;
     let files: Vec<String> = plan.files.iter().map(|f| f.display.clone()).collect();
+    let devices: Vec<_> = plan.nodes.iter().map(|n| device_names(plan, n)).collect();
     let names = Names {
         nodes: &plan.nodes,
         files: &files,
+        devices: &devices,
     };
     let mut st = State::new(n, plan, opts.timeline);
     let mut exhausted = vec![false; n];
@@ -117,6 +119,16 @@ pub(crate) fn run(
     st.evict_all(&names, sink)?;
     st.collect_node_errors(&mut joiners, &streams);
     Ok(st.summary)
+}
+
+/// ifindex -> name of `node`'s devices (its startup's device context and NIC vectors).
+fn device_names(plan: &Plan, node: &str) -> HashMap<u32, String> {
+    let Some(s) = plan.startups.iter().find(|s| s.node == node) else {
+        return HashMap::new();
+    };
+    let irqs = s.nic_irqs.iter().map(|v| (v.ifindex, v.dev.clone()));
+    let devs = s.devices.iter().map(|d| (d.ifindex, d.dev.clone()));
+    irqs.chain(devs).collect()
 }
 
 /// Every node's time-ordered stream and its joiner (kernel-only when it has no probe file).

@@ -10,6 +10,7 @@ use crate::ndjson::{NdjsonError, RecordReader};
 use crate::schema::{Kind, Layer, MergeInfo, MergeSummary, MergedRequest, Record};
 
 use super::key::SegmentKey;
+use super::nic::NicAgg;
 use super::order::PathOrder;
 use super::quantile::Samples;
 
@@ -83,13 +84,16 @@ pub struct Aggregate {
     pub hops: Hops,
     /// Timeline lines (`probe` records from `merge --timeline`), skipped.
     pub timeline_points: u64,
+    /// Kernel stages by queue and CPU (`report --nic`).
+    pub nic: NicAgg,
 }
 
 impl Aggregate {
-    /// Reads `path` once.
-    pub fn from_file(path: &Path) -> Result<Self, ReportError> {
+    /// Reads `path` once; `nic`: also by queue and CPU (`report --nic`).
+    pub fn from_file(path: &Path, nic: bool) -> Result<Self, ReportError> {
         let mut agg = Aggregate {
             file: path.into(),
+            nic: NicAgg::new(nic),
             ..Default::default()
         };
         let mut reader = RecordReader::open(path)?;
@@ -155,6 +159,7 @@ impl Aggregate {
         self.e2e.push(req.e2e_ns);
         self.e2e_by_index.push(req.e2e_ns);
         self.hops.add_request(req);
+        self.nic.add_request(req);
 
         // One sample per request and key: a segment repeated within a request is summed.
         let mut per_segment: Vec<(SegmentKey, u64)> = Vec::new();

@@ -1,16 +1,21 @@
 //! `meshlab report`.
 
+use std::collections::BTreeMap;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 
 use crate::output::{Output, Policy, create_output, write_output};
-use crate::schema::MergedRequest;
+use crate::schema::{InputKind, MergedRequest};
 
 use super::aggregate::Aggregate;
 use super::compare::{ladder, write_ladder};
 use super::html::{self, Representatives};
+use super::nic::NicReport;
+use super::nic_compare::{NicCompare, compare, write_nic_compare};
+use super::nic_raw;
+use super::nic_text::write_nic;
 use super::perfetto::TraceWriter;
 use super::select::for_each_request;
 use super::summary::RunReport;
@@ -45,25 +50,61 @@ pub struct ReportArgs {
         requires = "compare"
     )]
     pub labels: Vec<String>,
+    /// Per device queue and per CPU: the requests' kernel stages and the raw IRQ/NAPI stream of
+    /// the recordings; with --compare, queue by queue with the device settings that differ.
+    #[arg(long)]
+    pub nic: bool,
+    /// Recordings whose raw IRQ/NAPI stream --nic reads (default: the kernel recordings the
+    /// merge read, as its merge_info names them).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "nic",
+        conflicts_with = "compare"
+    )]
+    pub recording: Vec<PathBuf>,
+    /// Count the raw IRQ/NAPI stream only between these two times (ns, CLOCK_MONOTONIC of the
+    /// recording's node), e.g. two /proc/interrupts snapshots.
+    #[arg(
+        long,
+        value_name = "START_NS,END_NS",
+        value_delimiter = ',',
+        num_args = 1,
+        requires = "nic"
+    )]
+    pub raw_window: Vec<u64>,
 }
 
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let args = &args;
     if !args.compare.is_empty() {
-        return run_compare(&args);
+        return run_compare(args);
     }
     let path = args
         .merged
         .as_deref()
         .expect("clap requires MERGED or --compare");
-    let mut agg = Aggregate::from_file(path)?;
+    let window = raw_window(args)?;
+    let mut agg = Aggregate::from_file(path, args.nic)?;
     let report = RunReport::new(&mut agg);
+    let nic = match args.nic {
+        true => Some(nic_report(&mut agg, &args.recording, window)?),
+        false => None,
+    };
     // Files first: a reader closing stdout early must not cost the HTML or the trace.
     if args.html.is_some() || args.perfetto.is_some() {
-        write_files(&args, path, &agg, &report)?;
+        write_files(args, path, &agg, &report, nic.as_ref())?;
     }
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    if args.json {
+    if let Some(nic) = &nic {
+        if args.json {
+            serde_json::to_writer_pretty(&mut out, nic)?;
+            writeln!(out)?;
+        } else {
+            write_nic(nic, &mut out)?;
+        }
+    } else if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
     } else {
@@ -81,6 +122,7 @@ fn write_files(
     path: &Path,
     agg: &Aggregate,
     report: &RunReport,
+    nic: Option<&NicReport>,
 ) -> anyhow::Result<()> {
     let (median_at, p99_at) = (report.median_request, report.p99_request);
     let mut median: Option<MergedRequest> = None;
@@ -129,7 +171,7 @@ fn write_files(
         finish_trace(trace, path, &representatives)?;
     }
     if let Some(file) = &args.html {
-        write_html(file, report, agg, &representatives)?;
+        write_html(file, report, agg, &representatives, nic)?;
     }
     Ok(())
 }
@@ -173,8 +215,9 @@ fn write_html(
     report: &RunReport,
     agg: &Aggregate,
     representatives: &Representatives,
+    nic: Option<&NicReport>,
 ) -> anyhow::Result<()> {
-    let page = html::render(report, agg, representatives);
+    let page = html::render(report, agg, representatives, nic);
     write_output(file, page.as_bytes())?;
     log::info!("wrote {}", file.display());
     Ok(())
@@ -203,18 +246,94 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
     let runs = args
         .compare
         .iter()
-        .map(|p| Aggregate::from_file(p))
+        .map(|p| Aggregate::from_file(p, args.nic))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut runs = runs;
+    let nic = match args.nic {
+        true => Some(nic_compare(&mut runs, &labels, raw_window(args)?)?),
+        false => None,
+    };
     let ladder = ladder(&runs, &labels);
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &ladder)?;
+        let value = match &nic {
+            Some(nic) => serde_json::json!({ "ladder": ladder, "nic": nic }),
+            None => serde_json::to_value(&ladder)?,
+        };
+        serde_json::to_writer_pretty(&mut out, &value)?;
         writeln!(out)?;
     } else {
         write_ladder(&ladder, &mut out)?;
         super::steps::write_steps(&runs, &labels, &mut out)?;
+        if let Some(nic) = &nic {
+            write_nic_compare(nic, &mut out)?;
+        }
     }
     out.flush()?;
     Ok(())
+}
+
+/// `--raw-window START_NS,END_NS`, checked.
+fn raw_window(args: &ReportArgs) -> anyhow::Result<Option<[u64; 2]>> {
+    match args.raw_window[..] {
+        [] => Ok(None),
+        [a, b] if a <= b => Ok(Some([a, b])),
+        _ => bail!(
+            "--raw-window: expected START_NS,END_NS with START_NS <= END_NS, got {:?}",
+            args.raw_window
+        ),
+    }
+}
+
+/// The recordings `--nic` reads: the given ones, else the kernel inputs of the merge.
+fn recordings(agg: &Aggregate, given: &[PathBuf]) -> Vec<PathBuf> {
+    if !given.is_empty() {
+        return given.to_vec();
+    }
+    let inputs = agg.info.iter().flat_map(|i| i.inputs.iter());
+    (inputs.filter(|i| i.kind == InputKind::Kernel))
+        .map(|i| PathBuf::from(&i.file))
+        .collect()
+}
+
+fn nic_report(
+    agg: &mut Aggregate,
+    given: &[PathBuf],
+    window: Option<[u64; 2]>,
+) -> anyhow::Result<NicReport> {
+    let mut raw = BTreeMap::new();
+    for path in recordings(agg, given) {
+        // A recording the merge read but that is not here any more: said in the report.
+        if given.is_empty() && !path.exists() {
+            log::warn!(
+                "{}: not found: no raw IRQ/NAPI stream for it",
+                path.display()
+            );
+            continue;
+        }
+        let (node, stream) = nic_raw::read(&path, window)?;
+        raw.insert(node, stream);
+    }
+    let file = agg.file.display().to_string();
+    if agg.nic.is_empty() {
+        log::warn!(
+            "{file}: no kernel segment says where it ran (`place`): merged by an older meshlab? run `meshlab merge` again"
+        );
+    }
+    Ok(NicReport::new(file, &mut agg.nic, raw, window))
+}
+
+fn nic_compare(
+    runs: &mut [Aggregate],
+    labels: &[String],
+    window: Option<[u64; 2]>,
+) -> anyhow::Result<NicCompare> {
+    let mut reports = Vec::new();
+    let mut startups = Vec::new();
+    for agg in runs.iter_mut() {
+        reports.push(nic_report(agg, &[], window)?);
+        startups.push(agg.info.as_ref().map_or_else(Vec::new, |i| i.nodes.clone()));
+    }
+    Ok(compare(labels, &reports, &startups))
 }

@@ -170,6 +170,7 @@ mod tests {
             dur_ns,
             error_ns: None,
             derived: None,
+            place: None,
         }
     }
 

@@ -2,6 +2,7 @@
 //! Charts are hand-built SVG; docs/report.md says why.
 
 pub mod charts;
+mod nic;
 pub mod svg;
 pub mod waterfall;
 
@@ -14,6 +15,7 @@ use crate::schema::{Kind, MergedRequest};
 
 use super::aggregate::{Aggregate, node_label};
 use super::key::SegmentKey;
+use super::nic::NicReport;
 use super::summary::RunReport;
 use charts::{Series, StackRow};
 use svg::escape;
@@ -24,7 +26,12 @@ pub struct Representatives<'a> {
     pub p99: &'a MergedRequest,
 }
 
-pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> String {
+pub fn render(
+    report: &RunReport,
+    agg: &Aggregate,
+    reps: &Representatives,
+    nic: Option<&NicReport>,
+) -> String {
     let mut body = String::new();
     page::header(&mut body, report);
     page::kind_legend(&mut body);
@@ -69,19 +76,28 @@ pub fn render(report: &RunReport, agg: &Aggregate, reps: &Representatives) -> St
             "CDF of end-to-end"
         )
     );
+    tables(&mut body, report, agg, nic);
+    page::wrap(&report.file, &body)
+}
+
+/// After the waterfalls: the largest segments' CDF, the segment and hop tables, the NIC
+/// section (`--nic`), provenance.
+fn tables(body: &mut String, report: &RunReport, agg: &Aggregate, nic: Option<&NicReport>) {
     let largest = largest_segments(agg, 5);
     let _ = write!(
-        body,
+        *body,
         "<section id=\"cdf-segments\"><h2>Distribution of the largest segments</h2><div class=\"scroll\">{}</div>\
          <p class=\"note\">The {} segments holding the most time over all requests (largest share).</p></section>",
         charts::cdf(&largest, "CDF of the largest segments"),
         largest.len()
     );
-    page::segment_table(&mut body, report);
-    page::hop_table(&mut body, report);
-    own_cost::section(&mut body, &report.own_cost);
-    page::provenance(&mut body, report, agg);
-    page::wrap(&report.file, &body)
+    page::segment_table(body, report);
+    page::hop_table(body, report);
+    if let Some(nic) = nic {
+        body.push_str(&nic::html_section(nic));
+    }
+    own_cost::section(body, &report.own_cost);
+    page::provenance(body, report, agg);
 }
 
 /// Time per segment kind, as mean over all requests of the segments on `node` (every node

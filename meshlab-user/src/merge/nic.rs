@@ -1,0 +1,133 @@
+//! Where a node's kernel events ran ([`Place`]): the event's CPU, and the queue and IRQ it
+//! belongs to, completed from the node's device context (startup `devices`, `nic_irqs`).
+//!
+//! RX events carry the IRQ of their CPU's receive context (the kernel does not read the RX
+//! queue): the queue is the one that IRQ serves. TX events carry the skb's queue_mapping: the
+//! IRQ is the vector that serves that TX queue (a `tx` or `rx_tx` vector of the device).
+
+use std::collections::HashMap;
+
+use crate::schema::{DeviceContext, Hook, IrqRole, KernelEvent, NicIrqInfo, Startup};
+
+use super::event::Place;
+
+/// One node's queue <-> IRQ maps.
+#[derive(Clone, Debug, Default)]
+pub struct NodeNic {
+    /// RX-capable vector -> the queue it serves.
+    rx_queue: HashMap<u32, u32>,
+    /// (ifindex, TX queue) -> the vector that serves it.
+    tx_irq: HashMap<(u32, u32), u32>,
+    /// Device name -> ifindex, for events that name their device only.
+    ifindex: HashMap<String, u32>,
+}
+
+impl NodeNic {
+    pub fn new(startup: &Startup) -> NodeNic {
+        NodeNic::from_context(&startup.nic_irqs, &startup.devices)
+    }
+
+    fn from_context(nic_irqs: &[NicIrqInfo], devices: &[DeviceContext]) -> NodeNic {
+        let mut nic = NodeNic::default();
+        for v in nic_irqs {
+            nic.ifindex.insert(v.dev.clone(), v.ifindex);
+            if let Some(q) = v.queue {
+                nic.rx_queue.insert(v.irq, q);
+            }
+        }
+        for dev in devices {
+            nic.ifindex.insert(dev.dev.clone(), dev.ifindex);
+            for v in &dev.irqs {
+                let Some(q) = v.queue else { continue };
+                if v.role.can_start_rx() {
+                    nic.rx_queue.entry(v.irq).or_insert(q);
+                }
+                if matches!(v.role, IrqRole::Tx | IrqRole::RxTx) {
+                    nic.tx_irq.entry((dev.ifindex, q)).or_insert(v.irq);
+                }
+            }
+        }
+        nic
+    }
+
+    /// The place of one event: CPU always; queue and IRQ on the device stages.
+    pub fn place(&self, k: &KernelEvent) -> Place {
+        let ifindex = (k.ifindex.filter(|&i| i != 0))
+            .or_else(|| self.ifindex.get(k.dev.as_deref()?).copied());
+        let (queue, irq) = match k.hook {
+            Hook::NetifReceiveSkb => {
+                let irq = k.irq.filter(|_| k.irq_entry_ns.is_some());
+                (irq.and_then(|irq| self.rx_queue.get(&irq).copied()), irq)
+            }
+            Hook::NetDevQueue | Hook::NetDevStartXmit | Hook::NetDevXmit | Hook::TxComplete => {
+                let irq = ifindex
+                    .zip(k.queue)
+                    .and_then(|key| self.tx_irq.get(&key).copied());
+                (k.queue, irq)
+            }
+            _ => (None, None),
+        };
+        Place::new(Some(k.cpu), ifindex, queue, irq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::DeviceIrq;
+
+    fn irq(irq: u32, role: IrqRole, queue: u32) -> DeviceIrq {
+        DeviceIrq {
+            irq,
+            name: format!("virtio0-{irq}"),
+            role,
+            queue: Some(queue),
+            affinity: vec![0],
+            effective_affinity: None,
+        }
+    }
+
+    fn nic() -> NodeNic {
+        let nic_irqs = [NicIrqInfo {
+            irq: 30,
+            dev: "eth0".into(),
+            ifindex: 2,
+            queue: Some(1),
+        }];
+        let devices = [DeviceContext {
+            dev: "eth0".into(),
+            ifindex: 2,
+            irqs: vec![irq(30, IrqRole::Rx, 1), irq(31, IrqRole::Tx, 1)],
+            ..DeviceContext::default()
+        }];
+        NodeNic::from_context(&nic_irqs, &devices)
+    }
+
+    #[test]
+    fn rx_queue_comes_from_the_context_irq_and_tx_irq_from_the_queue() {
+        let nic = nic();
+        let mut rx = KernelEvent::new("B".into(), Hook::NetifReceiveSkb, 1);
+        rx.cpu = 3;
+        rx.ifindex = Some(2);
+        rx.irq = Some(30);
+        rx.irq_entry_ns = Some(1);
+        let p = nic.place(&rx);
+        assert_eq!((p.cpu(), p.queue(), p.irq()), (Some(3), Some(1), Some(30)));
+        // An event naming its device only (synthetic recordings) still gets its ifindex.
+        rx.ifindex = None;
+        rx.dev = Some("eth0".into());
+        assert_eq!(nic.place(&rx).ifindex(), Some(2));
+        // A context without an IRQ (veth, loopback): no queue either.
+        rx.irq_entry_ns = None;
+        assert_eq!(nic.place(&rx).queue(), None);
+        let mut tx = KernelEvent::new("B".into(), Hook::NetDevXmit, 1);
+        tx.ifindex = Some(2);
+        tx.queue = Some(1);
+        let p = nic.place(&tx);
+        assert_eq!((p.queue(), p.irq()), (Some(1), Some(31)));
+        tx.queue = Some(5);
+        assert_eq!(nic.place(&tx).irq(), None, "no vector serves queue 5");
+        let sched = KernelEvent::new("B".into(), Hook::SchedSwitch, 1);
+        assert_eq!(nic.place(&sched).queue(), None);
+    }
+}

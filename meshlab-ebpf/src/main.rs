@@ -17,6 +17,7 @@ mod prefilter;
 mod rx;
 mod sched;
 mod sockops;
+mod tstamp;
 mod turn;
 mod tx;
 mod unix;

@@ -10,6 +10,7 @@ use aya::programs::{
 use aya::{Btf, Ebpf, EbpfLoader};
 use meshlab_common::{Config, KernelOffsets, names};
 
+use super::kfunc::{KfuncIds, patch_object};
 use super::plan::{HookSpec, Tier, TierSpec};
 use crate::schema::{AttachEntry, AttachStatus};
 
@@ -23,20 +24,25 @@ pub enum LoadError {
     Object(#[from] aya::EbpfError),
     #[error("reading kernel BTF for the loader failed: {0}")]
     Btf(#[from] aya::BtfError),
+    #[error(transparent)]
+    Kfunc(#[from] super::kfunc::KfuncError),
 }
 
-/// Loads the object with its read-only globals and ring buffer size; no program is loaded
-/// into the kernel yet (that happens per tier in [`attach_hook`]).
+/// Loads the object, its kfunc calls resolved for this kernel, with its read-only globals and
+/// ring buffer size; no program is loaded into the kernel yet (that happens per tier in
+/// [`attach_hook`]).
 pub fn load_object(
     config: &Config,
     offsets: &KernelOffsets,
     ring_bytes: u32,
+    kfuncs: &KfuncIds,
 ) -> Result<Ebpf, LoadError> {
+    let object = patch_object(EBPF_OBJECT, kfuncs)?;
     let ebpf = EbpfLoader::new()
         .override_global(names::GLOBAL_CONFIG, config, true)
         .override_global(names::GLOBAL_OFFSETS, offsets, true)
         .map_max_entries(names::MAP_EVENTS, ring_bytes)
-        .load(EBPF_OBJECT)?;
+        .load(object.bytes())?;
     Ok(ebpf)
 }
 

@@ -3,6 +3,7 @@
 pub(crate) mod btf_offsets;
 pub(crate) mod clock;
 pub mod doctor;
+pub(crate) mod kfunc;
 pub(crate) mod loader;
 pub mod nic;
 pub mod output;

@@ -66,6 +66,10 @@ pub struct RecordArgs {
     /// Also stream every NIC IRQ, NET softirq and napi_poll event (NIC evaluation).
     #[arg(long)]
     pub raw_irq: bool,
+    /// Also record socket TX timestamps of traced sends (qdisc, driver software, NIC
+    /// hardware, ACK) through sock_ops; needs the kfunc bpf_sock_ops_enable_tx_tstamp (6.15+).
+    #[arg(long)]
+    pub tx_timestamps: bool,
     /// Created once every program is attached and the startup record is written.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
@@ -170,7 +174,7 @@ fn kernel_config(args: &RecordArgs, netns: &setup::NetnsFacts) -> anyhow::Result
         trace_unix: u32::from(args.unix),
         wakeup_bytes: args.ring_bytes / WAKEUP_FRACTION,
         sample_messages_every: args.sample_messages,
-        _pad: 0,
+        tx_timestamps: u32::from(args.tx_timestamps),
     })
 }
 

@@ -11,7 +11,7 @@ use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::output::{OutputFormat, RecordingOutput};
-use super::plan::{Family, HOOKS, HookSpec, TierSpec};
+use super::plan::{Family, HOOKS, HookSpec, TX_TIMESTAMPS_HOOK, Tier, TierSpec};
 use super::{clock, loader, nic, privilege, session, setup, sysinfo};
 use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
@@ -97,7 +97,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     install_filters(&mut ebpf, &args)?;
 
     let cgroup_path = setup::cgroup_dir(args.cgroup.as_deref())?;
-    let (attach_plan, attached) = attach_all(&mut ebpf, &cgroup_path, args.raw_irq)?;
+    let (mut attach_plan, attached) = attach_all(&mut ebpf, &cgroup_path, args.raw_irq)?;
+    attach_plan.push(tx_timestamps_entry(args.tx_timestamps));
     let startup = startup_record(&args, &node, &cgroup_path, attach_plan, nic_irqs);
     let sink = open_capture_output(&args.output)?;
     let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)
@@ -271,6 +272,21 @@ fn report_end(run: anyhow::Result<String>, output: &std::path::Path) -> anyhow::
         }
     }
     Ok(())
+}
+
+/// Socket TX timestamps ride on the sock_ops program: on when asked for (setup::load refused
+/// to start if the kernel lacks their kfuncs), so the plan says which it was.
+fn tx_timestamps_entry(requested: bool) -> AttachEntry {
+    AttachEntry {
+        hook: TX_TIMESTAMPS_HOOK.into(),
+        tier: Tier::SockOps,
+        status: if requested {
+            AttachStatus::Attached
+        } else {
+            AttachStatus::Skipped
+        },
+        error: (!requested).then(|| "not requested (--tx-timestamps)".into()),
+    }
 }
 
 fn not_requested(hook: &HookSpec) -> AttachEntry {

@@ -127,7 +127,6 @@ pub fn on_timestamp(ctx: &SockOpsContext, op: u32) -> Option<()> {
         ev.seq = tskey;
         ev.len = 1;
         ev.aux = hw;
-        ev.value = op as i32;
         set_conn_tuple(ev, &info);
         Some(())
     });

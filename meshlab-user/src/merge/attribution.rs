@@ -491,12 +491,13 @@ fn reported_at_reclaim(id: PointId) -> bool {
     matches!(id, PointId::TxComplete | PointId::TxTstampHw)
 }
 
-/// Whether the TX completion at `points[pos]` comes after the chain's next observed point:
-/// the driver reclaimed the skb lazily (virtio frees sent skbs at its next transmit), so the
-/// time says nothing about when the NIC sent it.
+/// Whether the TX completion (or hardware stamp) at `points[pos]` comes after the chain's next
+/// observed point outside the completion path: the driver reclaimed the skb lazily (virtio
+/// frees sent skbs at its next transmit), so the time says nothing about when the NIC sent it.
 fn reclaimed_late(points: &[Point], pos: usize, stamp: Stamp) -> bool {
     points[pos + 1..]
         .iter()
+        .filter(|p| !reported_at_reclaim(p.id))
         .find_map(|p| p.stamp)
         .is_some_and(|next| next.ns() < stamp.ns())
 }

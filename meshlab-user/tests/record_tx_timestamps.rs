@@ -149,6 +149,17 @@ fn tx_timestamps_split_the_tx_stages_of_nearly_every_request() {
     {
         return;
     }
+    // doctor's verdict must be the one this recording proves right.
+    let doctor = Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let doctor: serde_json::Value = serde_json::from_slice(&doctor.stdout).expect("doctor --json");
+    let tx = &doctor["tx_timestamps"];
+    assert!(
+        tx["usable"] == true && tx["kfunc_btf_id"].as_u64().is_some(),
+        "doctor: {tx}"
+    );
     let lab = Lab::create().expect("lab");
     let _server = start_redis(&lab);
     let dir = tempfile::tempdir().unwrap();
@@ -206,4 +217,23 @@ fn tx_timestamps_split_the_tx_stages_of_nearly_every_request() {
         let sum: u64 = r.segments.iter().map(|s| s.dur_ns).sum();
         assert_eq!(sum, r.e2e_ns, "segments sum to end-to-end: {r:?}");
     }
+    for node in ["A", "B"] {
+        let medians: Vec<String> = TX_WITH_TIMESTAMPS
+            .iter()
+            .map(|name| format!("{name} {} ns", median_ns(&complete, node, name)))
+            .collect();
+        eprintln!("tx timestamps, node {node} medians: {}", medians.join(", "));
+    }
+}
+
+/// Median duration of segment `name` on `node` over `requests` (0 when none has it).
+fn median_ns(requests: &[&MergedRequest], node: &str, name: &str) -> u64 {
+    let mut durs: Vec<u64> = requests
+        .iter()
+        .flat_map(|r| r.segments.iter())
+        .filter(|s| s.name == name && s.node.as_deref() == Some(node))
+        .map(|s| s.dur_ns)
+        .collect();
+    durs.sort_unstable();
+    durs.get(durs.len() / 2).copied().unwrap_or(0)
 }

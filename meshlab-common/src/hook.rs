@@ -91,10 +91,22 @@ pub enum Hook {
     /// skb:consume_skb of a TX skb a NIC driver freed: the device finished sending it (TX
     /// completion). Only for devices with NIC IRQs (veth/loopback hand skbs to the receiver).
     TxComplete = 20,
+    /// sock_ops BPF_SOCK_OPS_TSTAMP_SCHED_CB: the skb carrying the send's last byte entered
+    /// the qdisc (`__dev_queue_xmit`). Like the other TX timestamp hooks: `seq` is the skb's
+    /// tskey (the send's last byte), `len` 1.
+    TxTstampSched = 21,
+    /// sock_ops BPF_SOCK_OPS_TSTAMP_SND_SW_CB: the driver's software TX timestamp
+    /// (`skb_tx_timestamp` in ndo_start_xmit, or loopback/veth's transmit).
+    TxTstampSw = 22,
+    /// sock_ops BPF_SOCK_OPS_TSTAMP_SND_HW_CB: the NIC reported its hardware TX timestamp;
+    /// `aux` holds that NIC-clock time (`skb_hwtstamp`), `ts_ns` when the kernel got it.
+    TxTstampHw = 23,
+    /// sock_ops BPF_SOCK_OPS_TSTAMP_ACK_CB: the peer acknowledged the send's last byte.
+    TxTstampAck = 24,
 }
 
 /// Number of hooks: the size of the per-hook counter arrays.
-pub const HOOK_COUNT: u32 = 21;
+pub const HOOK_COUNT: u32 = 25;
 
 impl Hook {
     /// All hooks in discriminant order.
@@ -120,6 +132,10 @@ impl Hook {
         Hook::SoftirqExit,
         Hook::NapiPoll,
         Hook::TxComplete,
+        Hook::TxTstampSched,
+        Hook::TxTstampSw,
+        Hook::TxTstampHw,
+        Hook::TxTstampAck,
     ];
 
     /// Decodes the wire value; `None` for values this build does not know.
@@ -151,6 +167,10 @@ impl Hook {
             Hook::SoftirqExit => "softirq_exit",
             Hook::NapiPoll => "napi_poll",
             Hook::TxComplete => "tx_complete",
+            Hook::TxTstampSched => "tx_tstamp_sched",
+            Hook::TxTstampSw => "tx_tstamp_sw",
+            Hook::TxTstampHw => "tx_tstamp_hw",
+            Hook::TxTstampAck => "tx_tstamp_ack",
         }
     }
 
@@ -168,7 +188,11 @@ impl Hook {
             | Hook::NetDevQueue
             | Hook::NetDevStartXmit
             | Hook::NetDevXmit
-            | Hook::TxComplete => Some(Direction::Tx),
+            | Hook::TxComplete
+            | Hook::TxTstampSched
+            | Hook::TxTstampSw
+            | Hook::TxTstampHw
+            | Hook::TxTstampAck => Some(Direction::Tx),
             Hook::NetifReceiveSkb
             | Hook::TcpProbe
             | Hook::SkDataReady
@@ -211,6 +235,9 @@ impl Hook {
                 | Hook::NetDevStartXmit
                 | Hook::NetDevXmit
                 | Hook::TxComplete
+                | Hook::TxTstampSched
+                | Hook::TxTstampSw
+                | Hook::TxTstampHw
                 | Hook::NetifReceiveSkb
                 | Hook::TcpProbe
         )

@@ -69,8 +69,10 @@ pub struct Config {
     /// Trace one request turn in `sample_messages_every` (and the response that answers it) on
     /// every traced connection, by [`message_sampled`]; 0 or 1 = every message.
     pub sample_messages_every: u32,
-    /// Keeps the struct free of implicit padding (it is copied as bytes into .rodata).
-    pub _pad: u32,
+    /// Non-zero: sock_ops asks the kernel for socket TX timestamps (qdisc, driver software,
+    /// NIC hardware, ACK) of sampled sends on traced connections. Set only when the loader
+    /// resolved the kfuncs this needs ([`KFUNC_CALL_PLACEHOLDERS`]).
+    pub tx_timestamps: u32,
 }
 
 /// `Config::filter_flags`: the PORTS map restricts traced connections.
@@ -110,7 +112,30 @@ pub struct KernelOffsets {
     pub net_cookie: u32,
     pub unix_sock_peer: u32,
     pub socket_sk: u32,
+    pub sock_ops_kern_skb: u32,
+    pub sk_buff_end: u32,
+    pub skb_shared_info_tskey: u32,
+    pub _pad: u32,
 }
+
+/// Kernel functions (kfuncs) the eBPF object calls, with the placeholder each call carries.
+///
+/// aya 0.14 cannot emit or relocate kfunc calls, so the programs write each one as an inline
+/// `call <placeholder>` (a helper call to a helper id no kernel has) and the loader rewrites
+/// that instruction into a kfunc call (src_reg BPF_PSEUDO_KFUNC_CALL, imm = the function's
+/// vmlinux BTF id) before aya parses the object. A kernel without the kfunc gets a harmless
+/// helper call there instead and `Config::tx_timestamps` stays 0, so the call is never reached.
+pub const KFUNC_CALL_PLACEHOLDERS: [(&str, i32); 2] = [
+    ("bpf_cast_to_kern_ctx", KFUNC_PLACEHOLDER_CAST_TO_KERN_CTX),
+    (
+        "bpf_sock_ops_enable_tx_tstamp",
+        KFUNC_PLACEHOLDER_ENABLE_TX_TSTAMP,
+    ),
+];
+/// See [`KFUNC_CALL_PLACEHOLDERS`]; "mLk1" as bytes, far above any helper id.
+pub const KFUNC_PLACEHOLDER_CAST_TO_KERN_CTX: i32 = 0x6d4c_6b31;
+/// See [`KFUNC_CALL_PLACEHOLDERS`]; "mLk2".
+pub const KFUNC_PLACEHOLDER_ENABLE_TX_TSTAMP: i32 = 0x6d4c_6b32;
 
 /// Key of the 4-tuple -> cookie map, as seen from the local socket.
 ///
@@ -193,7 +218,7 @@ mod pod {
 }
 
 const _: () = assert!(core::mem::size_of::<Config>() == 40);
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 25 * 4);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 29 * 4);
 const _: () = assert!(core::mem::size_of::<TupleKey>() == 40);
 const _: () = assert!(core::mem::size_of::<ConnInfo>() == 56);
 const _: () = assert!(core::mem::size_of::<NicIrq>() == 8);

@@ -18,6 +18,7 @@ mod prefilter;
 mod rx;
 mod sched;
 mod sockops;
+mod tstamp;
 mod turn;
 mod tx;
 mod unix;

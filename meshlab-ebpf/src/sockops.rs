@@ -16,6 +16,10 @@ use crate::globals::config;
 use crate::kread::ipv4_mapped;
 use crate::maps::{FILTER_ADDR_SET, FILTER_PORT_SET, SCRATCH_CONN, TRACED_CONNS, TUPLES};
 use crate::prefilter::{conn_added, conn_removed};
+use crate::tstamp::{
+    BPF_SOCK_OPS_TSTAMP_ACK_CB, BPF_SOCK_OPS_TSTAMP_SCHED_CB, BPF_SOCK_OPS_TSTAMP_SENDMSG_CB,
+    on_sendmsg, on_timestamp, request_callbacks,
+};
 
 // include/uapi/linux/bpf.h; stable UAPI values.
 const BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB: u32 = 4;
@@ -47,6 +51,12 @@ pub fn meshlab_sock_ops(ctx: SockOpsContext) -> u32 {
         }
         BPF_SOCK_OPS_STATE_CB if ctx_field!(ctx, __bindgen_anon_1.args[1]) == TCP_CLOSE => {
             let _ = try_closed(&ctx);
+        }
+        BPF_SOCK_OPS_TSTAMP_SENDMSG_CB => {
+            let _ = on_sendmsg(&ctx);
+        }
+        op @ BPF_SOCK_OPS_TSTAMP_SCHED_CB..=BPF_SOCK_OPS_TSTAMP_ACK_CB => {
+            let _ = on_timestamp(&ctx, op);
         }
         _ => {}
     }
@@ -177,6 +187,7 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
     // Ask for STATE_CB so the connection leaves the maps when it closes.
     let _ = ctx
         .set_cb_flags(ctx_field!(ctx, bpf_sock_ops_cb_flags) as i32 | BPF_SOCK_OPS_STATE_CB_FLAG);
+    request_callbacks(ctx);
 
     // Passive opens complete in softirq context: the current task would be unrelated anyway.
     emit_without_task(Hook::SockEstablished, |ev| {

@@ -168,11 +168,19 @@ fn fill_hook_fields(
         | Hook::NetDevStartXmit
         | Hook::NetDevXmit
         | Hook::TxComplete
+        | Hook::TxTstampSched
+        | Hook::TxTstampSw
+        | Hook::TxTstampAck
         | Hook::NetifReceiveSkb
         | Hook::TcpProbe
         | Hook::SkDataReady
         | Hook::SkbCopyDatagram
         | Hook::RecvReturn => fill_stream_position(conns, hook, ev, line),
+        Hook::TxTstampHw => {
+            // The NIC clock's time of the send; ts_ns is when the kernel learnt it.
+            line.aux = Some(ev.aux);
+            fill_stream_position(conns, hook, ev, line);
+        }
         Hook::SchedWakeup => line.aux = Some(ev.aux),
         Hook::SchedSwitch => {
             line.value = Some(i64::from(ev.value));

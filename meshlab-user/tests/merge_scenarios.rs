@@ -84,6 +84,38 @@ fn late_tx_completion_is_not_used() {
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
 }
 
+/// Constructed hardware path (no NIC here stamps): the driver reports each skb's hardware TX
+/// timestamp 1000 ns after net_dev_xmit and frees it 500 ns later, so `tx_completion` (1500)
+/// splits into `tx_nic_send` 1000 + `tx_reclaim` 500 on both sides; the round trip is the
+/// one of `tx_completion_is_a_segment_on_both_sides`.
+#[test]
+fn hardware_tx_timestamp_splits_tx_completion() {
+    let r = only("tx_hw_timestamp");
+    let mut expected = plain();
+    let client_tx_end = expected.iter().position(|s| s.0 == "tx_driver").unwrap() + 1;
+    expected.insert(client_tx_end, ("tx_nic_send", Some("A"), 1_000));
+    expected.insert(client_tx_end + 1, ("tx_reclaim", Some("A"), 500));
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 17_000;
+    let server_tx_end = expected.iter().rposition(|s| s.0 == "tx_driver").unwrap() + 1;
+    expected.insert(server_tx_end, ("tx_nic_send", Some("B"), 1_000));
+    expected.insert(server_tx_end + 1, ("tx_reclaim", Some("B"), 500));
+    assert_request(&r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}
+
+/// A hardware stamp reported (with the completion) after the response reached the client was
+/// read at a lazy reclaim: like the late completion, neither is used.
+#[test]
+fn late_hardware_tx_timestamp_is_not_used() {
+    let r = only("tx_hw_timestamp_late");
+    assert_request(&r, &plain(), 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}
+
 #[test]
 fn gro_coalesced_rx_uses_the_skb_carrying_the_last_byte() {
     assert_request(&only("gro_rx"), &plain(), 82_100);

@@ -36,6 +36,11 @@ pub struct KernelAbArgs {
     /// redis-benchmark PING requests per measured run.
     #[arg(long, default_value_t = 20_000)]
     requests: u64,
+    /// An extra `meshlab record` argument for the candidate only (repeatable), e.g.
+    /// `--candidate-arg=--tx-timestamps` with the same binary as baseline: the cost of a
+    /// recording option rather than of a build.
+    #[arg(long = "candidate-arg", allow_hyphen_values = true)]
+    candidate_args: Vec<String>,
 }
 
 const RUNGS: [Rung; 3] = [Rung::FilteredOut, Rung::Sampled, Rung::TracingAll];
@@ -46,6 +51,8 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
     let candidate = args
         .candidate
         .unwrap_or_else(|| crate::workspace_root().join("target/debug/meshlab"));
+    // The candidate's label carries its extra record arguments into the report.
+    let candidate_label = format!("{} {}", candidate.display(), args.candidate_args.join(" "));
     let builds = [("baseline", args.baseline), ("candidate", candidate)];
     for (_, exe) in &builds {
         anyhow::ensure!(exe.exists(), "{}: no such recorder binary", exe.display());
@@ -63,8 +70,13 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
             for k in 0..builds.len() {
                 let b = (round + k) % builds.len();
                 let want_calls = calls[b].is_empty();
-                let (costs, sites) =
-                    measure(&builds[b].1, &dir, &redis, rung, args.requests, want_calls)?;
+                let extra: &[String] = if b == 1 { &args.candidate_args } else { &[] };
+                let run = Run {
+                    rung,
+                    requests: args.requests,
+                    extra,
+                };
+                let (costs, sites) = measure(&builds[b].1, &dir, &redis, &run, want_calls)?;
                 if want_calls {
                     calls[b] = sites;
                 }
@@ -78,7 +90,8 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
         }
     }
     let load = format!("{load_before} before, {} after", loadavg());
-    print_report(&builds, &rounds, &calls, &load, args.rounds, args.requests)
+    let labels = [builds[0].1.display().to_string(), candidate_label];
+    print_report(&labels, &rounds, &calls, &load, args.rounds, args.requests)
 }
 
 /// Program name -> helper name -> call sites in its translated code (all paths).
@@ -106,28 +119,36 @@ fn call_sites(pid: u32) -> Result<CallSites> {
     Ok(out)
 }
 
+/// What one measured run records and sends.
+struct Run<'a> {
+    rung: Rung,
+    requests: u64,
+    /// Extra `meshlab record` arguments (the candidate's `--candidate-arg`s).
+    extra: &'a [String],
+}
+
 /// One recorder run: the recorder's programs and the floor, deltas over the workload.
 fn measure(
     exe: &std::path::Path,
     dir: &std::path::Path,
     redis: &RedisLab,
-    rung: Rung,
-    requests: u64,
+    run: &Run,
     want_calls: bool,
 ) -> Result<(Vec<ProgramCost>, CallSites)> {
-    let args = record_args(rung, REDIS_PORT).context("every kernel-ab rung records")?;
+    let mut args = record_args(run.rung, REDIS_PORT).context("every kernel-ab rung records")?;
+    args.extend(run.extra.iter().cloned());
     let recorder = spawn_recorder(exe, dir, &args)?;
     let sites = if want_calls {
         call_sites(recorder.0.id())?
     } else {
         CallSites::new()
     };
-    let costs = bpfstats::costs_over(recorder.0.id(), || redis.ping(CLIENTS, requests))?;
+    let costs = bpfstats::costs_over(recorder.0.id(), || redis.ping(CLIENTS, run.requests))?;
     Ok((costs, sites))
 }
 
 fn print_report(
-    builds: &[(&str, PathBuf); 2],
+    builds: &[String; 2],
     rounds: &BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>>,
     calls: &[CallSites; 2],
     load: &str,
@@ -141,8 +162,8 @@ fn print_report(
          per round; median ns/run per program (`kernel.bpf_stats_enabled`). baseline = {}, \
          candidate = {}. On {}, load average {load}.\n",
         WORKLOAD.name(),
-        builds[0].1.display(),
-        builds[1].1.display(),
+        builds[0],
+        builds[1].trim_end(),
         machine()
     );
     for (r, rung) in RUNGS.iter().enumerate() {

@@ -32,16 +32,15 @@ pub enum OffsetError {
     },
 }
 
-/// Resolves every offset the kernel programs need from the BTF file at `path`.
-pub fn resolve_offsets(path: &Path) -> Result<KernelOffsets, OffsetError> {
-    let btf = Btf::from_file(path).map_err(|source| OffsetError::Read {
+/// Parses the BTF file at `path` (offsets and kfunc ids are looked up in one parse).
+pub fn read_btf(path: &Path) -> Result<Btf, OffsetError> {
+    Btf::from_file(path).map_err(|source| OffsetError::Read {
         path: path.display().to_string(),
         source,
-    })?;
-    resolve_offsets_from(&btf)
+    })
 }
 
-/// Like [`resolve_offsets`] for an already parsed BTF.
+/// Resolves every offset the kernel programs need from a parsed BTF ([`read_btf`]).
 pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
     let r = Resolver { btf };
     Ok(KernelOffsets {
@@ -70,6 +69,10 @@ pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
         net_cookie: r.offset("net", "net_cookie")?,
         unix_sock_peer: r.offset("unix_sock", "peer")?,
         socket_sk: r.offset("socket", "sk")?,
+        sock_ops_kern_skb: r.offset("bpf_sock_ops_kern", "skb")?,
+        sk_buff_end: r.offset("sk_buff", "end")?,
+        skb_shared_info_tskey: r.offset("skb_shared_info", "tskey")?,
+        _pad: 0,
     })
 }
 
@@ -188,7 +191,9 @@ mod tests {
             );
             return;
         }
-        let off = resolve_offsets(Path::new(VMLINUX_BTF)).expect("resolve");
+        let off = read_btf(Path::new(VMLINUX_BTF))
+            .and_then(|btf| resolve_offsets_from(&btf))
+            .expect("resolve");
         // struct sock starts with struct sock_common; tcp_skb_cb starts with seq, end_seq.
         assert!(
             off.sock_common_cookie > 0 && off.sock_common_cookie < 256,
@@ -203,6 +208,12 @@ mod tests {
             "head and data are adjacent pointers"
         );
         assert!(off.sk_buff_network_header > off.sk_buff_queue_mapping);
+        // sk_buff_data_t tail, end precede head (the TX timestamp key is read through end).
+        assert_eq!(
+            off.sk_buff_end + 4,
+            off.sk_buff_head,
+            "end is the u32 before head"
+        );
         assert_ne!(off.task_struct_pid, off.task_struct_tgid);
         assert_eq!(
             off.task_struct_tgid,

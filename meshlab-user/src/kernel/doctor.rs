@@ -6,11 +6,15 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
+use aya::programs::SockOps;
 use meshlab_common::Config;
 use object::{Object, ObjectSection};
 use serde::Serialize;
 
-use super::plan::{Family, HOOKS, TRACEPOINT_PROBE, Tier};
+use super::kfunc::KfuncIds;
+use super::plan::{
+    Family, HOOKS, SOCK_OPS_PROGRAM, TRACEPOINT_PROBE, TX_TIMESTAMPS_HOOK, TX_TSTAMP_KFUNC, Tier,
+};
 use super::{btf_offsets, loader, setup, sysinfo};
 use crate::schema::{AttachEntry, AttachStatus};
 
@@ -40,6 +44,19 @@ pub(crate) struct DoctorReport {
     pub usable: bool,
     /// Why attach-tier probing could not run, if it could not.
     pub probe_error: Option<String>,
+    /// Whether `record --tx-timestamps` works here, and why not.
+    pub tx_timestamps: TxTimestamps,
+}
+
+/// Socket TX timestamps (sock_ops, `record --tx-timestamps`): the kfunc in vmlinux BTF, and
+/// the sock_ops program with its kfunc calls really loaded.
+#[derive(Debug, Serialize)]
+pub(crate) struct TxTimestamps {
+    /// BTF id of [`TX_TSTAMP_KFUNC`] in vmlinux BTF; `None`: this kernel cannot.
+    pub kfunc_btf_id: Option<u32>,
+    pub usable: bool,
+    /// What was found, in words (the reason when not usable).
+    pub verdict: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -81,6 +98,7 @@ pub(crate) fn diagnose() -> DoctorReport {
         plan: BTreeMap::new(),
         usable: false,
         probe_error: None,
+        tx_timestamps: probe_tx_timestamps(),
     };
     if let Err(e) = probe_tiers(&mut report) {
         report.probe_error = Some(format!("{e:#}"));
@@ -175,6 +193,63 @@ fn probe_tiers(report: &mut DoctorReport) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Looks the kfunc up, then (as root) loads the sock_ops program with TX timestamps on: the
+/// verifier resolves the kfunc calls the loader wrote, so a load is the real check.
+fn probe_tx_timestamps() -> TxTimestamps {
+    let not = |kfunc_btf_id, verdict: String| TxTimestamps {
+        kfunc_btf_id,
+        usable: false,
+        verdict,
+    };
+    let btf = match btf_offsets::read_btf(Path::new(btf_offsets::VMLINUX_BTF)) {
+        Ok(btf) => btf,
+        Err(e) => return not(None, format!("unknown: {e}")),
+    };
+    let kfuncs = KfuncIds::resolve(&btf);
+    let id = kfuncs
+        .0
+        .iter()
+        .find(|(name, _)| *name == TX_TSTAMP_KFUNC)
+        .and_then(|(_, id)| *id);
+    if !kfuncs.all_present() {
+        return not(
+            id,
+            format!(
+                "NO: {} has no kfunc {} (socket TX timestamps through sock_ops need Linux 6.15+)",
+                btf_offsets::VMLINUX_BTF,
+                kfuncs.missing().join(", ")
+            ),
+        );
+    }
+    let config = Config {
+        tx_timestamps: 1,
+        ..Config::default()
+    };
+    let loaded = setup::require_root("loading sock_ops with TX timestamps").and_then(|()| {
+        let (mut ebpf, _) = setup::load(&config, meshlab_common::DEFAULT_RING_BYTES, &[])?;
+        let program: &mut SockOps = ebpf
+            .program_mut(SOCK_OPS_PROGRAM)
+            .context("no sock_ops program in the object")?
+            .try_into()?;
+        program.load()?;
+        Ok(())
+    });
+    match loaded {
+        Ok(()) => TxTimestamps {
+            kfunc_btf_id: id,
+            usable: true,
+            verdict: format!(
+                "yes: kfunc {TX_TSTAMP_KFUNC} (BTF id {}), sock_ops with TX timestamps loads (record --tx-timestamps); hardware stamps need a NIC that stamps",
+                id.unwrap_or_default()
+            ),
+        },
+        Err(e) => not(
+            id,
+            format!("NO: the kfunc exists but sock_ops with TX timestamps did not load: {e:#}"),
+        ),
+    }
+}
+
 fn summarize(report: &mut DoctorReport) {
     for hook in HOOKS {
         let family = hook.family.name().to_owned();
@@ -233,6 +308,11 @@ fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
         let tier = r.plan.get(hook.name).map_or("NONE", |t| t.as_str());
         writeln!(out, "  {:<20} {tier}", hook.name)?;
     }
+    writeln!(
+        out,
+        "  {TX_TIMESTAMPS_HOOK:<20} {}",
+        r.tx_timestamps.verdict
+    )?;
     writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })
 }
 

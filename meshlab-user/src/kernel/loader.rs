@@ -10,6 +10,7 @@ use aya::programs::{
 use aya::{Btf, Ebpf, EbpfLoader};
 use meshlab_common::{Config, KernelOffsets, names};
 
+use super::kfunc::{KfuncIds, patch_object};
 use super::plan::{HookSpec, Tier, TierSpec};
 use crate::schema::{AttachEntry, AttachStatus};
 
@@ -23,18 +24,23 @@ pub enum LoadError {
     Object(#[from] aya::EbpfError),
     #[error("reading kernel BTF for the loader failed: {0}")]
     Btf(#[from] aya::BtfError),
+    #[error(transparent)]
+    Kfunc(#[from] super::kfunc::KfuncError),
 }
 
-/// Loads the object with its read-only globals and ring buffer size; no program is loaded
-/// into the kernel yet (that happens per tier in [`attach_hook`]). `kernel_log_level` is
-/// [`super::diag::level`]: with 0 the programs' log calls are removed by the verifier and
-/// their ring, which nothing reads then, is shrunk to one page.
+/// Loads the object, its kfunc calls resolved for this kernel, with its read-only globals and
+/// ring buffer size; no program is loaded into the kernel yet (that happens per tier in
+/// [`attach_hook`]). `kernel_log_level` is [`super::diag::level`]: with 0 the programs' log
+/// calls are removed by the verifier and their ring, which nothing reads then, is shrunk to one
+/// page.
 pub fn load_object(
     config: &Config,
     offsets: &KernelOffsets,
     ring_bytes: u32,
     kernel_log_level: u8,
+    kfuncs: &KfuncIds,
 ) -> Result<Ebpf, LoadError> {
+    let object = patch_object(EBPF_OBJECT, kfuncs)?;
     let mut loader = EbpfLoader::new();
     loader
         .override_global(names::GLOBAL_CONFIG, config, true)
@@ -44,7 +50,7 @@ pub fn load_object(
     if kernel_log_level == 0 {
         loader.map_max_entries(names::MAP_KERNEL_LOG, page_size());
     }
-    Ok(loader.load(EBPF_OBJECT)?)
+    Ok(loader.load(object.bytes())?)
 }
 
 /// The smallest ring buffer the kernel accepts.

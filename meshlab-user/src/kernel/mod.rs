@@ -4,6 +4,7 @@ pub(crate) mod btf_offsets;
 pub(crate) mod clock;
 pub(crate) mod diag;
 pub mod doctor;
+pub(crate) mod kfunc;
 pub(crate) mod loader;
 pub mod nic;
 pub mod output;

@@ -5,6 +5,15 @@
 
 pub use crate::schema::Tier;
 
+/// The attach plan's entry for socket TX timestamps: no program of its own, a switch of the
+/// sock_ops program (`record --tx-timestamps`) that needs the kfunc [`TX_TSTAMP_KFUNC`].
+pub const TX_TIMESTAMPS_HOOK: &str = "tx_timestamps";
+/// The kfunc that turns socket TX timestamps on for one send (Linux 6.15+).
+pub const TX_TSTAMP_KFUNC: &str = "bpf_sock_ops_enable_tx_tstamp";
+
+/// The sock_ops program's name in the eBPF object.
+pub const SOCK_OPS_PROGRAM: &str = "meshlab_sock_ops";
+
 /// Hook families: one module of meshlab-ebpf each (docs/probe-points.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
@@ -86,7 +95,7 @@ pub const HOOKS: &[HookSpec] = &[
         family: Family::SockOps,
         tiers: &[TierSpec {
             tier: Tier::SockOps,
-            program: "meshlab_sock_ops",
+            program: SOCK_OPS_PROGRAM,
             target: "",
         }],
         raw_stream_only: false,

@@ -11,7 +11,7 @@ use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::output::{OutputFormat, RecordingOutput};
-use super::plan::{Family, HOOKS, HookSpec, TierSpec};
+use super::plan::{Family, HOOKS, HookSpec, TX_TIMESTAMPS_HOOK, Tier, TierSpec};
 use super::{clock, diag, loader, nic, privilege, selfcost, session, setup, sysinfo};
 use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
@@ -66,6 +66,10 @@ pub struct RecordArgs {
     /// Also stream every NIC IRQ, NET softirq and napi_poll event (NIC evaluation).
     #[arg(long)]
     pub raw_irq: bool,
+    /// Also record socket TX timestamps of traced sends (qdisc, driver software, NIC
+    /// hardware, ACK) through sock_ops; needs the kfunc bpf_sock_ops_enable_tx_tstamp (6.15+).
+    #[arg(long)]
+    pub tx_timestamps: bool,
     /// Created once every program is attached and the startup record is written.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
@@ -107,7 +111,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let cgroup_path = setup::cgroup_dir(args.cgroup.as_deref())?;
     // Before the first program is loaded: their run counters then start with them.
     let stats = selfcost::StatsSwitch::new(args.bpf_stats)?;
-    let (attach_plan, attached) = attach_all(&mut ebpf, &cgroup_path, args.raw_irq)?;
+    let (mut attach_plan, attached) = attach_all(&mut ebpf, &cgroup_path, args.raw_irq)?;
+    attach_plan.push(tx_timestamps_entry(args.tx_timestamps));
     let kernel_log = match args.verbose {
         true => Some(diag::KernelLog::start(&mut ebpf, &attached)?),
         false => None,
@@ -189,7 +194,7 @@ fn kernel_config(args: &RecordArgs, netns: &setup::NetnsFacts) -> anyhow::Result
         trace_unix: u32::from(args.unix),
         wakeup_bytes: args.ring_bytes / WAKEUP_FRACTION,
         sample_messages_every: args.sample_messages,
-        _pad: 0,
+        tx_timestamps: u32::from(args.tx_timestamps),
     })
 }
 
@@ -286,6 +291,21 @@ fn report_end(run: anyhow::Result<String>, output: &std::path::Path) -> anyhow::
         }
     }
     Ok(())
+}
+
+/// Socket TX timestamps ride on the sock_ops program: on when asked for (setup::load refused
+/// to start if the kernel lacks their kfuncs), so the plan says which it was.
+fn tx_timestamps_entry(requested: bool) -> AttachEntry {
+    AttachEntry {
+        hook: TX_TIMESTAMPS_HOOK.into(),
+        tier: Tier::SockOps,
+        status: if requested {
+            AttachStatus::Attached
+        } else {
+            AttachStatus::Skipped
+        },
+        error: (!requested).then(|| "not requested (--tx-timestamps)".into()),
+    }
 }
 
 fn not_requested(hook: &HookSpec) -> AttachEntry {

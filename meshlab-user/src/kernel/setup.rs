@@ -12,6 +12,7 @@ use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, KernelOffsets, NicIrq, names};
 
+use super::kfunc::KfuncIds;
 use super::{btf_offsets, sysinfo};
 use crate::schema::NicIrqInfo;
 
@@ -145,7 +146,8 @@ pub fn cgroup_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
         .context("no cgroup2 mount in /proc/self/mountinfo (sock_ops needs cgroup v2; mount it or pass --cgroup)")
 }
 
-/// Resolves kernel offsets, loads the object and fills the NIC IRQ map.
+/// Resolves kernel offsets and kfuncs, loads the object and fills the NIC IRQ map. TX
+/// timestamps asked for on a kernel without their kfuncs are an error, never a silent gap.
 /// `kernel_log_level`: see [`super::loader::load_object`].
 pub fn load(
     config: &Config,
@@ -153,8 +155,18 @@ pub fn load(
     kernel_log_level: u8,
     nic_irqs: &[NicIrqInfo],
 ) -> anyhow::Result<(Ebpf, KernelOffsets)> {
-    let offsets = btf_offsets::resolve_offsets(Path::new(btf_offsets::VMLINUX_BTF))?;
-    let mut ebpf = super::loader::load_object(config, &offsets, ring_bytes, kernel_log_level)?;
+    let btf = btf_offsets::read_btf(Path::new(btf_offsets::VMLINUX_BTF))?;
+    let offsets = btf_offsets::resolve_offsets_from(&btf)?;
+    let kfuncs = KfuncIds::resolve(&btf);
+    if config.tx_timestamps != 0 && !kfuncs.all_present() {
+        bail!(
+            "--tx-timestamps: {} has no kfunc {} (sock_ops TX timestamping needs Linux 6.15+)",
+            btf_offsets::VMLINUX_BTF,
+            kfuncs.missing().join(", ")
+        );
+    }
+    let mut ebpf =
+        super::loader::load_object(config, &offsets, ring_bytes, kernel_log_level, &kfuncs)?;
     let mut irq_map: BpfHashMap<_, u32, NicIrq> =
         BpfHashMap::try_from(map_mut(&mut ebpf, names::MAP_NIC_IRQS)?)?;
     for irq in nic_irqs {

@@ -103,7 +103,7 @@ impl Chain {
                 note_missing(half, p, &node, missing);
                 continue;
             };
-            if p.id == PointId::TxComplete && reclaimed_late(points, pos, stamp) {
+            if reported_at_reclaim(p.id) && reclaimed_late(points, pos, stamp) {
                 continue;
             }
             let pinned = pin_ends && Some(pos) == last_seen;
@@ -466,7 +466,7 @@ fn split_wait(
     let mut inner = span(sc, &ia, &ib);
     // A response's TX completion after the client already had the response was reclaimed
     // late (at a later transmit or poll): it says nothing about the NIC, so it is not used.
-    if ib.id == PointId::TxComplete && kept.len() > 2 && difference(outer.span, inner).is_err() {
+    while reported_at_reclaim(ib.id) && kept.len() > 2 && difference(outer.span, inner).is_err() {
         kept = &kept[..kept.len() - 1];
         ib = kept[kept.len() - 1];
         inner = span(sc, &ia, &ib);
@@ -507,12 +507,19 @@ fn split_wait(
     }
 }
 
-/// Whether the TX completion at `points[pos]` comes after the chain's next observed point:
-/// the driver reclaimed the skb lazily (virtio frees sent skbs at its next transmit), so the
-/// time says nothing about when the NIC sent it.
+/// Points a driver reports from its TX completion path (the skb free, and the hardware TX
+/// timestamp it reads there): both come late when the driver reclaims lazily.
+fn reported_at_reclaim(id: PointId) -> bool {
+    matches!(id, PointId::TxComplete | PointId::TxTstampHw)
+}
+
+/// Whether the TX completion (or hardware stamp) at `points[pos]` comes after the chain's next
+/// observed point outside the completion path: the driver reclaimed the skb lazily (virtio
+/// frees sent skbs at its next transmit), so the time says nothing about when the NIC sent it.
 fn reclaimed_late(points: &[Point], pos: usize, stamp: Stamp) -> bool {
     points[pos + 1..]
         .iter()
+        .filter(|p| !reported_at_reclaim(p.id))
         .find_map(|p| p.stamp)
         .is_some_and(|next| next.ns() < stamp.ns())
 }

@@ -11,13 +11,24 @@ use super::segments::PointId::{self, *};
 
 /// Kernel TX stages of a message, in path order: tcp_sendmsg of its first byte, then the
 /// device stages of the skb carrying its last byte, ending with its TX completion (NICs only).
-pub(crate) const TX_KERNEL: [PointId; 5] = [
+/// The socket TX timestamps sit where the kernel takes them (docs/segments.md).
+pub(crate) const TX_KERNEL: [PointId; 8] = [
     TcpSendmsg,
+    TxTstampSched,
     NetDevQueue,
     NetDevStartXmit,
+    TxTstampSw,
     NetDevXmit,
+    TxTstampHw,
     TxComplete,
 ];
+
+/// TX stages a message may lack without anything being lost: completions exist on NICs only,
+/// socket TX timestamps only in recordings with `--tx-timestamps` (hardware ones only on NICs
+/// that stamp).
+pub(crate) fn tx_optional(id: PointId) -> bool {
+    matches!(id, TxComplete | TxTstampSched | TxTstampSw | TxTstampHw)
+}
 
 /// Kernel RX stages of a message in path order; a probe's `read_ready` goes before
 /// [`PointId::SkbCopyDatagram`] (see [`with_read_ready`]).
@@ -98,8 +109,8 @@ impl Stages {
                 stamp: None,
                 expected: !matches!(
                     id,
-                    IrqEntry | SoftirqRaise | SoftirqEntry | SchedWakeup | SchedSwitch | TxComplete
-                ),
+                    IrqEntry | SoftirqRaise | SoftirqEntry | SchedWakeup | SchedSwitch
+                ) && !tx_optional(id),
                 owner: 0,
             })
             .collect();

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::schema::{Direction, Hook};
 
-use super::chain::{Point, RX_KERNEL, Stages, TX_KERNEL};
+use super::chain::{Point, RX_KERNEL, Stages, TX_KERNEL, tx_optional};
 use super::event::{KEvent, RxContext, Stamp};
 use super::segments::PointId;
 use super::time::NodeTime;
@@ -93,7 +93,7 @@ impl RangeIndex {
 
 /// The hooks whose events are indexed by byte range, each with its own [`RangeIndex`] per
 /// connection and direction (a hook has one direction, so TX and RX hooks share slots).
-const INDEXED_HOOKS: usize = 6;
+const INDEXED_HOOKS: usize = 9;
 
 fn slot(hook: Hook) -> Option<usize> {
     Some(match hook {
@@ -103,6 +103,9 @@ fn slot(hook: Hook) -> Option<usize> {
         Hook::NetDevXmit | Hook::SkbCopyDatagram => 3,
         Hook::SendReturn | Hook::RecvReturn => 4,
         Hook::TxComplete => 5,
+        Hook::TxTstampSched => 6,
+        Hook::TxTstampSw => 7,
+        Hook::TxTstampHw => 8,
         _ => return None,
     })
 }
@@ -356,7 +359,7 @@ impl NodeIndex {
             };
             out.retransmitted |= retrans;
             // Only a NIC's TX skbs are reclaimed as completions (not veth's, not lo's).
-            let expected = id != PointId::TxComplete;
+            let expected = !tx_optional(id);
             out.points.push(point(id, ev.map(|e| e.stamp), expected));
         }
         out
@@ -420,6 +423,9 @@ fn tx_device_hook(id: PointId) -> Hook {
         PointId::NetDevQueue => Hook::NetDevQueue,
         PointId::NetDevStartXmit => Hook::NetDevStartXmit,
         PointId::TxComplete => Hook::TxComplete,
+        PointId::TxTstampSched => Hook::TxTstampSched,
+        PointId::TxTstampSw => Hook::TxTstampSw,
+        PointId::TxTstampHw => Hook::TxTstampHw,
         _ => Hook::NetDevXmit,
     }
 }

@@ -28,9 +28,15 @@ pub enum PointId {
     ServerWriteBegin,
     // Kernel TX (of the message's first byte for tcp_sendmsg, its last byte for the rest).
     TcpSendmsg,
+    /// Socket TX timestamp SCHED: the skb entered the device layer (`record --tx-timestamps`).
+    TxTstampSched,
     NetDevQueue,
     NetDevStartXmit,
+    /// Socket TX timestamp SND_SW: the driver's software timestamp inside ndo_start_xmit.
+    TxTstampSw,
     NetDevXmit,
+    /// Socket TX timestamp SND_HW: when the kernel got the NIC's hardware TX timestamp.
+    TxTstampHw,
     /// The driver freed the skb after the NIC sent it (skb:consume_skb of a NIC's TX skb).
     TxComplete,
     // Kernel RX (the skb carrying the message's last byte, and its CPU's IRQ context).
@@ -71,9 +77,12 @@ impl PointId {
             ServerEncodeEnd => "server.encode_end",
             ServerWriteBegin => "server.write_begin",
             TcpSendmsg => "tcp_sendmsg",
+            TxTstampSched => "tx_tstamp_sched",
             NetDevQueue => "net_dev_queue",
             NetDevStartXmit => "net_dev_start_xmit",
+            TxTstampSw => "tx_tstamp_sw",
             NetDevXmit => "net_dev_xmit",
+            TxTstampHw => "tx_tstamp_hw",
             TxComplete => "tx_complete",
             IrqEntry => "irq_entry",
             SoftirqRaise => "softirq_raise",
@@ -214,6 +223,59 @@ pub const SEGMENTS: &[SegmentDef] = &[
         Kernel,
         Fixed("driver"),
         Compute,
+    ),
+    // With socket TX timestamps (`record --tx-timestamps`): the SCHED stamp is taken when the
+    // skb enters __dev_queue_xmit, before tc/netfilter egress and TX queue selection; the
+    // software stamp inside the driver's ndo_start_xmit, before it hands the skb on (doorbell,
+    // or the peer's backlog on veth/lo); the hardware stamp when the driver reports the NIC's
+    // send time, in its completion path.
+    def(
+        "tx_tcp_ip",
+        TcpSendmsg,
+        TxTstampSched,
+        Kernel,
+        Fixed("tcp_ip"),
+        Compute,
+    ),
+    def(
+        "tx_dev_egress",
+        TxTstampSched,
+        NetDevQueue,
+        Kernel,
+        Fixed("device"),
+        Compute,
+    ),
+    def(
+        "tx_driver",
+        NetDevStartXmit,
+        TxTstampSw,
+        Kernel,
+        Fixed("driver"),
+        Compute,
+    ),
+    def(
+        "tx_driver_handoff",
+        TxTstampSw,
+        NetDevXmit,
+        Kernel,
+        Fixed("driver"),
+        Compute,
+    ),
+    def(
+        "tx_nic_send",
+        NetDevXmit,
+        TxTstampHw,
+        Kernel,
+        Fixed("nic"),
+        Queue,
+    ),
+    def(
+        "tx_reclaim",
+        TxTstampHw,
+        TxComplete,
+        Kernel,
+        Fixed("driver"),
+        Queue,
     ),
     // The NIC's part of sending: handed to the driver -> the driver reclaimed the sent skb.
     def(

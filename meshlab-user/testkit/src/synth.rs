@@ -110,6 +110,10 @@ pub struct GenConfig {
     /// The NIC driver frees each TX skb this long after net_dev_xmit (a TX completion); none
     /// when unset or without `nic_irq`.
     pub tx_complete_after_ns: Option<u64>,
+    /// The driver reports the NIC's hardware TX timestamp of each TX skb this long after
+    /// net_dev_xmit (a `tx_tstamp_hw` keyed by the skb's last byte); none when unset or
+    /// without `nic_irq`.
+    pub tx_hw_tstamp_after_ns: Option<u64>,
     /// Pause between a reply and the next request on a connection.
     pub think_ns: u64,
     pub stages: Stages,
@@ -137,6 +141,7 @@ impl Default for GenConfig {
             disorder: false,
             jitter_seed: None,
             tx_complete_after_ns: None,
+            tx_hw_tstamp_after_ns: None,
             think_ns: 20_000,
             stages: FIXED,
         }

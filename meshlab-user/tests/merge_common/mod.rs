@@ -160,6 +160,22 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
                 ..d()
             },
         ),
+        (
+            "tx_hw_timestamp",
+            GenConfig {
+                tx_hw_tstamp_after_ns: Some(1_000),
+                tx_complete_after_ns: Some(1_500),
+                ..d()
+            },
+        ),
+        (
+            "tx_hw_timestamp_late",
+            GenConfig {
+                tx_hw_tstamp_after_ns: Some(99_000),
+                tx_complete_after_ns: Some(100_000),
+                ..d()
+            },
+        ),
     ]
 }
 

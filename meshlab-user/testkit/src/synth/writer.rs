@@ -314,6 +314,13 @@ impl<'c> Writer<'c> {
             }
             self.k(node, ev);
         }
+        if let Some(after) = self.cfg.tx_hw_tstamp_after_ns.filter(|_| self.cfg.nic_irq) {
+            // Keyed like the kernel's tskey: the last byte, length 1.
+            let mut ev = kernel(node, Hook::TxTstampHw, xmit + after, tid);
+            (ev.cookie, ev.dir, ev.offset, ev.len) =
+                (Some(ck), Some(Direction::Tx), Some(o + l - 1), Some(1));
+            self.k(node, ev);
+        }
         if let Some(after) = self.cfg.tx_complete_after_ns.filter(|_| self.cfg.nic_irq) {
             let mut ev = kernel(node, Hook::TxComplete, xmit + after, tid);
             (ev.cookie, ev.dir, ev.offset, ev.len) =

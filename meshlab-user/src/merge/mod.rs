@@ -27,6 +27,7 @@ pub(crate) mod join;
 pub(crate) mod legs;
 pub(crate) mod message;
 pub mod pipeline;
+pub(crate) mod reader;
 pub(crate) mod reduce;
 pub mod segments;
 pub(crate) mod stream;

@@ -322,7 +322,7 @@ impl NodeIndex {
             }
             Hook::SchedSwitch => match ev.value {
                 Some(1) => self.thread_event(ev, SchedEvent::On),
-                Some(0) => self.thread_event(ev, SchedEvent::off(ev.aux.unwrap_or(0))),
+                Some(0) => self.thread_event(ev, SchedEvent::off(ev.aux)),
                 _ => {}
             },
             hook => {

@@ -22,10 +22,12 @@ pub(crate) enum SchedEvent {
 }
 
 impl SchedEvent {
-    /// A switch-out with its `prev_state` (the task's raw state: 0 = TASK_RUNNING).
-    pub fn off(prev_state: u64) -> SchedEvent {
+    /// A switch-out with its `prev_state` (the task's raw state: 0 = TASK_RUNNING). Without
+    /// one (a hand-written line) it counts as a sleep: the missing wake-up before the next
+    /// switch-in still shows a preemption.
+    pub fn off(prev_state: Option<u64>) -> SchedEvent {
         SchedEvent::Off {
-            runnable: prev_state == 0,
+            runnable: prev_state == Some(0),
         }
     }
 }
@@ -195,6 +197,14 @@ mod tests {
         assert_eq!(t[3], (140, Busy));
         // A switch-out to sleep with nothing after it, yet the thread copied the data.
         assert_eq!(states(None, &[(150, SLEPT)]), [(100, Busy), (150, Unknown)]);
+    }
+
+    #[test]
+    fn switch_out_state_from_prev_state() {
+        assert_eq!(SchedEvent::off(Some(0)), PREEMPTED);
+        assert_eq!(SchedEvent::off(Some(1)), SLEPT);
+        assert_eq!(SchedEvent::off(Some(2)), SLEPT);
+        assert_eq!(SchedEvent::off(None), SLEPT);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use meshlab_user::merge::segments::{NETWORK_ROUND_TRIP, PEER_WAIT, SEGMENTS, Unit};
+use meshlab_user::merge::segments::{
+    NETWORK_ROUND_TRIP, PEER_WAIT, RX_SOCKET_QUEUE, ReaderState, SEGMENTS, Unit, reader_segment,
+};
 use meshlab_user::report::own_cost::STAGE_PROGRAMS;
 use meshlab_user::schema::{
     BpfStatsState, ClockId, ClockSample, ConnRef, Direction, Hook, KernelEvent, ProbeEvent,
@@ -94,6 +96,54 @@ fn segments_md_table_is_the_code_segment_table() {
                 point.name()
             );
         }
+    }
+}
+
+#[test]
+fn segments_md_reader_state_table_is_the_code_table() {
+    let rows = table(&doc("segments.md"), "state");
+    let states = [
+        ReaderState::Busy,
+        ReaderState::Runnable,
+        ReaderState::Blocked,
+        ReaderState::Unknown,
+    ];
+    assert_eq!(rows.len(), states.len(), "one row per reader state");
+    for state in states {
+        let label = format!("{state:?}").to_lowercase();
+        let row = rows
+            .iter()
+            .find(|r| r[0] == label)
+            .unwrap_or_else(|| panic!("no row for {label}"));
+        // A state without a definition keeps the segment it cuts.
+        let (name, layer, unit, kind) = match reader_segment(state) {
+            Some(d) => (
+                d.name,
+                d.layer.as_str(),
+                match d.unit {
+                    Unit::Process => "role",
+                    Unit::Fixed(u) => u,
+                },
+                d.kind.as_str(),
+            ),
+            None => {
+                let d = SEGMENTS.iter().find(|d| d.name == RX_SOCKET_QUEUE).unwrap();
+                let Unit::Fixed(unit) = d.unit else {
+                    panic!("rx_socket_queue has a fixed unit")
+                };
+                (d.name, d.layer.as_str(), unit, d.kind.as_str())
+            }
+        };
+        assert_eq!(
+            (
+                row[1].as_str(),
+                row[2].as_str(),
+                row[3].as_str(),
+                row[4].as_str()
+            ),
+            (name, layer, unit, kind),
+            "reader state {label}"
+        );
     }
 }
 

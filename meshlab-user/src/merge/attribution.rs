@@ -19,7 +19,8 @@ use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Placemen
 use super::chain::Point;
 use super::event::{Place, Stamp};
 use super::half::{Half, LinkKey};
-use super::segments::{self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, Unit};
+use super::reader::ReaderTimeline;
+use super::segments::{self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, RX_SOCKET_QUEUE, Unit};
 use super::time::{Instant, NodeClock, Span, difference, with_clock};
 
 /// Names the merge needs to describe events: node names and input file names.
@@ -68,6 +69,8 @@ struct Chain {
     full: Vec<PointId>,
     owners: Vec<u8>,
     kept: Vec<Kept>,
+    /// The half's reader timelines ([`Half::readers`]).
+    readers: Vec<ReaderTimeline>,
 }
 
 /// A point without a stamp: named as missing when expected, or once as "no recording" for
@@ -139,20 +142,21 @@ impl Chain {
             full: points.iter().map(|p| p.id).collect(),
             owners: points.iter().map(|p| p.owner).collect(),
             kept,
+            readers: half.readers.clone(),
         }
     }
 
     /// Segments between consecutive kept points in `kept[range]`.
     fn segments<'n>(&self, names: &Names, clock: &NodeClock<'n>, kept: &[Kept]) -> Vec<Segment> {
         kept.windows(2)
-            .map(|w| {
+            .flat_map(|w| {
                 let span = span(clock, &w[0], &w[1]);
                 let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
                 // A kernel stage ran where the event that ends it was recorded.
                 let place = (layer == Layer::Kernel && !w[1].id.is_probe())
                     .then(|| placement(names, self.node_id, &w[1].stamp.place))
                     .flatten();
-                Segment {
+                let seg = Segment {
                     name,
                     node: Some(self.node.clone()),
                     layer,
@@ -163,9 +167,57 @@ impl Chain {
                     error_ns: error_bound(&[w[0].stamp, w[1].stamp]),
                     derived: None,
                     place,
-                }
+                };
+                self.by_reader_state(seg, &w[0])
             })
             .collect()
+    }
+
+    /// `rx_socket_queue` cut by the reader thread's scheduler state (busy: its process's
+    /// time; runnable: run-queue wait); other segments unchanged. The parts tile the span, so
+    /// the sum stays exact; only the part ending at the span's end keeps its conversion error
+    /// (the cuts are kernel times).
+    fn by_reader_state(&self, seg: Segment, from: &Kept) -> Vec<Segment> {
+        let timeline = (seg.name == RX_SOCKET_QUEUE && from.id == PointId::SkDataReady)
+            .then(|| self.readers.iter().find(|t| t.ready_ns == from.stamp.ns()))
+            .flatten();
+        let (Some(timeline), Some(start)) = (timeline, seg.start_ns) else {
+            return vec![seg];
+        };
+        let end = start + seg.dur_ns;
+        let process = self.process_of(from.pos);
+        timeline
+            .split(start, end)
+            .into_iter()
+            .map(|(at, dur, state)| {
+                let mut part = Segment {
+                    start_ns: Some(at),
+                    dur_ns: dur,
+                    error_ns: seg.error_ns.filter(|_| at + dur == end),
+                    ..seg.clone()
+                };
+                if let Some(d) = segments::reader_segment(state) {
+                    part.name = d.name.to_owned();
+                    part.layer = d.layer;
+                    part.kind = d.kind;
+                    // A place is where a kernel stage ran; the reader's own time has none.
+                    if d.layer != Layer::Kernel {
+                        part.place = None;
+                    }
+                    part.unit = match d.unit {
+                        Unit::Process => process.clone(),
+                        Unit::Fixed(u) => u.to_owned(),
+                    };
+                }
+                part
+            })
+            .collect()
+    }
+
+    /// The process the point at full-chain position `pos` belongs to.
+    fn process_of(&self, pos: usize) -> &String {
+        let owner = usize::from(self.owners[pos]);
+        self.processes.get(owner).unwrap_or(&self.processes[0])
     }
 
     /// Name, layer, unit and kind of the span from full-chain position `a` to `b`: the direct

@@ -7,6 +7,7 @@
 //! consecutive observed points with [`super::segments`].
 
 use super::event::Stamp;
+use super::reader::ReaderTimeline;
 use super::segments::PointId::{self, *};
 
 /// Kernel TX stages of a message, in path order: tcp_sendmsg of its first byte, then the
@@ -96,6 +97,8 @@ pub(crate) struct Stages {
     /// IRQ/softirq context times of the RX skb's CPU that contradict the skb's order (a later
     /// interrupt on that CPU overwrote them) and were therefore not used.
     pub stale_context: bool,
+    /// RX without a wake-up: the reader thread's states while the data waited.
+    pub reader: Option<ReaderTimeline>,
 }
 
 impl Stages {

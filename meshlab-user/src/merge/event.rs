@@ -152,6 +152,8 @@ pub struct KEvent {
     pub offset: Option<u64>,
     pub len: u64,
     pub value: Option<i64>,
+    /// sched_switch out: the thread's prev_state (0 = TASK_RUNNING: preempted).
+    pub aux: Option<u64>,
     pub retrans: bool,
     /// netif_receive_skb only (boxed: most events have none).
     pub rx: Option<Box<RxContext>>,

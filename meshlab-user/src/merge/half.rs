@@ -6,6 +6,7 @@ use crate::schema::JoinMethod;
 
 use super::chain::{Point, Stages};
 use super::event::{Endpoint, Role};
+use super::reader::ReaderTimeline;
 use super::time::NodeId;
 
 /// Links a client half to its server half across nodes: the connection (client and server
@@ -50,6 +51,9 @@ pub struct Half {
     /// Client only: points from the response's arrival to the end.
     pub post: Vec<Point>,
     pub notes: Vec<String>,
+    /// The reader thread's states while a received message waited in its socket without
+    /// waking it (splits `rx_socket_queue`), keyed by the message's sk_data_ready time.
+    pub readers: Vec<ReaderTimeline>,
     /// The node has a kernel recording; without one its kernel points are not expected one by
     /// one but reported once as `NODE:kernel (no recording)`.
     pub kernel_recorded: bool,

@@ -49,6 +49,7 @@ impl HopChain {
             points: self.points.clone(),
             retransmitted: self.stages.retransmitted,
             stale_context: self.stages.stale_context,
+            reader: self.stages.reader.clone(),
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::schema::{Direction, Hook};
 
 use super::chain::{Point, RX_KERNEL, Stages, TX_KERNEL, tx_optional};
 use super::event::{KEvent, RxContext, Stamp};
+use super::reader::{ReaderTimeline, SchedEvent};
 use super::segments::PointId;
 use super::time::NodeTime;
 
@@ -19,6 +20,8 @@ use super::time::NodeTime;
 struct RangeEvent {
     end: u64,
     stamp: Stamp,
+    /// The thread the event ran in (the reader, for the copy and the recv return).
+    tid: u32,
     retrans: bool,
     rx: Option<Box<RxContext>>,
 }
@@ -129,6 +132,9 @@ struct RxFound {
     switch_in: Option<Stamp>,
     copy: Option<Stamp>,
     ret: Option<Stamp>,
+    /// The thread that took the data: the copy's, else the recv return's.
+    reader_tid: Option<u32>,
+    reader: Option<ReaderTimeline>,
 }
 
 impl RxFound {
@@ -153,6 +159,7 @@ impl RxFound {
             points,
             retransmitted,
             stale_context,
+            reader: self.reader,
         }
     }
 
@@ -247,17 +254,49 @@ impl<T: Copy> TimeQueue<T> {
         }
     }
 
-    /// The first entry in arrival order whose time is in `[lo, hi]`.
-    fn first_within(&self, lo: u64, hi: u64, ns: impl Fn(&T) -> u64) -> Option<T> {
-        if self.in_order {
-            let at = self.entries.partition_point(|e| ns(e) < lo);
-            self.entries.get(at).filter(|e| ns(e) <= hi).copied()
+    /// The first entry in arrival order whose time is in `[lo, hi]` and that `pick` accepts.
+    fn first_within(
+        &self,
+        lo: u64,
+        hi: u64,
+        ns: impl Fn(&T) -> u64,
+        pick: impl Fn(&T) -> bool,
+    ) -> Option<T> {
+        let from = if self.in_order {
+            self.entries.partition_point(|e| ns(e) < lo)
         } else {
-            self.entries
-                .iter()
-                .find(|e| ns(e) >= lo && ns(e) <= hi)
+            0
+        };
+        let mut range = self.entries.range(from..);
+        if self.in_order {
+            range.take_while(|e| ns(e) <= hi).find(|e| pick(e)).copied()
+        } else {
+            range
+                .find(|e| ns(e) >= lo && ns(e) <= hi && pick(e))
                 .copied()
         }
+    }
+
+    /// The entries whose time is in `[lo, hi]` in time order, and the latest one before `lo`.
+    fn around(&self, lo: u64, hi: u64, ns: impl Fn(&T) -> u64) -> (Option<T>, Vec<T>) {
+        if self.in_order {
+            let from = self.entries.partition_point(|e| ns(e) < lo);
+            let to = self.entries.partition_point(|e| ns(e) <= hi).max(from);
+            let before = from.checked_sub(1).and_then(|i| self.entries.get(i));
+            let within = self.entries.range(from..to).copied().collect();
+            return (before.copied(), within);
+        }
+        let before = self.entries.iter().filter(|e| ns(e) < lo);
+        let before = before.max_by_key(|e| ns(e)).copied();
+        let mut within: Vec<T> = self
+            .entries
+            .iter()
+            .copied()
+            .filter(|e| ns(e) >= lo)
+            .collect();
+        within.retain(|e| ns(e) <= hi);
+        within.sort_by_key(|e| ns(e));
+        (before, within)
     }
 }
 
@@ -265,15 +304,16 @@ fn wakeup_ns(w: &(Stamp, u32)) -> u64 {
     w.0.ns()
 }
 
-fn stamp_ns(s: &Stamp) -> u64 {
-    s.ns()
+fn sched_ns(s: &(Stamp, SchedEvent)) -> u64 {
+    s.0.ns()
 }
 
 #[derive(Default)]
 pub struct NodeIndex {
     dirs: HashMap<(u64, Direction), DirIndex>,
     wakeups: HashMap<u64, TimeQueue<(Stamp, u32)>>,
-    switch_ins: HashMap<u32, TimeQueue<Stamp>>,
+    /// Per thread: its switches (in, and out with prev_state) and wake-ups.
+    threads: HashMap<u32, TimeQueue<(Stamp, SchedEvent)>>,
 }
 
 impl NodeIndex {
@@ -286,15 +326,13 @@ impl NodeIndex {
                         .or_default()
                         .push((ev.stamp, ev.tid), wakeup_ns);
                 }
+                self.thread_event(ev, SchedEvent::Woken);
             }
-            Hook::SchedSwitch => {
-                if ev.value == Some(1) {
-                    self.switch_ins
-                        .entry(ev.tid)
-                        .or_default()
-                        .push(ev.stamp, stamp_ns);
-                }
-            }
+            Hook::SchedSwitch => match ev.value {
+                Some(1) => self.thread_event(ev, SchedEvent::On),
+                Some(0) => self.thread_event(ev, SchedEvent::off(ev.aux)),
+                _ => {}
+            },
             hook => {
                 let (Some(slot), Some(cookie), Some(dir), Some(offset)) =
                     (slot(hook), ev.cookie, ev.dir, ev.offset)
@@ -311,12 +349,20 @@ impl NodeIndex {
                     RangeEvent {
                         end,
                         stamp: ev.stamp,
+                        tid: ev.tid,
                         retrans: ev.retrans,
                         rx: ev.rx.clone(),
                     },
                 );
             }
         }
+    }
+
+    fn thread_event(&mut self, ev: &KEvent, what: SchedEvent) {
+        self.threads
+            .entry(ev.tid)
+            .or_default()
+            .push((ev.stamp, what), sched_ns);
     }
 
     /// Drops everything older than `cutoff_ns` (node time).
@@ -329,8 +375,8 @@ impl NodeIndex {
             q.evict_before(cutoff_ns, wakeup_ns);
             !q.entries.is_empty()
         });
-        self.switch_ins.retain(|_, q| {
-            q.evict_before(cutoff_ns, stamp_ns);
+        self.threads.retain(|_, q| {
+            q.evict_before(cutoff_ns, sched_ns);
             !q.entries.is_empty()
         });
     }
@@ -382,18 +428,44 @@ impl NodeIndex {
                 .and_then(|h| h.first_reaching(end))
                 .map(|e| e.stamp)
         };
+        let copy = self
+            .events(cookie, Hook::SkbCopyDatagram)
+            .and_then(|h| h.covering(last).0);
+        let ret = self
+            .events(cookie, Hook::RecvReturn)
+            .and_then(|h| h.first_reaching(end));
         let mut found = RxFound {
             netif: netif.map(|e| e.stamp),
             tcp: covering(Hook::TcpProbe),
             ready: reaching(Hook::SkDataReady),
-            copy: covering(Hook::SkbCopyDatagram),
-            ret: reaching(Hook::RecvReturn),
+            copy: copy.map(|e| e.stamp),
+            ret: ret.map(|e| e.stamp),
+            reader_tid: copy.or(ret).map(|e| e.tid),
             ..RxFound::default()
         };
         let context = netif.and_then(|e| e.rx.as_deref().copied());
         let stale_context = found.set_context(context.unwrap_or_default());
         self.find_wakeup(cookie, &mut found);
+        self.find_reader_states(&mut found);
         found.into_stages(retransmitted, stale_context)
+    }
+
+    /// Data queued without waking its reader (no wake-up between queueing and the copy): the
+    /// reader thread's states from the queueing to the copy, which split `rx_socket_queue`.
+    fn find_reader_states(&self, found: &mut RxFound) {
+        let (Some(ready), Some(tid), None) = (found.ready, found.reader_tid, found.wakeup) else {
+            return;
+        };
+        let Some(hi) = found.copy.or(found.ret) else {
+            return;
+        };
+        let (lo, hi) = (ready.ns(), hi.ns());
+        let (before, events) = self
+            .threads
+            .get(&tid)
+            .map_or((None, Vec::new()), |q| q.around(lo, hi, sched_ns));
+        let events: Vec<(u64, SchedEvent)> = events.iter().map(|(s, e)| (s.ns(), *e)).collect();
+        found.reader = Some(ReaderTimeline::build(lo, before.map(|b| b.1), &events));
     }
 
     /// The wake-up the data caused, if the reader was asleep: between queueing and copying,
@@ -405,13 +477,15 @@ impl NodeIndex {
         let wakeup = lo.zip(hi).and_then(|(lo, hi)| {
             self.wakeups
                 .get(&cookie)
-                .and_then(|q| q.first_within(lo, hi, wakeup_ns))
+                .and_then(|q| q.first_within(lo, hi, wakeup_ns, |_| true))
         });
         let hi = hi.unwrap_or(0);
+        let switch_in = |e: &(Stamp, SchedEvent)| e.1 == SchedEvent::On;
         found.switch_in = wakeup.and_then(|(w, tid)| {
-            self.switch_ins
+            self.threads
                 .get(&tid)
-                .and_then(|q| q.first_within(w.ns(), hi, stamp_ns))
+                .and_then(|q| q.first_within(w.ns(), hi, sched_ns, switch_in))
+                .map(|(s, _)| s)
         });
         found.wakeup = wakeup.map(|(s, _)| s);
     }

@@ -421,7 +421,8 @@ impl NodeJoiner {
         g.finished = true;
         let client = key.1;
         let tx = g.tx.take().unwrap_or_else(|| Stages::absent(&TX_KERNEL));
-        let rx = g.rx.take().unwrap_or_else(|| Stages::absent(&RX_KERNEL));
+        let mut rx = g.rx.take().unwrap_or_else(|| Stages::absent(&RX_KERNEL));
+        let readers = rx.reader.take().into_iter().collect();
         let (request, response) = if client { (&tx, &rx) } else { (&rx, &tx) };
         let mut notes = stage_notes(&self.name, "request", request);
         notes.extend(stage_notes(&self.name, "response", response));
@@ -465,6 +466,7 @@ impl NodeJoiner {
             points,
             post,
             notes,
+            readers,
             kernel_recorded: self.kernel_recorded,
             ready_ns: self.frontier_ns,
         });

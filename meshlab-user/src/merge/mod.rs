@@ -28,6 +28,7 @@ pub(crate) mod legs;
 pub(crate) mod message;
 pub(crate) mod nic;
 pub mod pipeline;
+pub(crate) mod reader;
 pub(crate) mod reduce;
 pub mod segments;
 pub(crate) mod stream;

@@ -121,6 +121,7 @@ fn kernel_item(
         offset: k.offset,
         len: u64::from(k.len.unwrap_or(0)),
         value: k.value,
+        aux: k.aux.filter(|_| hook == Hook::SchedSwitch),
         retrans: k.retrans,
         rx,
         established,

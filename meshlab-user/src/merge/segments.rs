@@ -361,7 +361,7 @@ pub const SEGMENTS: &[SegmentDef] = &[
     ),
     // The reader was not asleep (no wake-up): the data waited in the socket queue.
     def(
-        "rx_socket_queue",
+        RX_SOCKET_QUEUE,
         SkDataReady,
         ClientReadReady,
         Kernel,
@@ -369,7 +369,7 @@ pub const SEGMENTS: &[SegmentDef] = &[
         Queue,
     ),
     def(
-        "rx_socket_queue",
+        RX_SOCKET_QUEUE,
         SkDataReady,
         ServerReadReady,
         Kernel,
@@ -377,7 +377,7 @@ pub const SEGMENTS: &[SegmentDef] = &[
         Queue,
     ),
     def(
-        "rx_socket_queue",
+        RX_SOCKET_QUEUE,
         SkDataReady,
         SkbCopyDatagram,
         Kernel,
@@ -600,6 +600,57 @@ pub const SEGMENTS: &[SegmentDef] = &[
         Compute,
     ),
 ];
+
+/// What the thread that read a message was doing while the message waited in its socket
+/// without waking it (the `rx_socket_queue` span), from its scheduler events
+/// ([`super::reader`]; docs/segments.md, "The reader's scheduler state").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReaderState {
+    /// On a CPU, busy with other work: the process's time.
+    Busy,
+    /// Runnable without a CPU: preempted, or woken by something else and not yet running.
+    Runnable,
+    /// Asleep on something other than this data.
+    Blocked,
+    /// No scheduler event tells (events lost, or the thread was not tracked).
+    Unknown,
+}
+
+/// How one reader state's part of the socket-queue wait is reported.
+#[derive(Clone, Copy, Debug)]
+pub struct ReaderSegmentDef {
+    pub state: ReaderState,
+    pub name: &'static str,
+    pub layer: Layer,
+    pub unit: Unit,
+    pub kind: Kind,
+}
+
+/// The parts `rx_socket_queue` is cut into. A blocked or unknown reader's part stays
+/// `rx_socket_queue` (the data waited in the socket). docs/segments.md mirrors this table.
+pub const READER_SEGMENTS: &[ReaderSegmentDef] = &[
+    ReaderSegmentDef {
+        state: ReaderState::Busy,
+        name: "rx_reader_busy",
+        layer: Process,
+        unit: Unit::Process,
+        kind: Compute,
+    },
+    ReaderSegmentDef {
+        state: ReaderState::Runnable,
+        name: "rx_runqueue_wait",
+        layer: Kernel,
+        unit: Fixed("scheduler"),
+        kind: Queue,
+    },
+];
+
+/// The socket-queue wait the reader's state splits.
+pub const RX_SOCKET_QUEUE: &str = "rx_socket_queue";
+
+pub fn reader_segment(state: ReaderState) -> Option<&'static ReaderSegmentDef> {
+    READER_SEGMENTS.iter().find(|d| d.state == state)
+}
 
 /// The cross-node segment, derived by the difference method.
 pub const NETWORK_ROUND_TRIP: &str = "network_round_trip";

@@ -198,7 +198,8 @@ fn finish(
 ) -> Option<Half> {
     let (tx_start, tx_end) = turn.tx?;
     let tx = index.tx_stages(turn.cookie, tx_start, tx_end);
-    let rx = turn.rx_stages.unwrap_or_else(|| Stages::absent(&RX_KERNEL));
+    let mut rx = turn.rx_stages.unwrap_or_else(|| Stages::absent(&RX_KERNEL));
+    let readers = rx.reader.take().into_iter().collect();
     let request_start = if turn.client { tx_start } else { turn.rx?.0 };
     let mut notes = Vec::new();
     let (req, resp) = if turn.client { (&tx, &rx) } else { (&rx, &tx) };
@@ -228,6 +229,7 @@ fn finish(
         points,
         post,
         notes,
+        readers,
         kernel_recorded: true,
         ready_ns: now.min(turn.last_ns),
     })

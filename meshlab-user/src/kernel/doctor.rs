@@ -226,7 +226,12 @@ fn probe_tx_timestamps() -> TxTimestamps {
         ..Config::default()
     };
     let loaded = setup::require_root("loading sock_ops with TX timestamps").and_then(|()| {
-        let (mut ebpf, _) = setup::load(&config, meshlab_common::DEFAULT_RING_BYTES, &[])?;
+        let (mut ebpf, _) = setup::load(
+            &config,
+            meshlab_common::DEFAULT_RING_BYTES,
+            super::diag::level(true),
+            &[],
+        )?;
         let program: &mut SockOps = ebpf
             .program_mut(SOCK_OPS_PROGRAM)
             .context("no sock_ops program in the object")?

@@ -104,18 +104,7 @@ impl Session {
         let started = Instant::now();
         let start_ns = sample_clocks(None).monotonic_ns;
         let reason = runtime.block_on(self.read_loop(duration, clock_every, ready_file))?;
-
-        // Detach first, so no event can be produced after the counters are read; then drain
-        // what is still in the buffer: received + dropped == hits holds exactly.
-        for spec in std::mem::take(&mut self.attached) {
-            if let Err(e) = loader::detach_tier(&mut self.ebpf, spec) {
-                log::warn!("detaching {}: {e}", spec.program);
-            }
-        }
-        self.drain()?;
-        if let Some(log) = &mut self.kernel_log {
-            log.flush();
-        }
+        self.detach_and_drain()?;
         let counters = self.read_counters()?;
         self.write_drops_if_changed(&counters, true)?;
         let end = sample_clocks(Some(&self.node));
@@ -153,6 +142,21 @@ impl Session {
             summary.dropped,
             per_hook.join(" ")
         ))
+    }
+
+    /// Detaches first, so no event can be produced after the counters are read; then drains
+    /// what is still in the buffer: received + dropped == hits holds exactly.
+    fn detach_and_drain(&mut self) -> anyhow::Result<()> {
+        for spec in std::mem::take(&mut self.attached) {
+            if let Err(e) = loader::detach_tier(&mut self.ebpf, spec) {
+                log::warn!("detaching {}: {e}", spec.program);
+            }
+        }
+        self.drain()?;
+        if let Some(log) = &mut self.kernel_log {
+            log.flush();
+        }
+        Ok(())
     }
 
     /// meshlab's own cost; a failed read is a warning (the recording itself is whole) and

@@ -110,7 +110,7 @@ fn capture_record(kind: RecordKind, payload: &[u8]) -> Vec<u8> {
 pub fn report_on(data: &[u8]) {
     let path = scratch().join("merged.ndjson");
     std::fs::write(&path, data).expect("write input");
-    match Aggregate::from_file(&path) {
+    match Aggregate::from_file(&path, true) {
         Ok(mut agg) => {
             let report = RunReport::new(&mut agg);
             write_run(&report, &mut std::io::sink()).expect("writing to a sink");

@@ -84,6 +84,21 @@ fn late_tx_completion_is_not_used() {
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
 }
 
+/// Completions 30 us after the transmit. The request's comes after the server already had the
+/// request (10 us one way) but before the response came back (64.9 us): only the difference
+/// method shows it (the wait from it would be 20000 - 30000 < 0), as it shows the response's
+/// (after the client had it). Neither is used and the request is the plain one, without error.
+#[test]
+fn tx_completion_after_the_peer_had_the_message_is_not_used() {
+    let out = merge(&fixture_files("tx_completion_after_peer_rx"), &[]);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+    let [r] = &out.requests[..] else {
+        panic!("one request expected: {:?}", out.summary)
+    };
+    assert_request(r, &plain(), 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}
+
 /// Constructed hardware path (no NIC here stamps): the driver reports each skb's hardware TX
 /// timestamp 1000 ns after net_dev_xmit and frees it 500 ns later, so `tx_completion` (1500)
 /// splits into `tx_nic_send` 1000 + `tx_reclaim` 500 on both sides; the round trip is the

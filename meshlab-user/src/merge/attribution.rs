@@ -472,25 +472,57 @@ fn client_segments(
     let chain = &cside.chain;
     let e2e = span(cc, &cside.first, &cside.last).dur_ns();
     let (pre, post) = (cside.pre(), cside.post());
-    let mut segs = chain.segments(names, cc, pre);
-    let (Some(outer_a), Some(outer_b)) = (pre.last(), post.first()) else {
+    let (Some(_), Some(arrived)) = (pre.last(), post.first()) else {
         // Only reachable when every point of one side was dropped: no wait to split.
+        let mut segs = chain.segments(names, cc, pre);
         segs.extend(chain.segments(names, cc, &chain.kept[cside.cut.saturating_sub(1)..]));
         return (segs, e2e);
     };
-    let outer = Outer {
-        span: span(cc, outer_a, outer_b),
-        ends: (*outer_a, *outer_b),
-        node: &chain.node,
-    };
-    let split = sside.filter(|s| s.chain.kept.len() >= 2).and_then(|s| {
-        with_clock(s.half.node, |sc| {
-            split_wait(&sc, &outer, s, names, trace, found)
-        })
-    });
-    segs.extend(split.unwrap_or_else(|| vec![peer_wait(&outer)]));
+    let server = sside.filter(|s| s.chain.kept.len() >= 2);
+    let (sent, wait) = wait_for_peer(cc, cside, *arrived, server, names, trace, found);
+    let mut segs = chain.segments(names, cc, &pre[..sent]);
+    segs.extend(wait);
     segs.extend(chain.segments(names, cc, post));
     (segs, e2e)
+}
+
+/// The wait for the peer, from the request's last kept point until the response `arrived`,
+/// split by the server's chain, and how many of the request's kept points come before it. A
+/// request's TX completion after the server already had the request (the difference would be
+/// negative) was reclaimed late, as the response's in [`split_wait`]: the wait then starts at
+/// the point before it, and the completion is no stage of this request.
+fn wait_for_peer(
+    cc: &NodeClock,
+    cside: &ClientSide,
+    arrived: Kept,
+    server: Option<&ServerSide>,
+    names: &Names,
+    trace: &str,
+    found: &mut Findings,
+) -> (usize, Vec<Segment>) {
+    let pre = cside.pre();
+    let outer_from = |n: usize| Outer {
+        span: span(cc, &pre[n - 1], &arrived),
+        ends: (pre[n - 1], arrived),
+        node: &cside.chain.node,
+    };
+    let Some(s) = server else {
+        return (pre.len(), vec![peer_wait(&outer_from(pre.len()))]);
+    };
+    let mut first_error = None;
+    for n in (1..=pre.len()).rev() {
+        match with_clock(s.half.node, |sc| split_wait(&sc, &outer_from(n), s, names, trace)) {
+            Ok(segs) => return (n, segs),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+        if !reported_at_reclaim(pre[n - 1].id) {
+            break;
+        }
+    }
+    found.errors.extend(first_error);
+    (pre.len(), vec![peer_wait(&outer_from(pre.len()))])
 }
 
 /// The client's wait for its peer: request left -> response arrived.
@@ -501,16 +533,15 @@ struct Outer<'n, 'c> {
 }
 
 /// The outer wait split by the difference method: network round trip = outer - inner (the
-/// server's span), then the server's own segments. `None` (with an error) when it would be
-/// negative.
+/// server's span), then the server's own segments. An error naming both spans when it would
+/// be negative.
 fn split_wait(
     sc: &NodeClock,
     outer: &Outer,
     sside: &ServerSide,
     names: &Names,
     trace: &str,
-    found: &mut Findings,
-) -> Option<Vec<Segment>> {
+) -> Result<Vec<Segment>, String> {
     let s = &sside.chain;
     let mut kept = &s.kept[..];
     let (oa, ob) = outer.ends;
@@ -544,18 +575,15 @@ fn split_wait(
                 place: None,
             }];
             v.extend(s.segments(names, sc, kept));
-            Some(v)
+            Ok(v)
         }
-        Err(e) => {
-            found.errors.push(format!(
-                "trace {trace}: network round trip would be negative ({e}): outer {} -> {}, inner {} -> {}",
-                names.event(outer.node, oa.id, &oa.stamp),
-                names.event(outer.node, ob.id, &ob.stamp),
-                names.event(&s.node, ia.id, &ia.stamp),
-                names.event(&s.node, ib.id, &ib.stamp),
-            ));
-            None
-        }
+        Err(e) => Err(format!(
+            "trace {trace}: network round trip would be negative ({e}): outer {} -> {}, inner {} -> {}",
+            names.event(outer.node, oa.id, &oa.stamp),
+            names.event(outer.node, ob.id, &ob.stamp),
+            names.event(&s.node, ia.id, &ia.stamp),
+            names.event(&s.node, ib.id, &ib.stamp),
+        )),
     }
 }
 

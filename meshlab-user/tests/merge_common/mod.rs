@@ -161,6 +161,13 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
             },
         ),
         (
+            "tx_completion_after_peer_rx",
+            GenConfig {
+                tx_complete_after_ns: Some(30_000),
+                ..d()
+            },
+        ),
+        (
             "tx_hw_timestamp",
             GenConfig {
                 tx_hw_tstamp_after_ns: Some(1_000),

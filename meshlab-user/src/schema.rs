@@ -535,6 +535,12 @@ pub struct SelfCost {
     pub sys_cpu_ns: u64,
     /// Events the recorder wrote over the window (the summary's `received`).
     pub events: u64,
+    /// Program name -> hook firings the kernel did not run it for, because a program was
+    /// already running on that CPU (`bpf_prog_info.recursion_misses`): events neither recorded
+    /// nor counted in `dropped`. Read whether or not `bpf_stats` is measured; only programs
+    /// with misses are listed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub missed_runs: BTreeMap<String, u64>,
 }
 
 /// Whether the program figures of a [`SelfCost`] were measured.

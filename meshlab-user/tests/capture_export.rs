@@ -156,6 +156,7 @@ fn end_records() -> Vec<Record> {
                 user_cpu_ns: 4_000_000,
                 sys_cpu_ns: 2_000_000,
                 events: 861,
+                missed_runs: [("tcp_probe_btf".to_owned(), 2)].into_iter().collect(),
             }),
         }),
     ]

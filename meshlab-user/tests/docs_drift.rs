@@ -269,6 +269,7 @@ fn schema_md_self_cost_table_lists_exactly_its_fields() {
         user_cpu_ns: 3,
         sys_cpu_ns: 4,
         events: 5,
+        missed_runs: [("p".to_owned(), 6)].into_iter().collect(),
     };
     let value = serde_json::to_value(&cost).expect("serializable");
     let written: BTreeSet<String> = value.as_object().unwrap().keys().cloned().collect();

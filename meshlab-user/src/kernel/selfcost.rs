@@ -91,11 +91,12 @@ fn sysctl_on() -> bool {
     std::fs::read_to_string(STATS_SYSCTL).is_ok_and(|v| v.trim() != "0")
 }
 
-/// Cumulative (run_cnt, run_time_ns) of one program.
+/// Cumulative (run_cnt, run_time_ns, recursion_misses) of one program.
 #[derive(Clone, Copy, Debug)]
 struct Counters {
     run_cnt: u64,
     run_time_ns: u64,
+    recursion_misses: u64,
 }
 
 /// The recorder's attached programs, each with a duplicate of its fd: unloading at the end
@@ -146,8 +147,12 @@ impl OwnPrograms {
         let cpu = CpuTime::now();
         let bpf_stats = self.switch.state_at_end();
         let mut programs = BTreeMap::new();
+        let end = sample(&self.programs)?;
+        let missed_runs = (self.programs.iter().zip(&end))
+            .filter(|(_, c)| c.recursion_misses > 0)
+            .map(|((spec, _), c)| (spec.program.to_owned(), c.recursion_misses))
+            .collect();
         if bpf_stats == BpfStatsState::Measured {
-            let end = sample(&self.programs)?;
             for ((spec, _), c) in self.programs.iter().zip(&end) {
                 let hook = hook_of(spec);
                 programs.insert(
@@ -167,6 +172,7 @@ impl OwnPrograms {
             user_cpu_ns: cpu.user_ns.saturating_sub(self.cpu_start.user_ns),
             sys_cpu_ns: cpu.sys_ns.saturating_sub(self.cpu_start.sys_ns),
             events,
+            missed_runs,
         })
     }
 }
@@ -205,7 +211,8 @@ fn sample(programs: &[(&'static TierSpec, ProgramFd)]) -> Result<Vec<Counters>, 
         .collect()
 }
 
-/// BPF_OBJ_GET_INFO_BY_FD on a program fd: the kernel's cumulative run count and time.
+/// BPF_OBJ_GET_INFO_BY_FD on a program fd: the kernel's cumulative run count and time (0
+/// without statistics) and its recursion misses (always counted).
 fn prog_counters(fd: &ProgramFd) -> std::io::Result<Counters> {
     // SAFETY: a plain C struct for which all-zero is a valid value.
     let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
@@ -230,6 +237,7 @@ fn prog_counters(fd: &ProgramFd) -> std::io::Result<Counters> {
     Ok(Counters {
         run_cnt: info.run_cnt,
         run_time_ns: info.run_time_ns,
+        recursion_misses: info.recursion_misses,
     })
 }
 

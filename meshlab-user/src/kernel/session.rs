@@ -163,7 +163,15 @@ impl Session {
     /// leaves the field out rather than writing a figure that was not measured.
     fn self_cost(&self, received: u64, hits: &[u64]) -> Option<SelfCost> {
         match self.own.finish(received, hits) {
-            Ok(cost) => Some(cost),
+            Ok(cost) => {
+                for (program, missed) in &cost.missed_runs {
+                    log::warn!(
+                        "{program}: the kernel skipped it {missed} times (a BPF program was \
+                         already running on that CPU): those events are lost, not in dropped"
+                    );
+                }
+                Some(cost)
+            }
             Err(e) => {
                 log::warn!("meshlab's own cost not written: {e}");
                 None

@@ -82,6 +82,18 @@ pub struct NodeOwnCost {
     pub cpu_ns_per_event: Option<f64>,
     /// (user + sys) / requests.
     pub cpu_ns_per_request: Option<f64>,
+    /// Program -> firings the kernel skipped it for (events lost outside `dropped`).
+    pub missed_runs: BTreeMap<String, u64>,
+}
+
+impl NodeOwnCost {
+    /// "prog=N, ..." of the programs the kernel skipped, or `None` when it skipped none.
+    pub fn missed_runs_line(&self) -> Option<String> {
+        let parts: Vec<String> = (self.missed_runs.iter())
+            .map(|(program, n)| format!("{program}={n}"))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -181,6 +193,7 @@ fn node_cost(node: &str, c: &SelfCost, requests: u64) -> NodeOwnCost {
         events: c.events,
         cpu_ns_per_event: ratio(cpu, c.events),
         cpu_ns_per_request: ratio(cpu, requests),
+        missed_runs: c.missed_runs.clone(),
     }
 }
 
@@ -265,7 +278,37 @@ mod tests {
             user_cpu_ns: 3_000_000,
             sys_cpu_ns: 1_000_000,
             events: 8_000,
+            missed_runs: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn programs_the_kernel_skipped_are_named() {
+        let mut skipped = cost(BpfStatsState::NotMeasured, &[]);
+        let costs = [("A".to_owned(), skipped.clone())].into_iter().collect();
+        assert_eq!(
+            OwnCost::new(&costs, 1, &[]).nodes[0].missed_runs_line(),
+            None
+        );
+        skipped.missed_runs = [
+            ("net_dev_xmit_btf".to_owned(), 3),
+            ("tcp_probe_btf".to_owned(), 1),
+        ]
+        .into_iter()
+        .collect();
+        let costs = [("A".to_owned(), skipped)].into_iter().collect();
+        let own = OwnCost::new(&costs, 1, &[]);
+        assert_eq!(
+            own.nodes[0].missed_runs_line().as_deref(),
+            Some("net_dev_xmit_btf=3, tcp_probe_btf=1")
+        );
+        let mut text = Vec::new();
+        super::super::own_cost_text::write_own_cost(&own, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("A: EVENTS LOST") && text.contains("net_dev_xmit_btf=3"),
+            "{text}"
+        );
     }
 
     #[test]

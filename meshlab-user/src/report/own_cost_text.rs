@@ -63,6 +63,14 @@ pub fn write_own_cost(c: &OwnCost, out: &mut dyn Write) -> io::Result<()> {
     }
     t.write(out, "  ")?;
     for n in &c.nodes {
+        if let Some(missed) = n.missed_runs_line() {
+            writeln!(
+                out,
+                "  {}: EVENTS LOST, the kernel skipped programs already running on that CPU \
+                 (not in dropped): {missed}",
+                n.node
+            )?;
+        }
         write_programs(n, out)?;
     }
     write_stages(c, out)

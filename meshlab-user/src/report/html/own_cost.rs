@@ -52,6 +52,17 @@ pub fn section(out: &mut String, c: &OwnCost) {
         );
     }
     out.push_str("</tbody></table>");
+    for n in &c.nodes {
+        if let Some(missed) = n.missed_runs_line() {
+            let _ = write!(
+                out,
+                "<p class=\"note\"><strong>{}: events lost</strong>, the kernel skipped programs \
+                 already running on that CPU (not in dropped): {}</p>",
+                escape(&n.node),
+                escape(&missed)
+            );
+        }
+    }
     programs(out, c);
     stages(out, c);
     let _ = write!(

@@ -511,7 +511,9 @@ fn wait_for_peer(
     };
     let mut first_error = None;
     for n in (1..=pre.len()).rev() {
-        match with_clock(s.half.node, |sc| split_wait(&sc, &outer_from(n), s, names, trace)) {
+        match with_clock(s.half.node, |sc| {
+            split_wait(&sc, &outer_from(n), s, names, trace)
+        }) {
             Ok(segs) => return (n, segs),
             Err(e) => {
                 first_error.get_or_insert(e);

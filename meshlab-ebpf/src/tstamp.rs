@@ -105,6 +105,11 @@ unsafe fn enable_tx_tstamp(ctx: &SockOpsContext) {
 /// stage by the cookie and the sequence number of the send's last byte (the skb's tskey).
 #[inline(always)]
 pub fn on_timestamp(ctx: &SockOpsContext, op: u32) -> Option<()> {
+    // A read-only constant: without timestamps the verifier drops what follows, and with it
+    // the `skb_hwtstamp` context field that kernels before 6.2 refuse to load (the 6.1 guest).
+    if config!(tx_timestamps) == 0 {
+        return None;
+    }
     let hook = match op {
         BPF_SOCK_OPS_TSTAMP_SCHED_CB => Hook::TxTstampSched,
         BPF_SOCK_OPS_TSTAMP_SND_SW_CB => Hook::TxTstampSw,

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Byte-identity check for merge speed work: runs two meshlab binaries on the same inputs and
+# compares their merged NDJSON with cmp. Inputs: every merge and catalog test fixture (plain
+# and --timeline), plus any extra directories given (e.g. a `merge_bench_input` output dir, in
+# both its capture and NDJSON forms). Both binaries run under the argv[0] `meshlab`, because
+# merge_info records the command line.
+#
+#   xtask/merge-identity.sh OLD_BIN NEW_BIN [EXTRA_DIR...]
+set -euo pipefail
+old=$(realpath "$1"); new=$(realpath "$2"); shift 2
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+checked=0
+check() { # NAME ARGS...
+    local name=$1; shift
+    (exec -a meshlab "$old" merge "$@" >"$out/old" 2>/dev/null) || echo "old failed: $name"
+    (exec -a meshlab "$new" merge "$@" >"$out/new" 2>/dev/null) || echo "new failed: $name"
+    cmp "$out/old" "$out/new" || { echo "DIFFERENT: $name"; exit 1; }
+    checked=$((checked + 1))
+}
+cd "$root/meshlab-user/tests/fixtures"
+for d in merge/*/ catalog/; do
+    files=$(ls "$d"*.ndjson 2>/dev/null | grep -v expected || true)
+    [ -n "$files" ] || continue
+    # shellcheck disable=SC2086
+    check "$d" $files
+    # shellcheck disable=SC2086
+    check "$d --timeline" --timeline $files
+done
+for d in "$@"; do
+    cd "$d"
+    check "$d capture" ./*.kernel.capture ./*.probe.ndjson
+    check "$d ndjson" ./*.kernel.ndjson ./*.probe.ndjson
+done
+echo "merge-identity: $checked merges byte-identical"

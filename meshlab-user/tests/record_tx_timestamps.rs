@@ -7,15 +7,14 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use meshlab_testkit::privileged::can_run_with;
-use meshlab_user::lab::netns::{Lab, NamedNetns};
+use meshlab_user::lab::netns::Lab;
 use meshlab_user::schema::{AttachStatus, Hook, MergedRequest, Record};
+use support::redis::{PORT, in_netns, start_redis};
 use support::{Recorder, Recording, privileged_or_skip};
 
-const PORT: &str = "6379";
 /// Per redis-benchmark test; `-t ping` runs two (PING_INLINE and PING_MBULK).
 const REQUESTS: usize = 1000;
 /// The TX stages of one node's message with timestamps on, in path order.
@@ -26,45 +25,6 @@ const TX_WITH_TIMESTAMPS: [&str; 5] = [
     "tx_driver",
     "tx_driver_handoff",
 ];
-
-/// redis-server in a namespace, killed and reaped on drop (also when an assertion fails).
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn in_netns(ns: &NamedNetns, program: &str) -> Command {
-    let mut cmd = Command::new(program);
-    ns.command(&mut cmd);
-    cmd
-}
-
-fn start_redis(lab: &Lab) -> Server {
-    let server = in_netns(&lab.b, "redis-server")
-        .args(["--bind", &lab.addrs.b.to_string(), "--port", PORT])
-        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start redis-server");
-    let server = Server(server);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let pong = in_netns(&lab.a, "redis-cli")
-            .args(["-h", &lab.addrs.b.to_string(), "-p", PORT, "ping"])
-            .stderr(Stdio::null())
-            .output()
-            .expect("run redis-cli");
-        if String::from_utf8_lossy(&pong.stdout).contains("PONG") {
-            return server;
-        }
-        assert!(Instant::now() < deadline, "redis-server did not answer");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn merge(dir: &Path) -> Vec<MergedRequest> {
     let out = dir.join("merged.ndjson");

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod bpf_objects;
+pub mod redis;
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};

@@ -8,34 +8,20 @@ mod support;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 
-use meshlab_testkit::privileged::can_run_with;
 use meshlab_user::lab::netns::Lab;
 use meshlab_user::schema::{MergeSummary, MergedRequest, Record};
 use support::redis::{PORT, in_netns, start_redis};
-use support::{Recorder, privileged_or_skip};
+use support::{Recorder, merge_records};
 
 /// Per redis-benchmark test; `-t ping` runs two (PING_INLINE and PING_MBULK).
 const REQUESTS: usize = 3000;
 
 fn merge(dir: &Path, out: &str, extra: &[&str]) -> (HashMap<String, MergedRequest>, MergeSummary) {
-    let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
-        .arg("merge")
-        .args([dir.join("a.capture"), dir.join("b.capture")])
-        .args(extra)
-        .arg("-o")
-        .arg(dir.join(out))
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "merge failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let inputs = [dir.join("a.capture"), dir.join("b.capture")];
     let (mut requests, mut summary) = (HashMap::new(), None);
-    for line in std::fs::read_to_string(dir.join(out)).unwrap().lines() {
-        match serde_json::from_str::<Record>(line).unwrap() {
+    for record in merge_records(&inputs, extra, &dir.join(out)) {
+        match record {
             Record::Request(r) => {
                 requests.insert(r.trace_id.clone(), r);
             }
@@ -59,11 +45,7 @@ fn without_start_times(r: &MergedRequest) -> MergedRequest {
 #[test]
 fn unmodified_redis_merges_complete_and_skew_changes_no_duration() {
     let test = "unmodified_redis_merges_complete_and_skew_changes_no_duration";
-    if !privileged_or_skip(test)
-        || !can_run_with(test, "redis-server")
-        || !can_run_with(test, "redis-benchmark")
-        || !can_run_with(test, "redis-cli")
-    {
+    if !support::redis::can_run(test) {
         return;
     }
     let lab = Lab::create().expect("lab");

@@ -11,7 +11,9 @@ use std::path::Path;
 use std::process::Command;
 
 use meshlab_user::schema::{BpfStatsState, MergeSummary, Record, SelfCost, Summary};
-use support::{LoopbackRecording, Recording, loopback_recording, privileged_or_skip};
+use support::{
+    LoopbackRecording, Recording, loopback_recording, merge_records, privileged_or_skip,
+};
 
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 const ROUND_TRIPS: usize = 20;
@@ -96,22 +98,8 @@ fn assert_runs_cover_events(summary: &Summary, cost: &SelfCost) {
 }
 
 fn merge_summary(dir: &Path, recording: &Path) -> MergeSummary {
-    let merged = dir.join("merged.ndjson");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
-        .arg("merge")
-        .arg(recording)
-        .arg("-o")
-        .arg(&merged)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "merge failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = std::fs::read_to_string(&merged).unwrap();
-    let last = text.lines().last().expect("merge output");
-    match serde_json::from_str::<Record>(last).unwrap() {
+    let records = merge_records(&[recording.to_owned()], &[], &dir.join("merged.ndjson"));
+    match records.into_iter().last().expect("merge output") {
         Record::MergeSummary(s) => s,
         other => panic!("last merge record is not merge_summary: {other:?}"),
     }

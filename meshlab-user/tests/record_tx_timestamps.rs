@@ -9,11 +9,10 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use meshlab_testkit::privileged::can_run_with;
 use meshlab_user::lab::netns::Lab;
 use meshlab_user::schema::{AttachStatus, Hook, MergedRequest, Record};
 use support::redis::{PORT, in_netns, start_redis};
-use support::{Recorder, Recording, privileged_or_skip};
+use support::{Recorder, Recording, merge_records};
 
 /// Per redis-benchmark test; `-t ping` runs two (PING_INLINE and PING_MBULK).
 const REQUESTS: usize = 1000;
@@ -27,23 +26,10 @@ const TX_WITH_TIMESTAMPS: [&str; 5] = [
 ];
 
 fn merge(dir: &Path) -> Vec<MergedRequest> {
-    let out = dir.join("merged.ndjson");
-    let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
-        .arg("merge")
-        .args([dir.join("a.capture"), dir.join("b.capture")])
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "merge failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::read_to_string(out)
-        .unwrap()
-        .lines()
-        .filter_map(|line| match serde_json::from_str::<Record>(line).unwrap() {
+    let inputs = [dir.join("a.capture"), dir.join("b.capture")];
+    merge_records(&inputs, &[], &dir.join("merged.ndjson"))
+        .into_iter()
+        .filter_map(|record| match record {
             Record::Request(r) => Some(r),
             _ => None,
         })
@@ -102,11 +88,7 @@ fn tx_split_in_order(r: &MergedRequest, node: &str) -> bool {
 #[test]
 fn tx_timestamps_split_the_tx_stages_of_nearly_every_request() {
     let test = "tx_timestamps_split_the_tx_stages_of_nearly_every_request";
-    if !privileged_or_skip(test)
-        || !can_run_with(test, "redis-server")
-        || !can_run_with(test, "redis-benchmark")
-        || !can_run_with(test, "redis-cli")
-    {
+    if !support::redis::can_run(test) {
         return;
     }
     // doctor's verdict must be the one this recording proves right.

@@ -226,3 +226,24 @@ pub fn socket_cookie(sock: &impl AsRawFd) -> u64 {
     );
     cookie
 }
+
+/// `meshlab merge INPUTS ARGS -o OUT`, which must succeed; the records it wrote, in order.
+pub fn merge_records(inputs: &[PathBuf], args: &[&str], out: &Path) -> Vec<Record> {
+    let output = Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .arg("merge")
+        .args(inputs)
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("run meshlab merge");
+    assert!(
+        output.status.success(),
+        "merge failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(out).expect("read the merged file");
+    text.lines()
+        .map(|line| serde_json::from_str(line).expect("a merged record"))
+        .collect()
+}

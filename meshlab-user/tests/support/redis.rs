@@ -4,9 +4,21 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use meshlab_testkit::privileged::can_run_with;
 use meshlab_user::lab::netns::{Lab, NamedNetns};
 
+use super::privileged_or_skip;
+
 pub const PORT: &str = "6379";
+
+/// Whether `test` can run: privileged, with Debian's redis-server, redis-benchmark and
+/// redis-cli (each skip says why, loudly; CI turns it into a failure).
+pub fn can_run(test: &str) -> bool {
+    privileged_or_skip(test)
+        && ["redis-server", "redis-benchmark", "redis-cli"]
+            .iter()
+            .all(|tool| can_run_with(test, tool))
+}
 
 /// redis-server in a namespace, killed and reaped on drop (also when an assertion fails).
 pub struct Server(Child);

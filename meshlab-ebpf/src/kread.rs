@@ -1,11 +1,10 @@
 //! Kernel memory reads through BTF-resolved offsets, and TCP/IP header parsing of an skb.
 
 use aya_ebpf::helpers::bpf_probe_read_kernel;
-use meshlab_common::{ConnInfo, TupleKey};
+use meshlab_common::ConnInfo;
 
 use crate::globals::offset;
-use crate::maps::TRACED_CONNS;
-use crate::prefilter::{ConnSlot, conn_slot, cookie_may_be_traced};
+use crate::prefilter::traced_conn;
 use crate::turn::turn_sampled;
 
 /// How a program reads a field of a kernel struct it holds a pointer to.
@@ -65,33 +64,22 @@ pub fn sock_cookie<M: KernelRead>(sk: u64) -> u64 {
     M::load::<u64>(sk, offset!(sock_common_cookie)).unwrap_or(0)
 }
 
-/// The traced connection `sk` belongs to: its cookie and its TRACED_CONNS value, in place
-/// (the hooks that decide a turn update it, and one lookup serves the decision and the event).
+/// The traced connection `sk` belongs to: its cookie and its record, in place (the hooks that
+/// decide a turn update it; see [`traced_conn`]).
 #[inline(always)]
 pub fn traced_sock<M: KernelRead>(sk: u64) -> Option<(u64, &'static mut ConnInfo)> {
     let cookie = sock_cookie::<M>(sk);
-    if !cookie_may_be_traced(cookie) {
-        return None;
-    }
-    let info = TRACED_CONNS.get_ptr_mut(&cookie)?;
-    // SAFETY: map values stay valid for the program's RCU read section; fields another CPU
-    // may write at the same time (the turn) only ever receive the same decision (turn.rs).
-    Some((cookie, unsafe { &mut *info }))
+    Some((cookie, traced_conn(cookie)?))
 }
 
 /// [`traced_sock`] for the hooks that only read a turn's sampling decision (all but the first
-/// of a message): `None` also between sampled turns, from the prefilter slot when it can tell.
+/// of a message): `None` also between sampled turns. For a connection with a slot of its own
+/// that is one inlined array read, as cheap as an untraced socket.
 /// Hooks with a unix-socket fallback then try it, which a TCP socket fails on its family.
 #[inline(always)]
-pub fn sampled_sock<M: KernelRead>(sk: u64) -> Option<(u64, ConnInfo)> {
-    let cookie = sock_cookie::<M>(sk);
-    // One slot read answers both "traced?" and, for a slot of its own, "sampled turn?".
-    if let ConnSlot::Gone | ConnSlot::Traced { sampled: false } = conn_slot(cookie) {
-        return None;
-    }
-    // SAFETY: as in traced_sock.
-    let info = *unsafe { TRACED_CONNS.get(&cookie) }?;
-    turn_sampled(&info).then_some((cookie, info))
+pub fn sampled_sock<M: KernelRead>(sk: u64) -> Option<(u64, &'static ConnInfo)> {
+    let (cookie, info) = traced_sock::<M>(sk)?;
+    turn_sampled(info).then_some((cookie, &*info))
 }
 
 /// TCP segment facts parsed from an skb's headers.
@@ -197,18 +185,6 @@ pub fn ipv4_mapped(v4: [u8; 4]) -> [u8; 16] {
     [
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, v4[0], v4[1], v4[2], v4[3],
     ]
-}
-
-/// The local-view tuple key of a received segment (local = its destination).
-#[inline(always)]
-pub fn rx_tuple_key(seg: &TcpSegment) -> TupleKey {
-    TupleKey {
-        local_addr: seg.daddr,
-        remote_addr: seg.saddr,
-        local_port: seg.dport,
-        remote_port: seg.sport,
-        _pad: 0,
-    }
 }
 
 /// `skb->dev->ifindex`, 0 if the skb has no device.

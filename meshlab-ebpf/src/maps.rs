@@ -1,5 +1,6 @@
 //! The maps shared by all hook families.
 
+use aya_ebpf::bindings::BPF_F_MMAPABLE;
 use aya_ebpf::macros::map;
 use aya_ebpf::maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf};
 use meshlab_common::{
@@ -110,19 +111,37 @@ pub static NIC_IFINDEXES: HashMap<u32, u8> = HashMap::with_max_entries(MAX_NIC_I
 #[map]
 pub static TRACED_LIVE: Array<u64> = Array::with_max_entries(1, 0);
 
-/// Prefilter in front of TRACED_CONNS: slot `cookie & (PREFILTER_SLOTS - 1)` holds the traced
-/// cookie, or PREFILTER_COLLIDED_COOKIE when two traced cookies share it. Array lookups are
+/// One traced connection as its prefilter slot holds it: the cookie that owns the slot
+/// (`cookie & (PREFILTER_SLOTS - 1)`), or PREFILTER_COLLIDED_COOKIE when two traced cookies
+/// share it, and that connection's record (tuple, sequence bases, turn). 64 bytes, in a
+/// page-aligned (mmapable) array: one cache line per connection, so the turn writes of one
+/// connection never invalidate another's line (TURN_SLOTS, a byte per connection, put 64
+/// connections in one line, and the client's and server's connections of one exchange, whose
+/// cookies are usually adjacent, shared it).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ConnSlot {
+    pub cookie: u64,
+    /// Authoritative while `cookie` owns the slot alone: TRACED_CONNS' copy of the turn is
+    /// then stale (sock_ops copies it back when a second connection collides).
+    pub info: ConnInfo,
+}
+
+const _: () = assert!(core::mem::size_of::<ConnSlot>() == 64);
+
+/// Prefilter and fast path in front of TRACED_CONNS (see [`ConnSlot`]). Array lookups are
 /// inlined by the verifier; hash lookups are helper calls with a hash computation.
 #[map]
-pub static COOKIE_SLOTS: Array<u64> = Array::with_max_entries(PREFILTER_SLOTS, 0);
+pub static CONN_SLOTS: Array<ConnSlot> = Array::with_max_entries(PREFILTER_SLOTS, BPF_F_MMAPABLE);
 
-/// Next to COOKIE_SLOTS: non-zero when the current turn of the connection whose cookie the slot
-/// holds is sampled (`--sample-messages`; see turn.rs). Lets the hooks that only read a turn's
-/// decision skip an unsampled message without the TRACED_CONNS lookup.
+/// Prefilter in front of TUPLES, for netif_receive_skb (no socket yet, only headers): slot
+/// `prefilter::tuple_index` of a traced connection's local-view 4-tuple -> its cookie, or
+/// PREFILTER_COLLIDED_COOKIE when two traced tuples share it. An empty slot is a definite
+/// "not traced" for every packet whose tuple maps there.
 #[map]
-pub static TURN_SLOTS: Array<u8> = Array::with_max_entries(PREFILTER_SLOTS, 0);
+pub static TUPLE_SLOTS: Array<u64> = Array::with_max_entries(PREFILTER_SLOTS, 0);
 
-/// Prefilter in front of TRACKED_THREADS, like COOKIE_SLOTS (slot `tid & mask`).
+/// Prefilter in front of TRACKED_THREADS, like CONN_SLOTS (slot `tid & mask`).
 #[map]
 pub static TID_SLOTS: Array<u32> = Array::with_max_entries(PREFILTER_SLOTS, 0);
 
@@ -132,8 +151,7 @@ pub static TID_SLOTS: Array<u32> = Array::with_max_entries(PREFILTER_SLOTS, 0);
 #[map]
 pub static THREAD_COOKIE_SLOTS: Array<u64> = Array::with_max_entries(PREFILTER_SLOTS, 0);
 
-/// Bit set of the local ports of traced connections (1024 x 64 bits): netif_receive_skb checks
-/// it before the 40-byte 4-tuple hash lookup. Bits are never cleared (a stale bit only costs the
-/// lookup).
+/// Non-zero once net_dev_start_xmit put a TX skb into INFLIGHT_TX (a NIC device): before
+/// that, tx_complete (every freed skb on the machine) has nothing to look up. Never cleared.
 #[map]
-pub static LOCAL_PORT_BITS: Array<u64> = Array::with_max_entries(1024, 0);
+pub static INFLIGHT_TX_USED: Array<u64> = Array::with_max_entries(1, 0);

@@ -3,12 +3,12 @@
 //! Three tiers, cheapest first, each an inlined array access (no helper call):
 //! 1. [`nothing_traced`]: no connection is traced at all (the recorder is attached but its
 //!    filters matched nothing): every hot program returns at once.
-//! 2. [`cookie_may_be_traced`] / [`thread_may_be_tracked`] / [`local_port_may_be_traced`]:
-//!    slot arrays maintained next to the authoritative hash maps; a miss is a definite "not
-//!    traced", a hit is confirmed by the hash map as before. [`thread_slot`] and [`conn_slot`]
-//!    go further where a slot names one key alone: the thread's cookie and the connection's
-//!    turn come from the arrays, and the hash maps are asked only for shared slots.
-//! 3. The hash maps themselves (TRACED_CONNS, TRACKED_THREADS, TUPLES).
+//! 2. [`traced_conn`] / [`rx_conn`] / [`thread_slot`]: slot arrays maintained next to the
+//!    authoritative hash maps; an empty slot is a definite "not traced". A slot that names one
+//!    key alone answers by itself: CONN_SLOTS holds the whole connection record (tuple,
+//!    sequence bases, turn), so a hook of a connection with a slot of its own never asks a
+//!    hash map; TUPLE_SLOTS gives netif_receive_skb the cookie of a 4-tuple.
+//! 3. The hash maps themselves (TRACED_CONNS, TRACKED_THREADS, TUPLES), for shared slots.
 //!
 //! Slots are written without atomics: two CPUs racing on one slot can lose a collision mark,
 //! which makes a traced key look untraced until it is marked again (every traced send and
@@ -16,12 +16,15 @@
 //! needs two connections established at the same instant whose cookies share 16 low bits).
 
 use aya_ebpf::maps::Array;
-use meshlab_common::{PREFILTER_COLLIDED_COOKIE, PREFILTER_COLLIDED_TID, PREFILTER_SLOTS};
+use meshlab_common::{
+    ConnInfo, PREFILTER_COLLIDED_COOKIE, PREFILTER_COLLIDED_TID, PREFILTER_SLOTS, TupleKey,
+};
 
 use crate::emit::atomic_add;
 use crate::globals::config;
+use crate::kread::TcpSegment;
 use crate::maps::{
-    COOKIE_SLOTS, LOCAL_PORT_BITS, THREAD_COOKIE_SLOTS, TID_SLOTS, TRACED_LIVE, TURN_SLOTS,
+    CONN_SLOTS, THREAD_COOKIE_SLOTS, TID_SLOTS, TRACED_CONNS, TRACED_LIVE, TUPLE_SLOTS, TUPLES,
 };
 
 const SLOT_MASK: u32 = PREFILTER_SLOTS - 1;
@@ -41,22 +44,86 @@ pub fn no_socket_traced() -> bool {
     config!(trace_unix) == 0 && nothing_traced()
 }
 
-/// Whether `cookie` may be in TRACED_CONNS; `false` is definite.
+/// The record of traced connection `cookie`: in its CONN_SLOTS slot while it owns the slot
+/// alone (no hash lookup), else TRACED_CONNS' value. `None`: not traced (sock_ops clears the
+/// slot when it removes the connection; a zero cookie, not assigned yet, is never traced).
+///
+/// Both are written in place by the hooks that decide a turn; fields another CPU may write at
+/// the same time (the turn) only ever receive the same decision (turn.rs). A slot taken over
+/// between this read and the caller's use of the record (the connection closed and another
+/// one whose cookie has the same 16 low bits was established meanwhile) would give one event
+/// the newcomer's tuple; the window is a few instructions.
 #[inline(always)]
-pub fn cookie_may_be_traced(cookie: u64) -> bool {
-    let Some(slot) = COOKIE_SLOTS.get(cookie as u32 & SLOT_MASK) else {
-        return false;
-    };
-    cookie != 0 && (*slot == cookie || *slot == PREFILTER_COLLIDED_COOKIE)
+pub fn traced_conn(cookie: u64) -> Option<&'static mut ConnInfo> {
+    let slot = CONN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK)?;
+    // SAFETY: valid array value for the program's lifetime; the owner is read once.
+    let owner = unsafe { core::ptr::read_volatile(&raw const (*slot).cookie) };
+    if cookie == 0 {
+        return None;
+    }
+    if owner == cookie {
+        // SAFETY: as above; see the note on concurrent writers.
+        return Some(unsafe { &mut (*slot).info });
+    }
+    if owner != PREFILTER_COLLIDED_COOKIE {
+        return None;
+    }
+    // SAFETY: map values stay valid for the program's RCU read section.
+    TRACED_CONNS
+        .get_ptr_mut(&cookie)
+        .map(|info| unsafe { &mut *info })
 }
 
-/// The current turn of traced connection `cookie` is (not) sampled.
+/// The traced connection a received segment belongs to, by its local-view 4-tuple (local =
+/// the segment's destination): the cookie from TUPLE_SLOTS, confirmed against the record's
+/// tuple; TUPLES only when two traced tuples share the slot.
 #[inline(always)]
-pub fn turn_decided(cookie: u64, sampled: u8) {
-    if let Some(slot) = TURN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK) {
-        // SAFETY: valid array value; only the connection owning the cookie slot reads it.
-        unsafe { *slot = sampled };
+pub fn rx_conn(seg: &TcpSegment) -> Option<(u64, &'static mut ConnInfo)> {
+    let index = tuple_index(&seg.daddr, seg.dport, &seg.saddr, seg.sport);
+    // SAFETY: array value read at once.
+    let mut cookie = unsafe { core::ptr::read_volatile(TUPLE_SLOTS.get(index)?) };
+    if cookie == 0 {
+        return None;
     }
+    if cookie == PREFILTER_COLLIDED_COOKIE {
+        let key = TupleKey {
+            local_addr: seg.daddr,
+            remote_addr: seg.saddr,
+            local_port: seg.dport,
+            remote_port: seg.sport,
+            _pad: 0,
+        };
+        // SAFETY: value copied out at once.
+        cookie = *unsafe { TUPLES.get(&key) }?;
+    }
+    let info = traced_conn(cookie)?;
+    let tuple = &info.tuple;
+    let same = tuple.local_port == seg.dport
+        && tuple.remote_port == seg.sport
+        && same_addr(&tuple.local_addr, &seg.daddr)
+        && same_addr(&tuple.remote_addr, &seg.saddr);
+    same.then_some((cookie, info))
+}
+
+/// 16-byte address equality as four 32-bit compares (a slice compare could become a `bcmp`
+/// call, which BPF has not).
+#[inline(always)]
+fn same_addr(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    let word = |x: &[u8; 16], i: usize| u32::from_ne_bytes([x[i], x[i + 1], x[i + 2], x[i + 3]]);
+    word(a, 0) == word(b, 0)
+        && word(a, 4) == word(b, 4)
+        && word(a, 8) == word(b, 8)
+        && word(a, 12) == word(b, 12)
+}
+
+/// TUPLE_SLOTS index of a local-view 4-tuple: the low address words and both ports, mixed by
+/// a multiplicative hash (collisions only cost the TUPLES lookup).
+#[inline(always)]
+fn tuple_index(local: &[u8; 16], local_port: u16, remote: &[u8; 16], remote_port: u16) -> u32 {
+    let low = |x: &[u8; 16]| u32::from_ne_bytes([x[12], x[13], x[14], x[15]]);
+    let ports = (u32::from(local_port) << 16) | u32::from(remote_port);
+    let mixed = (low(local) ^ low(remote).rotate_left(16) ^ ports).wrapping_mul(0x9e37_79b1);
+    (mixed >> 16) & SLOT_MASK
 }
 
 /// Whether thread `tid` may be in TRACKED_THREADS; `false` is definite.
@@ -102,66 +169,58 @@ pub fn thread_cookie_set(tid: u32, cookie: u64) {
     }
 }
 
-/// What the slot arrays alone say about traced connection `cookie`.
-pub enum ConnSlot {
-    /// Definitely not in TRACED_CONNS (sock_ops unmarks the slot when it removes it; a zero
-    /// cookie, not assigned yet, is never traced).
-    Gone,
-    /// Traced, and whether its current turn is sampled.
-    Traced { sampled: bool },
-    /// Another traced connection shares the slot: ask TRACED_CONNS.
-    Collided,
-}
-
+/// sock_ops added connection `cookie` with record `info` to TRACED_CONNS and TUPLES.
 #[inline(always)]
-pub fn conn_slot(cookie: u64) -> ConnSlot {
-    let index = cookie as u32 & SLOT_MASK;
-    match COOKIE_SLOTS.get(index) {
-        Some(slot) if cookie != 0 && *slot == cookie => ConnSlot::Traced {
-            sampled: config!(sample_messages_every) <= 1
-                || TURN_SLOTS.get(index).is_some_and(|sampled| *sampled != 0),
-        },
-        Some(slot) if cookie != 0 && *slot == PREFILTER_COLLIDED_COOKIE => ConnSlot::Collided,
-        _ => ConnSlot::Gone,
-    }
-}
-
-/// Whether a traced connection may use local port `port`; `false` is definite.
-#[inline(always)]
-pub fn local_port_may_be_traced(port: u16) -> bool {
-    LOCAL_PORT_BITS
-        .get(u32::from(port >> 6))
-        .is_some_and(|bits| bits & (1u64 << (port & 63)) != 0)
-}
-
-/// sock_ops added `cookie` (local port `port`) to TRACED_CONNS.
-#[inline(always)]
-pub fn conn_added(cookie: u64, port: u16) {
+pub fn conn_added(cookie: u64, info: &ConnInfo) {
     if let Some(live) = TRACED_LIVE.get_ptr_mut(0) {
         // SAFETY: valid, 8-byte aligned array value for the program's lifetime.
         unsafe { atomic_add(live, 1) };
     }
-    mark(
-        &COOKIE_SLOTS,
-        cookie as u32 & SLOT_MASK,
-        cookie,
-        PREFILTER_COLLIDED_COOKIE,
-    );
-    turn_decided(cookie, 0);
-    if let Some(bits) = LOCAL_PORT_BITS.get_ptr_mut(u32::from(port >> 6)) {
-        // SAFETY: valid array value; bits are only ever set, a lost race re-sets at next open.
-        unsafe { *bits |= 1u64 << (port & 63) };
+    if let Some(slot) = CONN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK) {
+        // SAFETY: valid array value; see the module note on races.
+        unsafe {
+            let owner = (*slot).cookie;
+            if owner == 0 || owner == cookie {
+                // The record first, the owner last: a reader that sees the owner sees it whole.
+                core::ptr::write_volatile(&raw mut (*slot).info, *info);
+                core::ptr::write_volatile(&raw mut (*slot).cookie, cookie);
+            } else if owner != PREFILTER_COLLIDED_COOKIE {
+                // The owner's turn lived in the slot alone: hand it to its map value, which
+                // its hooks use from now on.
+                if let Some(owned) = TRACED_CONNS.get_ptr_mut(&owner) {
+                    (*owned).turn = (*slot).info.turn;
+                }
+                core::ptr::write_volatile(&raw mut (*slot).cookie, PREFILTER_COLLIDED_COOKIE);
+            }
+        }
     }
+    let t = &info.tuple;
+    let index = tuple_index(&t.local_addr, t.local_port, &t.remote_addr, t.remote_port);
+    mark(&TUPLE_SLOTS, index, cookie, PREFILTER_COLLIDED_COOKIE);
 }
 
-/// sock_ops removed `cookie` from TRACED_CONNS.
+/// sock_ops removed connection `cookie` (4-tuple `tuple`) from TRACED_CONNS.
 #[inline(always)]
-pub fn conn_removed(cookie: u64) {
+pub fn conn_removed(cookie: u64, tuple: &TupleKey) {
     if let Some(live) = TRACED_LIVE.get_ptr_mut(0) {
         // SAFETY: as in conn_added; adding u64::MAX is subtracting one.
         unsafe { atomic_add(live, u64::MAX) };
     }
-    unmark(&COOKIE_SLOTS, cookie as u32 & SLOT_MASK, cookie);
+    if let Some(slot) = CONN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK) {
+        // SAFETY: as in conn_added. A collided slot stays collided (the hash map decides).
+        unsafe {
+            if (*slot).cookie == cookie {
+                core::ptr::write_volatile(&raw mut (*slot).cookie, 0);
+            }
+        }
+    }
+    let index = tuple_index(
+        &tuple.local_addr,
+        tuple.local_port,
+        &tuple.remote_addr,
+        tuple.remote_port,
+    );
+    unmark(&TUPLE_SLOTS, index, cookie);
 }
 
 /// Thread `tid` was added to TRACKED_THREADS.

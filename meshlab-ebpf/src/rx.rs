@@ -7,12 +7,11 @@ use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
-    BtfLoad, KernelRead, parse_tcp, read, rx_tuple_key, sampled_sock, skb_ifindex,
-    tcp_skb_cb_range, traced_sock,
+    BtfLoad, KernelRead, parse_tcp, read, sampled_sock, skb_ifindex, tcp_skb_cb_range, traced_sock,
 };
-use crate::maps::{CPU_STATE, TUPLES};
-use crate::prefilter::{local_port_may_be_traced, no_socket_traced, nothing_traced};
-use crate::turn::{conn_payload_sampled, payload_sampled};
+use crate::maps::CPU_STATE;
+use crate::prefilter::{no_socket_traced, nothing_traced, rx_conn};
+use crate::turn::{conn_payload_sampled, unsampled_turn_continues};
 use crate::tx::track_thread;
 
 /// Copies this CPU's IRQ/softirq context into an RX event, so a message's RX path is complete
@@ -37,17 +36,16 @@ fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
     }
     let skb = ctx.arg_u64(0);
     let seg = parse_tcp::<C::Mem>(skb)?;
-    if seg.len == 0 || !local_port_may_be_traced(seg.dport) {
+    if seg.len == 0 {
         return None;
     }
-    // SAFETY: value copied out at once.
-    let cookie = *unsafe { TUPLES.get(&rx_tuple_key(&seg)) }?;
+    let (cookie, info) = rx_conn(&seg)?;
     let ifindex = skb_ifindex::<C::Mem>(skb);
     let wanted = config!(ifindex);
     if wanted != 0 && wanted != ifindex {
         return None;
     }
-    if !payload_sampled(cookie, TURN_RX, seg.seq) {
+    if !conn_payload_sampled(info, TURN_RX, seg.seq) {
         return None;
     }
     emit(Hook::NetifReceiveSkb, |ev| {
@@ -80,6 +78,10 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let (cookie, info) = traced_sock::<C::Mem>(ctx.arg_u64(0))?;
+    // Most segments of a message come after netif_receive_skb decided its turn.
+    if unsampled_turn_continues(info, TURN_RX) {
+        return None;
+    }
     let skb = ctx.arg_u64(1);
     let Some((seq, end_seq)) = tcp_skb_cb_range(skb) else {
         diag_warn!(
@@ -90,7 +92,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     };
     let len = end_seq.wrapping_sub(seq);
-    if len == 0 || !conn_payload_sampled(info, cookie, TURN_RX, seq) {
+    if len == 0 || !conn_payload_sampled(info, TURN_RX, seq) {
         return None;
     }
     emit(Hook::TcpProbe, |ev| {
@@ -127,7 +129,7 @@ fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
     emit(Hook::SkDataReady, |ev| {
         ev.cookie = cookie;
         ev.seq = rcv_nxt;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         if let Some(state) = CPU_STATE.get_ptr_mut(0) {
             // SAFETY: per-CPU slot, only touched by programs of this CPU.
             unsafe {
@@ -161,7 +163,7 @@ fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
         ev.skb = skb;
         ev.seq = seq;
         ev.len = len;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         Some(())
     });
     Some(())
@@ -209,7 +211,7 @@ fn on_recv_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
         ev.cookie = cookie;
         ev.value = ret;
         ev.seq = copied_seq;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         track_thread(ev.tid, cookie);
         Some(())
     });

@@ -7,10 +7,8 @@ use meshlab_common::Hook;
 use crate::emit::{TpArgs, emit, now_ns, tp_entries};
 use crate::globals::offset;
 use crate::kread::KernelRead;
-use crate::maps::{CPU_STATE, TRACED_CONNS, TRACKED_THREADS};
-use crate::prefilter::{
-    ConnSlot, ThreadSlot, conn_slot, nothing_traced, thread_removed, thread_slot,
-};
+use crate::maps::{CPU_STATE, TRACKED_THREADS};
+use crate::prefilter::{ThreadSlot, nothing_traced, thread_removed, thread_slot, traced_conn};
 use crate::turn::turn_sampled;
 
 /// How long after a traced sk_data_ready on this CPU a sched_waking still belongs to it. The
@@ -52,21 +50,11 @@ fn tracked_cookie(tid: u32) -> Option<u64> {
         // SAFETY: value copied out at once.
         ThreadSlot::Collided => *unsafe { TRACKED_THREADS.get(&tid) }?,
     };
-    match conn_slot(cookie) {
-        ConnSlot::Traced { sampled } => sampled.then_some(cookie),
-        ConnSlot::Gone => {
-            forget_thread(tid);
-            None
-        }
-        ConnSlot::Collided => {
-            // SAFETY: the value is only read here.
-            let Some(info) = (unsafe { TRACED_CONNS.get(&cookie) }) else {
-                forget_thread(tid);
-                return None;
-            };
-            turn_sampled(info).then_some(cookie)
-        }
-    }
+    let Some(info) = traced_conn(cookie) else {
+        forget_thread(tid);
+        return None;
+    };
+    turn_sampled(info).then_some(cookie)
 }
 
 #[inline(always)]

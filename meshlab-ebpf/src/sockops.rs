@@ -183,7 +183,7 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
         );
         return None;
     }
-    conn_added(cookie, info.tuple.local_port);
+    conn_added(cookie, info);
     // Ask for STATE_CB so the connection leaves the maps when it closes.
     let _ = ctx
         .set_cb_flags(ctx_field!(ctx, bpf_sock_ops_cb_flags) as i32 | BPF_SOCK_OPS_STATE_CB_FLAG);
@@ -220,7 +220,7 @@ fn try_closed(ctx: &SockOpsContext) -> Option<()> {
     };
     let _ = TUPLES.remove(&info.tuple);
     if TRACED_CONNS.remove(&cookie).is_ok() {
-        conn_removed(cookie);
+        conn_removed(cookie, &info.tuple);
     }
     emit_without_task(Hook::SockClosed, |ev| {
         ev.cookie = cookie;

@@ -16,8 +16,7 @@ use meshlab_common::{
 use crate::emit::{emit_without_task, set_conn_tuple};
 use crate::globals::{config, offset};
 use crate::kread::read;
-use crate::maps::TRACED_CONNS;
-use crate::prefilter::{ConnSlot, conn_slot};
+use crate::prefilter::traced_conn;
 use crate::turn::turn_sampled;
 
 // include/uapi/linux/bpf.h (6.15+); stable UAPI values.
@@ -60,12 +59,7 @@ pub fn on_sendmsg(ctx: &SockOpsContext) -> Option<()> {
     }
     // SAFETY: helper valid for sock_ops contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    if let ConnSlot::Gone | ConnSlot::Traced { sampled: false } = conn_slot(cookie) {
-        return None;
-    }
-    // SAFETY: value copied out at once.
-    let info = *unsafe { TRACED_CONNS.get(&cookie) }?;
-    if !turn_sampled(&info) {
+    if !turn_sampled(traced_conn(cookie)?) {
         return None;
     }
     // SAFETY: the op is TSTAMP_SENDMSG (the kfunc's precondition) and ctx is the program's
@@ -118,8 +112,7 @@ pub fn on_timestamp(ctx: &SockOpsContext, op: u32) -> Option<()> {
     };
     // SAFETY: helper valid for sock_ops contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    // SAFETY: value copied out at once.
-    let info = *unsafe { TRACED_CONNS.get(&cookie) }?;
+    let info = traced_conn(cookie)?;
     let tskey = skb_tskey(ctx)?;
     let hw = if hook == Hook::TxTstampHw {
         // SAFETY: UAPI context field, rewritten by the verifier into skb_hwtstamps(skb).
@@ -132,7 +125,7 @@ pub fn on_timestamp(ctx: &SockOpsContext, op: u32) -> Option<()> {
         ev.seq = tskey;
         ev.len = 1;
         ev.aux = hw;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         Some(())
     });
     Some(())

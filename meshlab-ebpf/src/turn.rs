@@ -5,31 +5,16 @@
 use meshlab_common::{ConnInfo, TURN_TX, message_sampled};
 
 use crate::globals::config;
-use crate::maps::TRACED_CONNS;
-use crate::prefilter::turn_decided;
 
-/// Payload of `cookie`'s connection flows in `direction` (TURN_TX or TURN_RX) from sequence
-/// number `seq`. A change of direction starts a new turn; a request turn decides by the stream
-/// offset of its first byte, a response turn keeps the decision of the request it answers.
-/// Returns whether the turn is sampled. Called by the hooks that see a message's bytes first:
-/// tcp_sendmsg (TX), netif_receive_skb and tcp_probe (RX).
+/// Payload of a traced connection (its record, [`crate::prefilter::traced_conn`]) flows in
+/// `direction` (TURN_TX or TURN_RX) from sequence number `seq`. A change of direction starts a
+/// new turn; a request turn decides by the stream offset of its first byte, a response turn
+/// keeps the decision of the request it answers. Returns whether the turn is sampled. Called
+/// by the hooks that see a message's bytes first: tcp_sendmsg (TX), netif_receive_skb and
+/// tcp_probe (RX). A racing update of the same turn on another CPU writes the same decision
+/// (it is a function of the same byte).
 #[inline(always)]
-pub fn payload_sampled(cookie: u64, direction: u8, seq: u32) -> bool {
-    if config!(sample_messages_every) <= 1 {
-        return true;
-    }
-    let Some(info) = TRACED_CONNS.get_ptr_mut(&cookie) else {
-        return false;
-    };
-    // SAFETY: map value valid for the program's RCU section.
-    conn_payload_sampled(unsafe { &mut *info }, cookie, direction, seq)
-}
-
-/// [`payload_sampled`] for a hook that already holds the connection's map value.
-/// A racing update of the same turn on another CPU writes the same decision (it is a function
-/// of the same byte).
-#[inline(always)]
-pub fn conn_payload_sampled(info: &mut ConnInfo, cookie: u64, direction: u8, seq: u32) -> bool {
+pub fn conn_payload_sampled(info: &mut ConnInfo, direction: u8, seq: u32) -> bool {
     let every = config!(sample_messages_every);
     if every <= 1 {
         return true;
@@ -42,14 +27,21 @@ pub fn conn_payload_sampled(info: &mut ConnInfo, cookie: u64, direction: u8, seq
             let offset = seq.wrapping_sub(base);
             info.turn.sampled = u8::from(message_sampled(info.sample_hash, offset, every));
         }
-        turn_decided(cookie, info.turn.sampled);
     }
     info.turn.sampled != 0
 }
 
-/// Whether the current turn of a connection (its map value, as [`crate::kread::sampled_sock`]
-/// copied it) is sampled: the hooks after a turn's first one only read the decision.
+/// Whether the current turn of a traced connection (its record) is sampled: the hooks after a
+/// turn's first one only read the decision.
 #[inline(always)]
 pub fn turn_sampled(info: &ConnInfo) -> bool {
     info.turn.sampled != 0 || config!(sample_messages_every) <= 1
+}
+
+/// The hook deciding `direction`'s turns can return at once, before reading what the decision
+/// needs: the turn already runs that way and is not sampled (the rest of an unsampled message
+/// costs what an untraced socket costs).
+#[inline(always)]
+pub fn unsampled_turn_continues(info: &ConnInfo, direction: u8) -> bool {
+    config!(sample_messages_every) > 1 && info.turn.direction == direction && info.turn.sampled == 0
 }

@@ -12,13 +12,14 @@ use crate::kread::{
     BtfLoad, KernelRead, ProbeRead, parse_tcp, read, sampled_sock, skb_ifindex, traced_sock,
 };
 use crate::maps::{
-    INFLIGHT_TX, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS, XMIT_STATE, XmitState,
+    INFLIGHT_TX, INFLIGHT_TX_USED, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS,
+    XMIT_STATE, XmitState,
 };
 use crate::prefilter::{
     ThreadSlot, no_socket_traced, nothing_traced, thread_added, thread_cookie_set,
     thread_may_be_tracked, thread_slot,
 };
-use crate::turn::conn_payload_sampled;
+use crate::turn::{conn_payload_sampled, unsampled_turn_continues};
 
 /// Marks thread `tid` as owning traced socket `cookie` (for the scheduler hooks).
 #[inline(always)]
@@ -51,6 +52,11 @@ fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -
         return None;
     }
     let (cookie, info) = traced_sock::<M>(sk)?;
+    // The copy loop fires again for every chunk of one send, and one message can take several
+    // sends: only a turn's first send needs the write pointer to decide.
+    if unsampled_turn_continues(info, TURN_TX) {
+        return None;
+    }
     let Some(write_seq) = read::<u32>(sk, offset!(tcp_sock_write_seq)) else {
         diag_warn!(
             "tcp_sendmsg",
@@ -59,7 +65,7 @@ fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -
         );
         return None;
     };
-    if !conn_payload_sampled(info, cookie, TURN_TX, write_seq) {
+    if !conn_payload_sampled(info, TURN_TX, write_seq) {
         return None;
     }
     let bytes = bytes()?;
@@ -141,7 +147,7 @@ fn on_send_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
             return None;
         };
         ev.seq = write_seq;
-        set_conn_tuple(ev, &info);
+        set_conn_tuple(ev, info);
         track_thread(ev.tid, cookie);
         Some(())
     });
@@ -157,7 +163,7 @@ tp_entries!(
 /// What the TX skb hooks record about a traced, payload-carrying skb.
 struct TxSkb {
     cookie: u64,
-    info: ConnInfo,
+    info: &'static ConnInfo,
     seq: u32,
     len: u32,
     ifindex: u32,
@@ -201,7 +207,7 @@ fn emit_tx_skb(hook: Hook, skb: u64, tx: &TxSkb) {
         ev.len = tx.len;
         ev.ifindex = tx.ifindex;
         ev.queue = tx.queue;
-        set_conn_tuple(ev, &tx.info);
+        set_conn_tuple(ev, tx.info);
         Some(())
     });
 }
@@ -236,15 +242,16 @@ fn try_net_dev_start_xmit<C: TpArgs>(ctx: &C) -> Option<()> {
         unsafe { *slot = state };
     }
     // SAFETY: presence check only.
-    if unsafe { NIC_IFINDEXES.get(&tx.ifindex) }.is_some()
-        && let Err(errno) = INFLIGHT_TX.insert(&skb, &state, 0)
-    {
-        diag_warn!(
-            "net_dev_start_xmit",
-            "traced connection {}: INFLIGHT_TX update failed ({}), its TX completion is lost",
-            tx.cookie,
-            errno
-        );
+    if unsafe { NIC_IFINDEXES.get(&tx.ifindex) }.is_some() {
+        match INFLIGHT_TX.insert(&skb, &state, 0) {
+            Ok(()) => inflight_tx_used(),
+            Err(errno) => diag_warn!(
+                "net_dev_start_xmit",
+                "traced connection {}: INFLIGHT_TX update failed ({}), its TX completion is lost",
+                tx.cookie,
+                errno
+            ),
+        }
     }
     emit_tx_skb(Hook::NetDevStartXmit, skb, &tx);
     Some(())
@@ -294,8 +301,9 @@ tp_entries!(
 
 /// skb:consume_skb(skb, ...): a NIC driver freed a TX skb it was handed: TX completion.
 fn try_tx_complete<C: TpArgs>(ctx: &C) -> Option<()> {
-    // Runs for every freed skb on the machine: skip the hash lookup while nothing is traced.
-    if nothing_traced() {
+    // Runs for every freed skb on the machine: skip the hash lookup while no traced skb was
+    // ever handed to a NIC driver (loopback and veth traffic never are).
+    if !inflight_tx_seen() {
         return None;
     }
     let skb = ctx.arg_u64(0);
@@ -311,6 +319,28 @@ tp_entries!(
     "consume_skb",
     try_tx_complete
 );
+
+/// A traced skb went into INFLIGHT_TX: from now on tx_complete looks freed skbs up.
+#[inline(always)]
+fn inflight_tx_used() {
+    if let Some(used) = INFLIGHT_TX_USED.get_ptr_mut(0) {
+        // SAFETY: valid array value; only ever set to 1.
+        unsafe {
+            if *used == 0 {
+                *used = 1;
+            }
+        }
+    }
+}
+
+/// Whether INFLIGHT_TX may hold an skb (see INFLIGHT_TX_USED).
+#[inline(always)]
+fn inflight_tx_seen() -> bool {
+    // SAFETY: array value read at once.
+    INFLIGHT_TX_USED
+        .get(0)
+        .is_some_and(|used| unsafe { core::ptr::read_volatile(used) } != 0)
+}
 
 /// Classic (perf) tracepoint: only a capability probe for `meshlab doctor`. raw_tp exists on
 /// every kernel that has the BPF ring buffer (5.8+), so record never needs this tier.

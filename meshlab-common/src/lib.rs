@@ -140,8 +140,9 @@ pub const KFUNC_PLACEHOLDER_ENABLE_TX_TSTAMP: i32 = 0x6d4c_6b32;
 /// Key of the 4-tuple -> cookie map, as seen from the local socket.
 ///
 /// Addresses are 16 bytes; IPv4 is stored IPv4-mapped (`::ffff:a.b.c.d`) so one key type serves
-/// both families. Ports are in host byte order.
-#[repr(C)]
+/// both families. Ports are in host byte order. 8-byte aligned (the layout is the same as with
+/// 4): the kernel programs compare the addresses as two 8-byte words each.
+#[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TupleKey {
     pub local_addr: [u8; 16],
@@ -221,4 +222,5 @@ const _: () = assert!(core::mem::size_of::<Config>() == 40);
 const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 29 * 4);
 const _: () = assert!(core::mem::size_of::<TupleKey>() == 40);
 const _: () = assert!(core::mem::size_of::<ConnInfo>() == 56);
+const _: () = assert!(core::mem::align_of::<TupleKey>() == 8);
 const _: () = assert!(core::mem::size_of::<NicIrq>() == 8);

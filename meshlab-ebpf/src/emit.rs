@@ -23,39 +23,59 @@ pub fn now_ns() -> u64 {
 /// every event either reaches the buffer or is counted in DROPS, and both count in HITS.
 #[inline(always)]
 pub fn emit(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
-    emit_impl::<true>(hook, fill)
+    emit_impl(hook, Task::Current, fill)
 }
 
 /// [`emit`] for program types that may not ask for the current task (sock_ops: kernels before
 /// 6.x reject `bpf_get_current_pid_tgid` there); pid and tid stay 0.
 #[inline(always)]
 pub fn emit_without_task(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
-    emit_impl::<false>(hook, fill)
+    emit_impl(hook, Task::Unknown, fill)
+}
+
+/// [`emit`] for an event about a task the hook has already identified (the scheduler hooks):
+/// no `bpf_get_current_pid_tgid` call.
+#[inline(always)]
+pub fn emit_for_task(hook: Hook, pid: u32, tid: u32, fill: impl FnOnce(&mut Event) -> Option<()>) {
+    emit_impl(hook, Task::Given { pid, tid }, fill)
+}
+
+/// Whose pid and tid an event carries.
+#[derive(Clone, Copy)]
+enum Task {
+    Current,
+    Unknown,
+    Given { pid: u32, tid: u32 },
 }
 
 #[inline(always)]
-fn emit_impl<const WITH_TASK: bool>(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
+fn emit_impl(hook: Hook, task: Task, fill: impl FnOnce(&mut Event) -> Option<()>) {
     let index = u32::from(hook as u16);
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         bump(&HITS, index);
         bump(&DROPS, index);
         return;
     };
-    let ev = entry.as_mut_ptr();
-    let pid_tgid = if WITH_TASK {
-        bpf_get_current_pid_tgid()
-    } else {
-        0
+    let (pid, tid) = match task {
+        Task::Current => {
+            let pid_tgid = bpf_get_current_pid_tgid();
+            ((pid_tgid >> 32) as u32, pid_tgid as u32)
+        }
+        Task::Unknown => (0, 0),
+        Task::Given { pid, tid } => (pid, tid),
     };
+    let ev = entry.as_mut_ptr();
     // SAFETY: `ev` points to a reserved, exclusively owned, properly aligned record; zeroing it
-    // first makes every field initialised before the reference is created.
+    // first makes every field initialised before the reference is created. The record is
+    // filled in place: built in a local and written once, it came out as memset subprogram
+    // calls on the stack plus a copy (tried; `bpftool prog dump xlated`).
     let ev = unsafe {
         zero_event(ev);
         &mut *ev
     };
     ev.ts_ns = now_ns();
-    ev.pid = (pid_tgid >> 32) as u32;
-    ev.tid = pid_tgid as u32;
+    ev.pid = pid;
+    ev.tid = tid;
     ev.hook = hook as u16;
     // SAFETY: helper without preconditions.
     ev.cpu = unsafe { bpf_get_smp_processor_id() };

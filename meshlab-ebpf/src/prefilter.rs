@@ -22,7 +22,7 @@ use meshlab_common::{
 
 use crate::emit::atomic_add;
 use crate::globals::config;
-use crate::kread::TcpSegment;
+use crate::kread::{Addr, TcpSegment, addr_bytes, addr_words};
 use crate::maps::{
     CONN_SLOTS, THREAD_COOKIE_SLOTS, TID_SLOTS, TRACED_CONNS, TRACED_LIVE, TUPLE_SLOTS, TUPLES,
 };
@@ -79,7 +79,7 @@ pub fn traced_conn(cookie: u64) -> Option<&'static mut ConnInfo> {
 /// tuple; TUPLES only when two traced tuples share the slot.
 #[inline(always)]
 pub fn rx_conn(seg: &TcpSegment) -> Option<(u64, &'static mut ConnInfo)> {
-    let index = tuple_index(&seg.daddr, seg.dport, &seg.saddr, seg.sport);
+    let index = tuple_index(seg.daddr, seg.dport, seg.saddr, seg.sport);
     // SAFETY: array value read at once.
     let mut cookie = unsafe { core::ptr::read_volatile(TUPLE_SLOTS.get(index)?) };
     if cookie == 0 {
@@ -87,8 +87,8 @@ pub fn rx_conn(seg: &TcpSegment) -> Option<(u64, &'static mut ConnInfo)> {
     }
     if cookie == PREFILTER_COLLIDED_COOKIE {
         let key = TupleKey {
-            local_addr: seg.daddr,
-            remote_addr: seg.saddr,
+            local_addr: addr_bytes(seg.daddr),
+            remote_addr: addr_bytes(seg.saddr),
             local_port: seg.dport,
             remote_port: seg.sport,
             _pad: 0,
@@ -100,30 +100,31 @@ pub fn rx_conn(seg: &TcpSegment) -> Option<(u64, &'static mut ConnInfo)> {
     let tuple = &info.tuple;
     let same = tuple.local_port == seg.dport
         && tuple.remote_port == seg.sport
-        && same_addr(&tuple.local_addr, &seg.daddr)
-        && same_addr(&tuple.remote_addr, &seg.saddr);
+        && addr_words(&tuple.local_addr) == seg.daddr
+        && addr_words(&tuple.remote_addr) == seg.saddr;
     same.then_some((cookie, info))
-}
-
-/// 16-byte address equality as four 32-bit compares (a slice compare could become a `bcmp`
-/// call, which BPF has not).
-#[inline(always)]
-fn same_addr(a: &[u8; 16], b: &[u8; 16]) -> bool {
-    let word = |x: &[u8; 16], i: usize| u32::from_ne_bytes([x[i], x[i + 1], x[i + 2], x[i + 3]]);
-    word(a, 0) == word(b, 0)
-        && word(a, 4) == word(b, 4)
-        && word(a, 8) == word(b, 8)
-        && word(a, 12) == word(b, 12)
 }
 
 /// TUPLE_SLOTS index of a local-view 4-tuple: the low address words and both ports, mixed by
 /// a multiplicative hash (collisions only cost the TUPLES lookup).
 #[inline(always)]
-fn tuple_index(local: &[u8; 16], local_port: u16, remote: &[u8; 16], remote_port: u16) -> u32 {
-    let low = |x: &[u8; 16]| u32::from_ne_bytes([x[12], x[13], x[14], x[15]]);
+fn tuple_index(local: Addr, local_port: u16, remote: Addr, remote_port: u16) -> u32 {
+    // Address bytes 12-15: the whole IPv4 address, the interface-id end of an IPv6 one.
+    let low = |addr: Addr| (addr[1] >> 32) as u32;
     let ports = (u32::from(local_port) << 16) | u32::from(remote_port);
     let mixed = (low(local) ^ low(remote).rotate_left(16) ^ ports).wrapping_mul(0x9e37_79b1);
     (mixed >> 16) & SLOT_MASK
+}
+
+/// [`tuple_index`] of a connection's recorded tuple.
+#[inline(always)]
+fn recorded_tuple_index(tuple: &TupleKey) -> u32 {
+    tuple_index(
+        addr_words(&tuple.local_addr),
+        tuple.local_port,
+        addr_words(&tuple.remote_addr),
+        tuple.remote_port,
+    )
 }
 
 /// Whether thread `tid` may be in TRACKED_THREADS; `false` is definite.
@@ -194,8 +195,7 @@ pub fn conn_added(cookie: u64, info: &ConnInfo) {
             }
         }
     }
-    let t = &info.tuple;
-    let index = tuple_index(&t.local_addr, t.local_port, &t.remote_addr, t.remote_port);
+    let index = recorded_tuple_index(&info.tuple);
     mark(&TUPLE_SLOTS, index, cookie, PREFILTER_COLLIDED_COOKIE);
 }
 
@@ -214,13 +214,7 @@ pub fn conn_removed(cookie: u64, tuple: &TupleKey) {
             }
         }
     }
-    let index = tuple_index(
-        &tuple.local_addr,
-        tuple.local_port,
-        &tuple.remote_addr,
-        tuple.remote_port,
-    );
-    unmark(&TUPLE_SLOTS, index, cookie);
+    unmark(&TUPLE_SLOTS, recorded_tuple_index(tuple), cookie);
 }
 
 /// Thread `tid` was added to TRACKED_THREADS.

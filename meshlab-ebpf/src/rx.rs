@@ -7,7 +7,8 @@ use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
-    BtfLoad, KernelRead, parse_tcp, read, sampled_sock, skb_ifindex, tcp_skb_cb_range, traced_sock,
+    BtfLoad, KernelRead, addr_bytes, parse_tcp, read, sampled_sock, skb_ifindex, tcp_skb_cb_range,
+    traced_sock,
 };
 use crate::maps::CPU_STATE;
 use crate::prefilter::{no_socket_traced, nothing_traced, rx_conn};
@@ -54,8 +55,8 @@ fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
         ev.seq = seg.seq;
         ev.len = seg.len;
         ev.ifindex = ifindex;
-        ev.saddr = seg.daddr;
-        ev.daddr = seg.saddr;
+        ev.saddr = addr_bytes(seg.daddr);
+        ev.daddr = addr_bytes(seg.saddr);
         ev.sport = seg.dport;
         ev.dport = seg.sport;
         ev.flags |= EVENT_FLAG_TUPLE;

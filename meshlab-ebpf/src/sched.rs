@@ -2,9 +2,9 @@
 //! wait can be split into "woken" and "running".
 
 use aya_ebpf::helpers::bpf_get_current_pid_tgid;
-use meshlab_common::Hook;
+use meshlab_common::{Event, Hook};
 
-use crate::emit::{TpArgs, emit, now_ns, tp_entries};
+use crate::emit::{TpArgs, emit, emit_for_task, tp_entries};
 use crate::globals::offset;
 use crate::kread::KernelRead;
 use crate::maps::{CPU_STATE, TRACKED_THREADS};
@@ -28,13 +28,13 @@ fn task_tgid<M: KernelRead>(task: u64) -> u32 {
     M::load::<i32>(task, offset!(task_struct_tgid)).unwrap_or(0) as u32
 }
 
-/// The traced socket whose data-ready (on this CPU, just now) is causing a wakeup, if any.
+/// The traced socket whose data-ready (on this CPU, just before `now`) is causing a wakeup.
 #[inline(always)]
-fn data_ready_cookie() -> Option<u64> {
+fn data_ready_cookie(now: u64) -> Option<u64> {
     let state = CPU_STATE.get_ptr(0)?;
     // SAFETY: per-CPU slot, only touched by programs of this CPU.
     let state = unsafe { &*state };
-    let recent = now_ns().wrapping_sub(state.data_ready_ns) < DATA_READY_WAKE_WINDOW_NS;
+    let recent = now.wrapping_sub(state.data_ready_ns) < DATA_READY_WAKE_WINDOW_NS;
     (state.data_ready_cookie != 0 && recent).then_some(state.data_ready_cookie)
 }
 
@@ -74,12 +74,12 @@ fn try_sched_waking<C: TpArgs>(ctx: &C) -> Option<()> {
     let tid = task_tid::<C::Mem>(task)?;
     let owned = tracked_cookie(tid)?;
     let pid = task_tgid::<C::Mem>(task);
-    let cookie = data_ready_cookie().unwrap_or(owned);
     emit(Hook::SchedWakeup, |ev| {
         ev.aux = u64::from(ev.tid);
         ev.pid = pid;
         ev.tid = tid;
-        ev.cookie = cookie;
+        // The event's own timestamp: one clock read per wakeup.
+        ev.cookie = data_ready_cookie(ev.ts_ns).unwrap_or(owned);
         Some(())
     });
     Some(())
@@ -97,25 +97,33 @@ fn try_sched_switch<C: TpArgs>(ctx: &C) -> Option<()> {
     if nothing_traced() {
         return None;
     }
-    // The tracepoint fires before the switch: the current task is still `prev`, whose ids the
-    // helper gives without reading task_struct (emit fills pid and tid the same way).
-    let prev_tid = bpf_get_current_pid_tgid() as u32;
+    // The tracepoint fires before the switch: `prev` is the current task. A BTF load of its
+    // pid is one instruction; on the raw tier (probe reads) the helper is cheaper.
+    let prev = ctx.arg_u64(1);
+    let prev_tid = if C::Mem::DIRECT {
+        task_tid::<C::Mem>(prev).unwrap_or(0)
+    } else {
+        bpf_get_current_pid_tgid() as u32
+    };
     if let Some(cookie) = tracked_cookie(prev_tid) {
         let prev_state = ctx.arg_u64(3);
-        emit(Hook::SchedSwitch, |ev| {
+        let fill = |ev: &mut Event| {
             ev.cookie = cookie;
             ev.value = 0;
             ev.aux = prev_state;
             Some(())
-        });
+        };
+        if C::Mem::DIRECT {
+            emit_for_task(Hook::SchedSwitch, task_tgid::<C::Mem>(prev), prev_tid, fill);
+        } else {
+            emit(Hook::SchedSwitch, fill);
+        }
     }
     let next = ctx.arg_u64(2);
     let tid = task_tid::<C::Mem>(next)?;
     let cookie = tracked_cookie(tid)?;
     let pid = task_tgid::<C::Mem>(next);
-    emit(Hook::SchedSwitch, |ev| {
-        ev.pid = pid;
-        ev.tid = tid;
+    emit_for_task(Hook::SchedSwitch, pid, tid, |ev| {
         ev.cookie = cookie;
         ev.value = 1;
         Some(())

@@ -41,9 +41,30 @@ pub struct KernelAbArgs {
     /// recording option rather than of a build.
     #[arg(long = "candidate-arg", allow_hyphen_values = true)]
     candidate_args: Vec<String>,
+    /// Measure only this rung (repeatable); default: all three, in this order.
+    #[arg(long = "rung", value_enum)]
+    rungs: Vec<AbRung>,
 }
 
-const RUNGS: [Rung; 3] = [Rung::FilteredOut, Rung::Sampled, Rung::TracingAll];
+/// The rungs kernel-ab can measure.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum AbRung {
+    FilteredOut,
+    Sampled,
+    TracingAll,
+}
+
+impl AbRung {
+    fn rung(self) -> Rung {
+        match self {
+            AbRung::FilteredOut => Rung::FilteredOut,
+            AbRung::Sampled => Rung::Sampled,
+            AbRung::TracingAll => Rung::TracingAll,
+        }
+    }
+}
+
+const ALL_RUNGS: [AbRung; 3] = [AbRung::FilteredOut, AbRung::Sampled, AbRung::TracingAll];
 const CLIENTS: usize = 1;
 const WORKLOAD: Workload = Workload::Redis { clients: CLIENTS };
 
@@ -53,6 +74,11 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
         .unwrap_or_else(|| crate::workspace_root().join("target/debug/meshlab"));
     // The candidate's label carries its extra record arguments into the report.
     let candidate_label = format!("{} {}", candidate.display(), args.candidate_args.join(" "));
+    let rungs: Vec<Rung> = ALL_RUNGS
+        .iter()
+        .filter(|r| args.rungs.is_empty() || args.rungs.contains(r))
+        .map(|r| r.rung())
+        .collect();
     let builds = [("baseline", args.baseline), ("candidate", candidate)];
     for (_, exe) in &builds {
         anyhow::ensure!(exe.exists(), "{}: no such recorder binary", exe.display());
@@ -66,7 +92,7 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
     let mut rounds: BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>> = BTreeMap::new();
     let mut calls: [CallSites; 2] = Default::default();
     for round in 0..args.rounds {
-        for (r, &rung) in RUNGS.iter().enumerate() {
+        for (r, &rung) in rungs.iter().enumerate() {
             for k in 0..builds.len() {
                 let b = (round + k) % builds.len();
                 let want_calls = calls[b].is_empty();
@@ -91,7 +117,28 @@ pub fn run(args: KernelAbArgs) -> Result<()> {
     }
     let load = format!("{load_before} before, {} after", loadavg());
     let labels = [builds[0].1.display().to_string(), candidate_label];
-    print_report(&labels, &rounds, &calls, &load, args.rounds, args.requests)
+    let report = Report {
+        builds: &labels,
+        rungs: &rungs,
+        rounds: &rounds,
+        calls: &calls,
+        load: &load,
+        round_count: args.rounds,
+        requests: args.requests,
+    };
+    print_report(&report)
+}
+
+/// What one kernel-ab run measured.
+struct Report<'a> {
+    builds: &'a [String; 2],
+    rungs: &'a [Rung],
+    /// (rung index, build) -> per-round costs
+    rounds: &'a BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>>,
+    calls: &'a [CallSites; 2],
+    load: &'a str,
+    round_count: usize,
+    requests: u64,
 }
 
 /// Program name -> helper name -> call sites in its translated code (all paths).
@@ -147,15 +194,17 @@ fn measure(
     Ok((costs, sites))
 }
 
-fn print_report(
-    builds: &[String; 2],
-    rounds: &BTreeMap<(usize, usize), Vec<Vec<ProgramCost>>>,
-    calls: &[CallSites; 2],
-    load: &str,
-    round_count: usize,
-    requests: u64,
-) -> Result<()> {
+fn print_report(report: &Report) -> Result<()> {
     use std::io::Write;
+    let Report {
+        builds,
+        rungs,
+        rounds,
+        calls,
+        load,
+        round_count,
+        requests,
+    } = report;
     let mut out = std::io::stdout().lock();
     let mut text = format!(
         "Workload: {} ({requests} requests per run); {round_count} rounds, builds alternated \
@@ -166,7 +215,7 @@ fn print_report(
         builds[1].trim_end(),
         machine()
     );
-    for (r, rung) in RUNGS.iter().enumerate() {
+    for (r, rung) in rungs.iter().enumerate() {
         let medians: [BTreeMap<String, ProgramCost>; 2] = [0, 1].map(|b| {
             median_costs(rounds.get(&(r, b)).map_or(&[][..], |v| v.as_slice()))
                 .into_iter()

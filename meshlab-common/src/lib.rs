@@ -62,10 +62,11 @@ pub struct Config {
     /// Non-zero: also record send/recv/data-ready of unix stream sockets (in `netns_cookie`'s
     /// namespace when set). Unix sockets have no TCP sequence: userspace counts their bytes.
     pub trace_unix: u32,
-    /// Unread bytes in the ring buffer at which a submit wakes the reader; below it events are
-    /// submitted without a wakeup and the reader drains on its timer (fewer wakeups per event
-    /// at moderate rates). 0 = wake on every event.
-    pub wakeup_bytes: u32,
+    /// Events one CPU submits between two forced reader wakeups (the loader sizes it so that
+    /// all CPUs together submit about 1/16 of the ring in that time); the others are submitted
+    /// without a wakeup and the reader drains on its timer. 0 = the kernel's own policy (wake
+    /// when the reader has caught up, i.e. on almost every event at moderate rates).
+    pub wakeup_events: u32,
     /// Trace one request turn in `sample_messages_every` (and the response that answers it) on
     /// every traced connection, by [`message_sampled`]; 0 or 1 = every message.
     pub sample_messages_every: u32,

@@ -4,10 +4,10 @@
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns};
 use meshlab_common::{ConnInfo, EVENT_FLAG_TUPLE, Event, Hook};
 
-use aya_ebpf::bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
+use aya_ebpf::bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
 
 use crate::globals::config;
-use crate::maps::{DROPS, EVENTS, HITS};
+use crate::maps::{DROPS, EVENTS, HITS, WAKEUP_COUNTDOWN};
 
 /// CLOCK_MONOTONIC now, the clock of every event.
 #[inline(always)]
@@ -117,28 +117,34 @@ pub fn set_conn_tuple(ev: &mut Event, info: &ConnInfo) {
     ev.flags |= EVENT_FLAG_TUPLE;
 }
 
-/// Ring buffer bytes one event takes: the record plus the ring's 8-byte header.
-const RING_RECORD_BYTES: u64 = core::mem::size_of::<Event>() as u64 + 8;
-
-/// BPF_RB_NO_WAKEUP while little data waits (the reader drains on a timer); a forced wakeup
-/// only for the event that makes the pending data cross `wakeup_bytes`.
+/// BPF_RB_NO_WAKEUP for most events (the reader drains on a timer); a forced wakeup for every
+/// `wakeup_events`-th event of this CPU, so the reader never sleeps through more than about
+/// 1/16 of the ring.
 ///
-/// Forcing a wakeup on every event above the threshold (as before) made a lagging reader
-/// cost every event an irq_work self-IPI and a waitqueue wakeup inside the program (~1 us in
-/// a VM, `native_apic_msr_write` under every program in `perf record -a -g`): the slower the
-/// reader, the costlier each event. One wakeup per crossing is enough; a crossing lost to a
-/// concurrent reservation is covered by the reader's drain timer.
+/// Counted per CPU instead of asking the ring (`bpf_ringbuf_query(BPF_RB_AVAIL_DATA)` on
+/// every event, a helper call: 5-10 % of every traced program run, docs/benchmarks-kernel.md).
+/// Forcing a wakeup on every event above a threshold (as once before) made a lagging reader
+/// cost every event an irq_work self-IPI and a waitqueue wakeup (~1 us in a VM); here it is
+/// one per `wakeup_events` events whatever the reader does. The countdown is per CPU and not
+/// atomic: a program nesting on the same CPU can lose a step, which only moves a wakeup.
 #[inline(always)]
 fn wakeup_flag() -> u64 {
-    let threshold = u64::from(config!(wakeup_bytes));
-    if threshold == 0 {
+    let every = u64::from(config!(wakeup_events));
+    if every == 0 {
         return 0;
     }
-    let pending = EVENTS.query(u64::from(BPF_RB_AVAIL_DATA));
-    if pending >= threshold && pending < threshold + RING_RECORD_BYTES {
-        u64::from(BPF_RB_FORCE_WAKEUP)
-    } else {
-        u64::from(BPF_RB_NO_WAKEUP)
+    let Some(left) = WAKEUP_COUNTDOWN.get_ptr_mut(0) else {
+        return u64::from(BPF_RB_NO_WAKEUP);
+    };
+    // SAFETY: per-CPU u64 slot, valid for the program's lifetime.
+    unsafe {
+        if *left == 0 {
+            *left = every - 1;
+            u64::from(BPF_RB_FORCE_WAKEUP)
+        } else {
+            *left -= 1;
+            u64::from(BPF_RB_NO_WAKEUP)
+        }
     }
 }
 

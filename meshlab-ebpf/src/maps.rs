@@ -20,6 +20,10 @@ pub static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(HOOK_COUNT, 0)
 #[map]
 pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(HOOK_COUNT, 0);
 
+/// Per-CPU countdown to the next event that forces a reader wakeup (emit::wakeup_flag).
+#[map]
+pub static WAKEUP_COUNTDOWN: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// Traced connections: socket cookie -> 4-tuple and sequence bases. Filled by sock_ops.
 #[map]
 pub static TRACED_CONNS: LruHashMap<u64, ConnInfo> =

@@ -93,9 +93,21 @@ pub struct RecordArgs {
     pub bpf_stats: bool,
 }
 
-/// A submit wakes the reader once 1/16 of the ring is pending; below that the reader drains
-/// every [`super::session::DRAIN_EVERY`].
+/// The kernel programs wake the reader about once per 1/16 of the ring submitted; in between
+/// the reader drains every [`super::session::DRAIN_EVERY`].
 const WAKEUP_FRACTION: u32 = 16;
+
+/// `Config::wakeup_events`: each CPU forces a wakeup every this many events, so all CPUs
+/// together submit about `ring_bytes / WAKEUP_FRACTION` between wakeups. Counting events per
+/// CPU replaced asking the ring for its pending bytes on every event (a helper call per event,
+/// 5-10 % of a traced program run: docs/benchmarks-kernel.md).
+fn wakeup_events(ring_bytes: u32) -> u32 {
+    let cpus = aya::util::nr_cpus().map_or(1, |n| n.max(1));
+    // Each record takes its size plus the ring's 8-byte header.
+    let record = std::mem::size_of::<meshlab_common::Event>() + 8;
+    let per_cpu = ring_bytes as usize / WAKEUP_FRACTION as usize / record / cpus;
+    u32::try_from(per_cpu.max(1)).unwrap_or(u32::MAX)
+}
 
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     check_args(&args)?;
@@ -192,7 +204,7 @@ fn kernel_config(args: &RecordArgs, netns: &setup::NetnsFacts) -> anyhow::Result
         ifindex,
         raw_irq_stream: u32::from(args.raw_irq),
         trace_unix: u32::from(args.unix),
-        wakeup_bytes: args.ring_bytes / WAKEUP_FRACTION,
+        wakeup_events: wakeup_events(args.ring_bytes),
         sample_messages_every: args.sample_messages,
         tx_timestamps: u32::from(args.tx_timestamps),
     })

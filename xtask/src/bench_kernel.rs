@@ -235,9 +235,14 @@ fn print_report(report: &Report) -> Result<()> {
 fn rung_table(rung: Rung, medians: &[BTreeMap<String, ProgramCost>; 2]) -> String {
     let mut text = format!(
         "\n### {}\n\n| program | runs per run | baseline ns/run | candidate ns/run | \
-         candidate / baseline | xlated B baseline / candidate |\n|---|---|---|---|---|---|\n",
+         candidate / baseline | candidate - floor ns | xlated B baseline / candidate |\n\
+         |---|---|---|---|---|---|---|\n",
         rung.name()
     );
+    // What a program costs above the empty program's run of the same build and rung.
+    let floor = medians[1]
+        .get(bpffloor::FLOOR_PROGRAM)
+        .map(|c| c.ns_per_run);
     let names: std::collections::BTreeSet<&String> =
         medians.iter().flat_map(|m| m.keys()).collect();
     let ns = |c: Option<&ProgramCost>| c.map_or("-".into(), |c| format!("{:.1}", c.ns_per_run));
@@ -251,8 +256,12 @@ fn rung_table(rung: Rung, medians: &[BTreeMap<String, ProgramCost>; 2]) -> Strin
             _ => "-".into(),
         };
         let runs = b.or(a).map_or(0, |c| c.runs);
+        let above = match (b, floor) {
+            (Some(b), Some(floor)) => format!("{:+.1}", b.ns_per_run - floor),
+            _ => "-".into(),
+        };
         text += &format!(
-            "| {name} | {runs} | {} | {} | {ratio} | {} / {} |\n",
+            "| {name} | {runs} | {} | {} | {ratio} | {above} | {} / {} |\n",
             ns(a),
             ns(b),
             size(a),

@@ -24,6 +24,24 @@ pub const MAX_TRACKED_THREADS: u32 = 16_384;
 /// Slots of the traced-cookie and tracked-thread prefilter arrays (index: low bits of the
 /// cookie / tid). A power of two so the index is a mask.
 pub const PREFILTER_SLOTS: u32 = 65_536;
+/// Prefilter slot of a local-view 4-tuple (the kernel programs' TUPLE_SLOTS index): the last
+/// four bytes of each 16-byte address (the whole IPv4 address of an IPv4-mapped one) as a
+/// little-endian u32 and both ports, chained by multiplications and spread by murmur3's
+/// finaliser, so every input bit reaches every slot bit. Collisions only cost the hash-map
+/// lookup; tests use this to make two connections share a slot.
+#[inline(always)]
+pub fn tuple_slot_index(local_low: u32, local_port: u16, remote_low: u32, remote_port: u16) -> u32 {
+    const K: u32 = 0x9e37_79b1;
+    let ports = (u32::from(local_port) << 16) | u32::from(remote_port);
+    let mut h = (local_low.wrapping_mul(K) ^ remote_low).wrapping_mul(K) ^ ports;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h & (PREFILTER_SLOTS - 1)
+}
+
 /// Prefilter slot value: two traced keys share this slot, ask the authoritative hash map.
 pub const PREFILTER_COLLIDED_COOKIE: u64 = u64::MAX;
 /// See [`PREFILTER_COLLIDED_COOKIE`], for the tracked-thread slots.

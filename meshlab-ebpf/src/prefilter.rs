@@ -18,6 +18,7 @@
 use aya_ebpf::maps::Array;
 use meshlab_common::{
     ConnInfo, PREFILTER_COLLIDED_COOKIE, PREFILTER_COLLIDED_TID, PREFILTER_SLOTS, TupleKey,
+    tuple_slot_index,
 };
 
 use crate::emit::atomic_add;
@@ -105,15 +106,12 @@ pub fn rx_conn(seg: &TcpSegment) -> Option<(u64, &'static mut ConnInfo)> {
     same.then_some((cookie, info))
 }
 
-/// TUPLE_SLOTS index of a local-view 4-tuple: the low address words and both ports, mixed by
-/// a multiplicative hash (collisions only cost the TUPLES lookup).
+/// TUPLE_SLOTS index of a local-view 4-tuple ([`tuple_slot_index`]).
 #[inline(always)]
 fn tuple_index(local: Addr, local_port: u16, remote: Addr, remote_port: u16) -> u32 {
-    // Address bytes 12-15: the whole IPv4 address, the interface-id end of an IPv6 one.
+    // Address bytes 12-15 (little endian): the high half of the second word.
     let low = |addr: Addr| (addr[1] >> 32) as u32;
-    let ports = (u32::from(local_port) << 16) | u32::from(remote_port);
-    let mixed = (low(local) ^ low(remote).rotate_left(16) ^ ports).wrapping_mul(0x9e37_79b1);
-    (mixed >> 16) & SLOT_MASK
+    tuple_slot_index(low(local), local_port, low(remote), remote_port)
 }
 
 /// [`tuple_index`] of a connection's recorded tuple.

@@ -122,7 +122,7 @@ pub fn set_conn_tuple(ev: &mut Event, info: &ConnInfo) {
 /// 1/16 of the ring.
 ///
 /// Counted per CPU instead of asking the ring (`bpf_ringbuf_query(BPF_RB_AVAIL_DATA)` on
-/// every event, a helper call: 5-10 % of every traced program run, docs/benchmarks-kernel.md).
+/// every event, a helper call: up to ~7 % of a traced program run, docs/benchmarks-kernel.md).
 /// Forcing a wakeup on every event above a threshold (as once before) made a lagging reader
 /// cost every event an irq_work self-IPI and a waitqueue wakeup (~1 us in a VM); here it is
 /// one per `wakeup_events` events whatever the reader does. The countdown is per CPU and not

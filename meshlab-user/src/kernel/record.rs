@@ -100,7 +100,7 @@ const WAKEUP_FRACTION: u32 = 16;
 /// `Config::wakeup_events`: each CPU forces a wakeup every this many events, so all CPUs
 /// together submit about `ring_bytes / WAKEUP_FRACTION` between wakeups. Counting events per
 /// CPU replaced asking the ring for its pending bytes on every event (a helper call per event,
-/// 5-10 % of a traced program run: docs/benchmarks-kernel.md).
+/// up to ~7 % of a traced program run: docs/benchmarks-kernel.md).
 fn wakeup_events(ring_bytes: u32) -> u32 {
     let cpus = aya::util::nr_cpus().map_or(1, |n| n.max(1));
     // Each record takes its size plus the ring's 8-byte header.

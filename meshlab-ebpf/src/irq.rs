@@ -65,6 +65,11 @@ fn try_irq_entry<C: TpArgs>(ctx: &C) -> Option<()> {
     let state = cpu_state()?;
     state.pending_irq = irq;
     state.pending_irq_ns = now_ns();
+    // The raise that belongs to this IRQ is the one its handler makes next. An earlier raise
+    // (the TX path's netif_tx_wake / TX NAPI schedule in process context, seen in the 6.12
+    // guests) happened before this packet arrived: kept, it made the RX chain start before
+    // the request was sent and the cross-machine difference negative.
+    state.pending_raise_ns = 0;
     stream(Hook::IrqEntry, 0, irq, nic.ifindex, nic.queue);
     Some(())
 }
@@ -99,7 +104,8 @@ fn net_vector(ctx_vec: u64) -> Option<u32> {
     (vec == NET_RX_SOFTIRQ || vec == NET_TX_SOFTIRQ).then_some(vec)
 }
 
-/// irq:softirq_raise(vec): the first NET_RX raise since the last softirq run started is kept.
+/// irq:softirq_raise(vec): the first NET_RX raise since the last softirq run started or the last
+/// NIC IRQ entered (whichever came later) is kept.
 fn try_softirq_raise<C: TpArgs>(ctx: &C) -> Option<()> {
     if idle() {
         return None;

@@ -64,7 +64,8 @@ pub struct CpuState {
     pub data_ready_cookie: u64,
     /// The NIC IRQ and NET_RX raise seen since the last softirq run started: they belong to
     /// the NEXT run (an IRQ can arrive while NAPI is polling), so they wait here until
-    /// softirq_entry promotes them.
+    /// softirq_entry promotes them. A NIC IRQ resets the pending raise: the raise kept is
+    /// the first one after the latest IRQ (or after the run started, when no IRQ came).
     pub pending_irq_ns: u64,
     pub pending_raise_ns: u64,
     pub irq: u32,

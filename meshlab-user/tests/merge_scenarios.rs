@@ -99,6 +99,51 @@ fn tx_completion_after_the_peer_had_the_message_is_not_used() {
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
 }
 
+/// Both drivers return after the peer already had the frame (a virtio kick that stalls the
+/// sender's vCPU, seen in the 6.12 guests): each net_dev_xmit 25.1 us after its doorbell,
+/// 15.1 us after the peer's IRQ for the frame. With either return as the departure the round trip would be negative,
+/// so the departure is net_dev_start_xmit on both sides: no `tx_driver` segment, its 400 ns
+/// on each side are network time, and the request stays complete without an error.
+#[test]
+fn a_driver_return_after_the_peer_had_the_frame_is_not_the_departure() {
+    let out = merge(&fixture_files("driver_return_after_peer_rx"), &[]);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+    let [r] = &out.requests[..] else {
+        panic!("one request expected: {:?}", out.summary)
+    };
+    let mut expected: Vec<_> = plain().into_iter().filter(|s| s.0 != "tx_driver").collect();
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 20_800;
+    assert_request(r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+    let d = r.segments[net].derived.as_ref().unwrap();
+    assert_eq!(d.outer, ["net_dev_start_xmit", "irq_entry"]);
+    assert_eq!(d.inner, ["irq_entry", "net_dev_start_xmit"]);
+}
+
+/// The drivers return 70 us after their doorbells: A's net_dev_xmit of the request comes after
+/// the response's IRQ on A itself. It is not used (nor is B's, by the difference method): the
+/// same request as above, not an out-of-order chain with the response's IRQ dropped.
+#[test]
+fn a_driver_return_after_the_reply_arrived_is_not_used() {
+    let out = merge(&fixture_files("driver_return_after_reply"), &[]);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+    let [r] = &out.requests[..] else {
+        panic!("one request expected: {:?}", out.summary)
+    };
+    let mut expected: Vec<_> = plain().into_iter().filter(|s| s.0 != "tx_driver").collect();
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 20_800;
+    assert_request(r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}
+
 /// Constructed hardware path (no NIC here stamps): the driver reports each skb's hardware TX
 /// timestamp 1000 ns after net_dev_xmit and frees it 500 ns later, so `tx_completion` (1500)
 /// splits into `tx_nic_send` 1000 + `tx_reclaim` 500 on both sides; the round trip is the

@@ -34,6 +34,11 @@ const ROUND_SECS: u64 = 1;
 const TOLERANCE_NS: i64 = 5_000;
 /// Share of A's requests that must be joined to B's half.
 const MIN_JOINED: f64 = 0.99;
+/// Issue 11's goal for complete cross-machine requests.
+const COMPLETE_TARGET: f64 = 0.99;
+/// Below this the scenario fails: a regression, not TCG noise (a loaded host gave 98.6 % on
+/// 6.12 once the late driver returns and TX-path raises were handled; 86-89 % before).
+const MIN_COMPLETE: f64 = 0.95;
 
 /// Shell text of guest A (recorder + client rounds) and guest B (recorder + server).
 pub struct GuestScripts {
@@ -163,10 +168,20 @@ fn check_joined(requests: &[serde_json::Value]) -> Result<()> {
         split += 1;
     }
     let complete = from_a.iter().filter(|r| r["complete"] == true).count();
+    let share = complete as f64 / from_a.len() as f64;
     eprintln!(
         "vm two machines: {joined} of {} requests A -> B joined across the clocks, {split} with \
-         network_round_trip, {complete} complete",
-        from_a.len()
+         network_round_trip, {complete} complete ({:.1} %; target {:.0} %: {})",
+        from_a.len(),
+        share * 100.0,
+        COMPLETE_TARGET * 100.0,
+        if share >= COMPLETE_TARGET { "met" } else { "NOT met" }
+    );
+    ensure!(
+        share >= MIN_COMPLETE,
+        "only {complete} of {} cross-machine requests complete (floor {:.0} %)",
+        from_a.len(),
+        MIN_COMPLETE * 100.0
     );
     Ok(())
 }

@@ -114,6 +114,10 @@ pub struct GenConfig {
     /// net_dev_xmit (a `tx_tstamp_hw` keyed by the skb's last byte); none when unset or
     /// without `nic_irq`.
     pub tx_hw_tstamp_after_ns: Option<u64>,
+    /// The driver returns (net_dev_xmit) this long after the frame left at its doorbell
+    /// (net_dev_start_xmit + tx_driver), as when a virtio kick stalls the sender's vCPU; the
+    /// send's return and `write_end` move with it, the frame's arrival does not.
+    pub driver_returns_after_ns: u64,
     /// Pause between a reply and the next request on a connection.
     pub think_ns: u64,
     pub stages: Stages,
@@ -141,6 +145,7 @@ impl Default for GenConfig {
             disorder: false,
             jitter_seed: None,
             tx_complete_after_ns: None,
+            driver_returns_after_ns: 0,
             tx_hw_tstamp_after_ns: None,
             think_ns: 20_000,
             stages: FIXED,

@@ -168,6 +168,20 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
             },
         ),
         (
+            "driver_return_after_peer_rx",
+            GenConfig {
+                driver_returns_after_ns: 25_100,
+                ..d()
+            },
+        ),
+        (
+            "driver_return_after_reply",
+            GenConfig {
+                driver_returns_after_ns: 70_000,
+                ..d()
+            },
+        ),
+        (
             "tx_hw_timestamp",
             GenConfig {
                 tx_hw_tstamp_after_ns: Some(1_000),

@@ -246,7 +246,7 @@ impl<'c> Writer<'c> {
     }
 
     /// TX of `[off, off+len)` on `node` from its tcp_sendmsg at `sendmsg`; returns the time the
-    /// surviving transmission of the last byte left the driver.
+    /// surviving transmission of the last byte left (its doorbell).
     fn transmit(
         &mut self,
         f: Flow,
@@ -294,7 +294,8 @@ impl<'c> Writer<'c> {
     ) -> u64 {
         let Flow { node, ck, tid } = f;
         let start = queue + s.tx_qdisc;
-        let xmit = start + s.tx_driver;
+        let doorbell = start + s.tx_driver;
+        let xmit = doorbell + self.cfg.driver_returns_after_ns;
         for (hook, ts) in [
             (Hook::NetDevQueue, queue),
             (Hook::NetDevStartXmit, start),
@@ -327,7 +328,7 @@ impl<'c> Writer<'c> {
                 (Some(ck), Some(Direction::Tx), Some(o), Some(l as u32));
             self.k(node, ev);
         }
-        xmit
+        doorbell
     }
 
     /// RX of `[off, off+len)` on `node` arriving at `arrival`; returns
@@ -439,7 +440,8 @@ impl<'c> Writer<'c> {
         let write_begin = enc_end + s.client_pre_write;
         let sendmsg = write_begin + s.tx_syscall_entry;
         let departure = self.transmit(client, (req_off, req_len), sendmsg, s, lost);
-        let first_xmit = sendmsg + s.tx_tcp_ip + s.tx_qdisc + s.tx_driver;
+        let first_xmit =
+            sendmsg + s.tx_tcp_ip + s.tx_qdisc + s.tx_driver + self.cfg.driver_returns_after_ns;
         self.send_return(
             0,
             c,
@@ -470,13 +472,14 @@ impl<'c> Writer<'c> {
         let write_begin_s = encode_end + s.server_pre_write;
         let sendmsg_s = write_begin_s + s.tx_syscall_entry;
         let departure_s = self.transmit(server, (resp_off, resp_len), sendmsg_s, s, false);
+        let returned_s = departure_s + self.cfg.driver_returns_after_ns;
         self.send_return(
             1,
             c,
             server_tid,
             resp_off + resp_len,
             resp_len,
-            departure_s + 200,
+            returned_s + 200,
         );
         // A blocking reader (no poll) takes read_ready before its recv waits for the data.
         let ready = if self.cfg.server_blocking_read {
@@ -490,7 +493,7 @@ impl<'c> Writer<'c> {
             ("handler_begin", handler_begin),
             ("handler_end", handler_end),
             ("encode_end", encode_end),
-            ("write_end", departure_s + 300),
+            ("write_end", returned_s + 300),
         ] {
             let ev = probe(1, "server", point, at, &trace, server_tid);
             self.p(1, ev, at);

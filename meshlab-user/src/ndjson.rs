@@ -161,6 +161,9 @@ fn parse_bulk(text: &str, scratch: &mut String) -> Option<Record> {
         scratch.push_str(rest);
     };
     if let Some(rest) = text.strip_prefix(PROBE) {
+        if let Some(line) = crate::probe_line::parse(text) {
+            return Some(Record::Probe(line.to_event()));
+        }
         untagged(rest, scratch);
         serde_json::from_str::<ProbeEvent>(scratch)
             .ok()
@@ -237,16 +240,26 @@ fn describe_json_error(text: &str, e: &serde_json::Error) -> String {
 /// [`io::ErrorKind::BrokenPipe`] so callers can treat it as success.
 pub struct RecordWriter<W: Write> {
     out: BufWriter<W>,
+    /// A request line being written by [`crate::request_json`].
+    line: Vec<u8>,
 }
 
 impl<W: Write> RecordWriter<W> {
     pub fn new(out: W) -> Self {
         Self {
             out: BufWriter::with_capacity(1 << 16, out),
+            line: Vec::new(),
         }
     }
 
     pub fn write(&mut self, record: &Record) -> io::Result<()> {
+        if let Record::Request(r) = record {
+            // The bulk of a merged file: written by hand, byte-identical to serde's form.
+            self.line.clear();
+            crate::request_json::write_request(&mut self.line, r);
+            self.line.push(b'\n');
+            return self.out.write_all(&self.line);
+        }
         serde_json::to_writer(&mut self.out, record)?;
         self.out.write_all(b"\n")
     }

@@ -12,7 +12,7 @@
 //! a negative segment: it is dropped with an error naming both events, the neighbouring stages
 //! merge into one segment, and the request is incomplete.
 
-use std::collections::HashMap;
+use super::HashMap;
 
 use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment};
 

@@ -1,6 +1,7 @@
 //! Input files: which kind (kernel recording or probe file), which node, their clock samples
 //! and drop totals, and `--inject-skew`; records become items in [`super::reduce`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -255,41 +256,66 @@ fn probe_nodes(
     display: &str,
     default: Option<&str>,
 ) -> Result<Vec<(String, ClockId)>, MergeError> {
+    let file = File::open(path).map_err(|source| NdjsonError::Open {
+        file: path.into(),
+        source,
+    })?;
+    let mut nodes: Vec<(String, ClockId)> = Vec::new();
+    let mut input = BufReader::with_capacity(1 << 16, file);
+    let mut line = String::new();
+    for line_no in 1u64.. {
+        line.clear();
+        let read = input
+            .read_line(&mut line)
+            .map_err(|source| NdjsonError::Read {
+                file: path.into(),
+                line: line_no,
+                source,
+            })?;
+        if read == 0 {
+            break;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (node, clock) = node_and_clock(&line, display, line_no)?;
+        let node = match (&node, default) {
+            (Some(n), _) => n.as_ref(),
+            (None, Some(d)) => d,
+            (None, None) => {
+                return Err(parse_err(display, line_no, "in a `probe` record: field `node` is missing and the file was not given as --node NAME=FILE".into()));
+            }
+        };
+        if !nodes.iter().any(|(n, c)| n == node && *c == clock) {
+            nodes.push((node.to_owned(), clock));
+        }
+    }
+    Ok(nodes)
+}
+
+/// A probe line's `node` (if any) and `clock`: the compact probe form without serde
+/// (crate::probe_line), anything else through serde as before.
+fn node_and_clock<'a>(
+    line: &'a str,
+    display: &str,
+    line_no: u64,
+) -> Result<(Option<Cow<'a, str>>, ClockId), MergeError> {
     #[derive(serde::Deserialize)]
     struct NodeOnly {
         #[serde(default)]
         node: Option<String>,
         clock: ClockId,
     }
-    let file = File::open(path).map_err(|source| NdjsonError::Open {
-        file: path.into(),
-        source,
-    })?;
-    let mut nodes: Vec<(String, ClockId)> = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| NdjsonError::Read {
-            file: path.into(),
-            line: i as u64 + 1,
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let n: NodeOnly = serde_json::from_str(&line)
-            .map_err(|e| parse_err(display, i as u64 + 1, format!("in a `probe` record: {e}")))?;
-        let n_clock = n.clock;
-        let node = match (n.node, default) {
-            (Some(n), _) => n,
-            (None, Some(d)) => d.to_owned(),
-            (None, None) => {
-                return Err(parse_err(display, i as u64 + 1, "in a `probe` record: field `node` is missing and the file was not given as --node NAME=FILE".into()));
-            }
-        };
-        if !nodes.iter().any(|(n, c)| *n == node && *c == n_clock) {
-            nodes.push((node, n_clock));
-        }
+    if let Some(p) = crate::probe_line::parse(line.trim()) {
+        let clock = p.clock.expect("parsed lines have one");
+        return Ok((p.node.map(Cow::Borrowed), clock));
     }
-    Ok(nodes)
+    // The line as read (its newline aside), so serde's error columns stay what they were.
+    let unended = line.strip_suffix('\n').unwrap_or(line);
+    let unended = unended.strip_suffix('\r').unwrap_or(unended);
+    let n: NodeOnly = serde_json::from_str(unended)
+        .map_err(|e| parse_err(display, line_no, format!("in a `probe` record: {e}")))?;
+    Ok((n.node.map(Cow::Owned), n.clock))
 }
 
 /// Pre-pass over a kernel recording: clock samples and drop totals (a few lines per second of

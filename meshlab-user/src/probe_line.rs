@@ -72,22 +72,24 @@ pub fn parse(text: &str) -> Option<ProbeLine<'_>> {
     let mut p = ProbeLine::default();
     // Bit per field seen: a duplicate is serde's error, and so are missing required fields.
     let mut seen = 0u16;
+    let mut next = 0;
     loop {
-        let key = c.key()?;
+        // Indices into PROBE_KEYS, which are also the fields' bits.
+        let key = c.known_key(&PROBE_KEYS, next)?;
+        next = key + 1;
         let bit = match key {
-            b"node" => set(&mut p.node, Some(c.string()?), 0),
-            b"process" => set(&mut p.process, c.string()?, 1),
-            b"pid" => set(&mut p.pid, u32::try_from(c.integer()?).ok()?, 2),
-            b"tid" => set(&mut p.tid, u32::try_from(c.integer()?).ok()?, 3),
-            b"ts_ns" => set(&mut p.ts_ns, c.integer()?, 4),
-            b"clock" => set(&mut p.clock, Some(clock(c.string()?)?), 5),
-            b"trace_id" => set(&mut p.trace_id, c.string()?, 6),
-            b"point" => set(&mut p.point, c.string()?, 7),
-            b"conn" => set(&mut p.conn, Some(c.conn()?), 8),
-            b"dir" => set(&mut p.dir, Some(direction(c.string()?)?), 9),
-            b"offset" => set(&mut p.offset, Some(c.integer()?), 10),
-            b"len" => set(&mut p.len, Some(c.integer()?), 11),
-            _ => return None,
+            0 => set(&mut p.node, Some(c.string()?), 0),
+            1 => set(&mut p.process, c.string()?, 1),
+            2 => set(&mut p.pid, u32::try_from(c.integer()?).ok()?, 2),
+            3 => set(&mut p.tid, u32::try_from(c.integer()?).ok()?, 3),
+            4 => set(&mut p.ts_ns, c.integer()?, 4),
+            5 => set(&mut p.clock, Some(clock(c.string()?)?), 5),
+            6 => set(&mut p.trace_id, c.string()?, 6),
+            7 => set(&mut p.point, c.string()?, 7),
+            8 => set(&mut p.conn, Some(c.conn()?), 8),
+            9 => set(&mut p.dir, Some(direction(c.string()?)?), 9),
+            10 => set(&mut p.offset, Some(c.integer()?), 10),
+            _ => set(&mut p.len, Some(c.integer()?), 11),
         };
         if seen & bit != 0 {
             return None;
@@ -100,6 +102,11 @@ pub fn parse(text: &str) -> Option<ProbeLine<'_>> {
     const REQUIRED: u16 = 0b1111_1110;
     (c.rest.is_empty() && seen & REQUIRED == REQUIRED).then_some(p)
 }
+
+const PROBE_KEYS: [&str; 12] = [
+    "node", "process", "pid", "tid", "ts_ns", "clock", "trace_id", "point", "conn", "dir",
+    "offset", "len",
+];
 
 fn set<T>(field: &mut T, value: T, bit: u32) -> u16 {
     *field = value;
@@ -131,6 +138,22 @@ impl<'a> Cursor<'a> {
         let k = self.string()?;
         self.eat(b':')?;
         Some(k.as_bytes())
+    }
+
+    /// `"name":` for one of `names`, trying `names[from]` first (a probe writer's field
+    /// order makes that the one): its index, else `None`. Keys without a string scan each.
+    fn known_key(&mut self, names: &[&'static str], from: usize) -> Option<usize> {
+        let bytes = self.rest.as_bytes();
+        let i = (from..names.len()).chain(0..from).find(|&i| {
+            let n = names[i].as_bytes();
+            bytes.len() > n.len() + 2
+                && bytes[0] == b'"'
+                && &bytes[1..=n.len()] == n
+                && bytes[n.len() + 1] == b'"'
+                && bytes[n.len() + 2] == b':'
+        })?;
+        self.rest = &self.rest[names[i].len() + 3..];
+        Some(i)
     }
 
     /// `,` (another member follows: true) or `}` (the object ends: false).
@@ -167,18 +190,24 @@ impl<'a> Cursor<'a> {
     /// followed by a fraction or exponent.
     fn integer(&mut self) -> Option<u64> {
         let bytes = self.rest.as_bytes();
-        let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
-        if digits == 0 || (digits > 1 && bytes[0] == b'0') {
-            return None;
-        }
-        if matches!(bytes.get(digits), Some(b'.' | b'e' | b'E')) {
-            return None;
-        }
         let mut v: u64 = 0;
-        for &d in &bytes[..digits] {
-            v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+        let mut n = 0;
+        while let Some(d) = bytes.get(n).map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9) {
+            // 19 digits cannot overflow a u64; a 20th is checked.
+            v = if n < 19 {
+                v * 10 + u64::from(d)
+            } else {
+                v.checked_mul(10)?.checked_add(u64::from(d))?
+            };
+            n += 1;
         }
-        self.rest = &self.rest[digits..];
+        if n == 0 || (n > 1 && bytes[0] == b'0') {
+            return None;
+        }
+        if matches!(bytes.get(n), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        self.rest = &self.rest[n..];
         Some(v)
     }
 

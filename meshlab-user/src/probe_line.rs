@@ -192,7 +192,11 @@ impl<'a> Cursor<'a> {
         let bytes = self.rest.as_bytes();
         let mut v: u64 = 0;
         let mut n = 0;
-        while let Some(d) = bytes.get(n).map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9) {
+        while let Some(d) = bytes
+            .get(n)
+            .map(|b| b.wrapping_sub(b'0'))
+            .filter(|d| *d <= 9)
+        {
             // 19 digits cannot overflow a u64; a 20th is checked.
             v = if n < 19 {
                 v * 10 + u64::from(d)

@@ -17,7 +17,7 @@ use super::clock::ClockTable;
 use super::nic::NodeNic;
 use super::time::NodeId;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct InputFile {
     pub path: PathBuf,
     pub display: String,
@@ -29,7 +29,7 @@ pub struct InputFile {
 }
 
 /// Everything known before the streaming pass: files, nodes, clocks, drops, skews.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub files: Vec<InputFile>,
     pub nodes: Vec<String>,

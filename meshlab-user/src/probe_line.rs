@@ -83,7 +83,7 @@ pub fn parse(text: &str) -> Option<ProbeLine<'_>> {
             2 => set(&mut p.pid, u32::try_from(c.integer()?).ok()?, 2),
             3 => set(&mut p.tid, u32::try_from(c.integer()?).ok()?, 3),
             4 => set(&mut p.ts_ns, c.integer()?, 4),
-            5 => set(&mut p.clock, Some(clock(c.string()?)?), 5),
+            5 => set(&mut p.clock, Some(clock_name(c.string()?)?), 5),
             6 => set(&mut p.trace_id, c.string()?, 6),
             7 => set(&mut p.point, c.string()?, 7),
             8 => set(&mut p.conn, Some(c.conn()?), 8),
@@ -103,6 +103,42 @@ pub fn parse(text: &str) -> Option<ProbeLine<'_>> {
     (c.rest.is_empty() && seen & REQUIRED == REQUIRED).then_some(p)
 }
 
+/// The `node` (if any) and `clock` of a probe line (already trimmed) found by a byte scan,
+/// for the merge's pass that only lists nodes and clocks; `None` when the scan cannot be sure
+/// (then the line is parsed). Sure means: the compact prefix, no backslash in the line (so
+/// every `"` is structural and `"node":` can only be that key: a probe line has no other
+/// object that could hold one), `node` at most once, first and a string, `clock` exactly once
+/// and one of the clock names. Whatever else is wrong with the line, the streaming pass
+/// parses it in full and reports it.
+pub fn scan_node_and_clock(line: &[u8]) -> Option<(Option<&str>, ClockId)> {
+    const PREFIX: &[u8] = b"{\"type\":\"probe\",";
+    let rest = line.strip_prefix(PREFIX)?;
+    if memchr::memchr(b'\\', rest).is_some() {
+        return None;
+    }
+    let node_key = memchr::memmem::Finder::new(b"\"node\":");
+    let (node, after_node) = match rest.strip_prefix(b"\"node\":\"") {
+        Some(value) => {
+            let end = memchr::memchr(b'"', value)?;
+            let node = std::str::from_utf8(&value[..end]).ok()?;
+            (Some(node), &value[end + 1..])
+        }
+        None => (None, rest),
+    };
+    if node_key.find(after_node).is_some() {
+        return None;
+    }
+    let clock_key = memchr::memmem::Finder::new(b"\"clock\":\"");
+    let at = clock_key.find(after_node)?;
+    let value = &after_node[at + clock_key.needle().len()..];
+    if clock_key.find(value).is_some() {
+        return None;
+    }
+    let end = memchr::memchr(b'"', value)?;
+    let clock = clock_name(std::str::from_utf8(&value[..end]).ok()?)?;
+    Some((node, clock))
+}
+
 const PROBE_KEYS: [&str; 12] = [
     "node", "process", "pid", "tid", "ts_ns", "clock", "trace_id", "point", "conn", "dir",
     "offset", "len",
@@ -113,7 +149,7 @@ fn set<T>(field: &mut T, value: T, bit: u32) -> u16 {
     1 << bit
 }
 
-fn clock(name: &str) -> Option<ClockId> {
+fn clock_name(name: &str) -> Option<ClockId> {
     ClockId::ALL.iter().copied().find(|c| c.as_str() == name)
 }
 
@@ -275,6 +311,37 @@ mod tests {
             let ours = parse(line).map(|p| p.to_event());
             assert!(ours.is_some(), "{line}");
             assert_eq!(ours, serde(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_node_and_clock_scan_agrees_with_the_parser_or_declines() {
+        let nameless = FULL.replace("\"node\":\"A\",", "");
+        let node_later = nameless.replacen("\"pid\"", "\"node\":\"B\",\"pid\"", 1);
+        for line in [FULL, &nameless] {
+            let parsed = parse(line).unwrap();
+            let scanned = scan_node_and_clock(line.as_bytes());
+            assert_eq!(
+                scanned,
+                Some((parsed.node, parsed.clock.unwrap())),
+                "{line}"
+            );
+        }
+        // Not sure: escapes anywhere, a second node or clock, a node not first or not a
+        // string, a clock that is not one of the names, not the compact prefix.
+        let declined = [
+            node_later,
+            FULL.replace("\"t000000\"", "\"t\\u0030\""),
+            FULL.replace("\"process\"", "\"node\":\"B\",\"process\""),
+            FULL.replace("\"pid\"", "\"clock\":\"tai\",\"pid\""),
+            nameless.replace("\"pid\"", "\"node\":null,\"pid\""),
+            FULL.replace("\"node\":\"A\"", "\"node\":null"),
+            FULL.replace("\"realtime\"", "\"utc\""),
+            FULL.replace(",\"clock\":\"realtime\"", ""),
+            FULL.replace("{\"type\":\"probe\",", "{ \"type\":\"probe\","),
+        ];
+        for line in &declined {
+            assert_eq!(scan_node_and_clock(line.as_bytes()), None, "{line}");
         }
     }
 

@@ -182,6 +182,20 @@ impl Iterator for RecordSource {
     }
 }
 
+/// The first record of `path` (either format) with its line or record number, read on the
+/// calling thread: what [`RecordSource`] would yield first, without a reading thread that
+/// runs batches ahead only to be dropped (a merge's plan looks at every input's first record).
+pub fn first_record(path: &Path) -> Result<Option<(u64, Record)>, NdjsonError> {
+    if file_is_capture(path)? {
+        let mut records = CaptureRecords::new(CaptureReader::open(path)?);
+        let first = records.next_record()?;
+        return Ok(first.map(|r| (records.number(), r)));
+    }
+    let mut reader = RecordReader::open(path)?;
+    let first = reader.next().transpose()?;
+    Ok(first.map(|r| (reader.line(), r)))
+}
+
 /// True when the file at `path` starts with the capture magic.
 pub fn file_is_capture(path: &Path) -> Result<bool, NdjsonError> {
     let mut head = [0u8; MAGIC.len()];

@@ -8,8 +8,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::capture::source::non_event_records;
-use crate::ndjson::NdjsonError;
-use crate::records::{RecordSource, file_is_capture};
+use crate::ndjson::{Lines, NdjsonError};
+use crate::records::{file_is_capture, first_record};
 use crate::schema::{ClockId, ClockSample, InputKind, Record, SelfCost, Startup};
 
 use super::MergeError;
@@ -127,15 +127,14 @@ impl Plan {
         probe_clocks: &mut Vec<(String, ClockId)>,
     ) -> Result<(), MergeError> {
         let display = path.display().to_string();
-        let mut reader = RecordSource::open(path)?;
-        let first = reader.next().ok_or_else(|| {
+        let (position, first) = first_record(path)?.ok_or_else(|| {
             parse_err(
                 &display,
                 1,
                 "empty file: expected a `startup` record (kernel recording) or `probe` records"
                     .into(),
             )
-        })??;
+        })?;
         match first {
             Record::Startup(startup) => self.add_recording(path, display, given_node, startup),
             Record::Probe(_) => {
@@ -158,7 +157,7 @@ impl Plan {
             }
             other => Err(parse_err(
                 &display,
-                reader.position(),
+                position,
                 format!(
                     "expected a `startup` record (kernel recording) or a `probe` record first, found a `{}` record",
                     other.type_name()
@@ -251,6 +250,8 @@ impl Plan {
 }
 
 /// The nodes a probe file's lines name (or the `--node` default for lines without one).
+/// Lines are scanned in place for their node and clock (crate::probe_line); only a line the
+/// scan is not sure of is parsed here. The streaming pass parses every line in full.
 fn probe_nodes(
     path: &Path,
     display: &str,
@@ -261,24 +262,32 @@ fn probe_nodes(
         source,
     })?;
     let mut nodes: Vec<(String, ClockId)> = Vec::new();
-    let mut input = BufReader::with_capacity(1 << 16, file);
-    let mut line = String::new();
-    for line_no in 1u64.. {
-        line.clear();
-        let read = input
-            .read_line(&mut line)
-            .map_err(|source| NdjsonError::Read {
-                file: path.into(),
-                line: line_no,
-                source,
-            })?;
-        if read == 0 {
+    let mut lines = Lines::new(file);
+    loop {
+        let read_error = |source, line| NdjsonError::Read {
+            file: path.into(),
+            line,
+            source,
+        };
+        let next = lines.number() + 1;
+        let Some((line_no, line)) = lines.next_line().map_err(|e| read_error(e, next))? else {
             break;
-        }
-        if line.trim().is_empty() {
+        };
+        let text = line.trim_ascii();
+        if text.is_empty() {
             continue;
         }
-        let (node, clock) = node_and_clock(&line, display, line_no)?;
+        let (node, clock) = match crate::probe_line::scan_node_and_clock(text) {
+            Some((node, clock)) => (node.map(Cow::Borrowed), clock),
+            None => {
+                let line = std::str::from_utf8(line)
+                    .map_err(|_| read_error(crate::ndjson::invalid_utf8(), line_no))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                node_and_clock(line, display, line_no)?
+            }
+        };
         let node = match (&node, default) {
             (Some(n), _) => n.as_ref(),
             (None, Some(d)) => d,
@@ -311,8 +320,7 @@ fn node_and_clock<'a>(
         return Ok((p.node.map(Cow::Borrowed), clock));
     }
     // The line as read (its newline aside), so serde's error columns stay what they were.
-    let unended = line.strip_suffix('\n').unwrap_or(line);
-    let unended = unended.strip_suffix('\r').unwrap_or(unended);
+    let unended = line.strip_suffix('\r').unwrap_or(line);
     let n: NodeOnly = serde_json::from_str(unended)
         .map_err(|e| parse_err(display, line_no, format!("in a `probe` record: {e}")))?;
     Ok((n.node.map(Cow::Owned), n.clock))

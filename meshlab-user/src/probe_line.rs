@@ -106,36 +106,36 @@ pub fn parse(text: &str) -> Option<ProbeLine<'_>> {
 /// The `node` (if any) and `clock` of a probe line (already trimmed) found by a byte scan,
 /// for the merge's pass that only lists nodes and clocks; `None` when the scan cannot be sure
 /// (then the line is parsed). Sure means: the compact prefix, no backslash in the line (so
-/// every `"` is structural and `"node":` can only be that key: a probe line has no other
-/// object that could hold one), `node` at most once, first and a string, `clock` exactly once
-/// and one of the clock names. Whatever else is wrong with the line, the streaming pass
-/// parses it in full and reports it.
+/// every `"` is structural and `"clock":` can only be a key: a probe line has no other object
+/// that could hold one), `node` first (or nowhere) and a string, and a clock name. Whatever
+/// else is wrong with the line (a second `clock`, an unknown field) the streaming pass finds
+/// when it parses the line in full, and reports.
 pub fn scan_node_and_clock(line: &[u8]) -> Option<(Option<&str>, ClockId)> {
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
     const PREFIX: &[u8] = b"{\"type\":\"probe\",";
+    // Built once: a finder's set-up costs more than a search of one line.
+    static NODE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"node\":"));
+    static CLOCK_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"clock\":\""));
     let rest = line.strip_prefix(PREFIX)?;
     if memchr::memchr(b'\\', rest).is_some() {
         return None;
     }
-    let node_key = memchr::memmem::Finder::new(b"\"node\":");
     let (node, after_node) = match rest.strip_prefix(b"\"node\":\"") {
         Some(value) => {
             let end = memchr::memchr(b'"', value)?;
             let node = std::str::from_utf8(&value[..end]).ok()?;
             (Some(node), &value[end + 1..])
         }
+        None if NODE_KEY.find(rest).is_some() => return None,
         None => (None, rest),
     };
-    if node_key.find(after_node).is_some() {
-        return None;
-    }
-    let clock_key = memchr::memmem::Finder::new(b"\"clock\":\"");
-    let at = clock_key.find(after_node)?;
-    let value = &after_node[at + clock_key.needle().len()..];
-    if clock_key.find(value).is_some() {
-        return None;
-    }
-    let end = memchr::memchr(b'"', value)?;
-    let clock = clock_name(std::str::from_utf8(&value[..end]).ok()?)?;
+    let at = CLOCK_KEY.find(after_node)?;
+    let value = &after_node[at + CLOCK_KEY.needle().len()..];
+    let clock = ClockId::ALL.iter().copied().find(|c| {
+        let name = c.as_str().as_bytes();
+        value.len() > name.len() && value.starts_with(name) && value[name.len()] == b'"'
+    })?;
     Some((node, clock))
 }
 
@@ -327,16 +327,15 @@ mod tests {
                 "{line}"
             );
         }
-        // Not sure: escapes anywhere, a second node or clock, a node not first or not a
-        // string, a clock that is not one of the names, not the compact prefix.
+        // Not sure: escapes anywhere, a node not first or not a string, a clock that is not
+        // one of the names, not the compact prefix.
         let declined = [
             node_later,
             FULL.replace("\"t000000\"", "\"t\\u0030\""),
-            FULL.replace("\"process\"", "\"node\":\"B\",\"process\""),
-            FULL.replace("\"pid\"", "\"clock\":\"tai\",\"pid\""),
             nameless.replace("\"pid\"", "\"node\":null,\"pid\""),
             FULL.replace("\"node\":\"A\"", "\"node\":null"),
             FULL.replace("\"realtime\"", "\"utc\""),
+            FULL.replace("\"realtime\"", "\"realtimes\""),
             FULL.replace(",\"clock\":\"realtime\"", ""),
             FULL.replace("{\"type\":\"probe\",", "{ \"type\":\"probe\","),
         ];
@@ -361,6 +360,7 @@ mod tests {
             FULL.replace("\"pid\":1000", "\"pid\":\"1000\""),
             FULL.replace("\"lport\":40000", "\"lport\":65536"),
             FULL.replace("\"realtime\"", "\"utc\""),
+            FULL.replace("\"realtime\"", "\"realtimes\""),
             FULL.replace("\"tx\"", "\"up\""),
             FULL.replace("\"len\":100", "\"len\":100,\"pid\":1"),
             FULL.replace("\"len\":100", "\"len\":100,\"extra\":1"),

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Byte-identity check for merge speed work: runs two meshlab binaries on the same inputs and
 # compares their merged NDJSON with cmp. Inputs: every merge and catalog test fixture (plain
-# and --timeline), plus any extra directories given (e.g. a `merge_bench_input` output dir, in
-# both its capture and NDJSON forms). Both binaries run under the argv[0] `meshlab`, because
-# merge_info records the command line.
+# and --timeline), plus any extra directories given (e.g. `merge_bench_input` output dirs of
+# several SHAPEs, in both their capture and NDJSON forms, or a recording's directory). Both
+# binaries run under the argv[0] `meshlab`, because merge_info records the command line.
 #
 #   xtask/merge-identity.sh OLD_BIN NEW_BIN [EXTRA_DIR...]
 set -euo pipefail
 old=$(realpath "$1"); new=$(realpath "$2"); shift 2
+extra=(); for d in "$@"; do extra+=("$(realpath "$d")"); done
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 checked=0
@@ -27,9 +28,15 @@ for d in merge/*/ catalog/; do
     # shellcheck disable=SC2086
     check "$d --timeline" --timeline $files
 done
-for d in "$@"; do
+shopt -s nullglob # a kernel-only input has no probe files
+for d in "${extra[@]}"; do
     cd "$d"
-    check "$d capture" ./*.kernel.capture ./*.probe.ndjson
-    check "$d ndjson" ./*.kernel.ndjson ./*.probe.ndjson
+    captures=(./*.kernel.capture ./*.probe.ndjson)
+    ndjson=(./*.kernel.ndjson ./*.probe.ndjson)
+    if [ ${#captures[@]} -gt 0 ]; then
+        check "$d capture" "${captures[@]}"
+        check "$d capture --timeline" --timeline "${captures[@]}"
+    fi
+    if [ ${#ndjson[@]} -gt 0 ]; then check "$d ndjson" "${ndjson[@]}"; fi
 done
 echo "merge-identity: $checked merges byte-identical"

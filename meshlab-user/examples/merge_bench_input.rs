@@ -3,8 +3,10 @@
 //! binary captures a recorder would have written, so both input formats of the merge are
 //! timed on the same events. Not part of the `meshlab` binary.
 //!
-//!     cargo run --release -p meshlab-user --example merge_bench_input -- N OUTDIR
+//!     cargo run --release -p meshlab-user --example merge_bench_input -- N OUTDIR [SHAPE]
 //!
+//! SHAPE (default: the benchmark's plain traffic) is one of `meshlab_testkit::synth::SHAPES`
+//! (pipelined, kernel-only, ...), for checking merge changes on more than one kind of input.
 //! Prints one JSON line: {"events": total, "ndjson": [files], "capture": [files]}.
 
 #[path = "../tests/capture_common/mod.rs"]
@@ -14,11 +16,21 @@ use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [n, dir] = args.as_slice() else {
-        anyhow::bail!("usage: merge_bench_input N OUTDIR");
+    let (n, dir, shape) = match args.as_slice() {
+        [n, dir] => (n, dir, None),
+        [n, dir, shape] => (n, dir, Some(shape)),
+        _ => anyhow::bail!("usage: merge_bench_input N OUTDIR [SHAPE]"),
     };
     let n: u64 = n.parse()?;
-    let files = meshlab_testkit::synth::bench_generate(n, dir.as_ref())?;
+    let files = match shape {
+        None => meshlab_testkit::synth::bench_generate(n, dir.as_ref())?,
+        Some(shape) => {
+            meshlab_testkit::synth::shape_generate(n, shape, dir.as_ref())?.ok_or_else(|| {
+                let known = meshlab_testkit::synth::SHAPES.join(", ");
+                anyhow::anyhow!("unknown SHAPE {shape}: expected one of {known}")
+            })?
+        }
+    };
     let mut events = 0u64;
     let mut captures: Vec<PathBuf> = Vec::new();
     for f in &files {

@@ -56,3 +56,11 @@ fn main() -> std::process::ExitCode {
         }
     }
 }
+
+/// mimalloc instead of glibc's malloc: the merge allocates and frees a window of events per
+/// node (the reading threads allocate what the merging thread frees), where glibc's malloc
+/// and free took a fifth of the merge's CPU (callgrind: 1.46 G -> 1.17 G instructions on a
+/// 1e5-event merge). Built without transparent huge pages (`no_thp`): with them, refaulting
+/// purged 2 MiB pages cost more system time than the allocator saved.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -52,6 +52,89 @@ fn list(versions: &[u32]) -> String {
     names.join(", ")
 }
 
+/// Bytes read per read(2) by [`Lines`]; a longer line grows the buffer.
+const LINES_BLOCK: usize = 1 << 18;
+
+/// The lines of a stream, read in large blocks and handed out in place: no copy and no
+/// UTF-8 check per line (callers check the bytes they use). Lines end at `\n`, which is not
+/// part of the line; a last line without one is a line too.
+pub struct Lines<R> {
+    input: R,
+    buf: Vec<u8>,
+    /// `buf[start..end]` is read and not yet handed out.
+    start: usize,
+    end: usize,
+    eof: bool,
+    number: u64,
+}
+
+impl<R: io::Read> Lines<R> {
+    pub fn new(input: R) -> Self {
+        Self {
+            input,
+            buf: vec![0; LINES_BLOCK],
+            start: 0,
+            end: 0,
+            eof: false,
+            number: 0,
+        }
+    }
+
+    /// 1-based number of the line returned last (0 before the first).
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// The next line and its 1-based number, or `None` at the end of the stream.
+    pub fn next_line(&mut self) -> io::Result<Option<(u64, &[u8])>> {
+        loop {
+            let pending = &self.buf[self.start..self.end];
+            let cut = match memchr::memchr(b'\n', pending) {
+                Some(i) => Some((i, i + 1)),
+                None if self.eof && !pending.is_empty() => Some((pending.len(), pending.len())),
+                None if self.eof => return Ok(None),
+                None => None,
+            };
+            if let Some((len, used)) = cut {
+                let line = self.start..self.start + len;
+                self.start += used;
+                self.number += 1;
+                return Ok(Some((self.number, &self.buf[line])));
+            }
+            self.refill()?;
+        }
+    }
+
+    /// Moves the unfinished line to the front (growing the buffer when it fills it) and reads
+    /// the next block after it.
+    fn refill(&mut self) -> io::Result<()> {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        if self.end == self.buf.len() {
+            self.buf.resize(2 * self.buf.len(), 0);
+        }
+        let read = loop {
+            match self.input.read(&mut self.buf[self.end..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => break other?,
+            }
+        };
+        self.eof = read == 0;
+        self.end += read;
+        Ok(())
+    }
+}
+
+/// What `BufRead::read_line` reports for a line that is not UTF-8, for readers of [`Lines`]
+/// that check the bytes themselves.
+pub fn invalid_utf8() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "stream did not contain valid UTF-8",
+    )
+}
+
 /// Iterates over the records of one NDJSON file, skipping blank lines.
 pub struct RecordReader<R> {
     file: PathBuf,
@@ -161,6 +244,9 @@ fn parse_bulk(text: &str, scratch: &mut String) -> Option<Record> {
         scratch.push_str(rest);
     };
     if let Some(rest) = text.strip_prefix(PROBE) {
+        if let Some(line) = crate::probe_line::parse(text) {
+            return Some(Record::Probe(line.to_event()));
+        }
         untagged(rest, scratch);
         serde_json::from_str::<ProbeEvent>(scratch)
             .ok()
@@ -237,16 +323,26 @@ fn describe_json_error(text: &str, e: &serde_json::Error) -> String {
 /// [`io::ErrorKind::BrokenPipe`] so callers can treat it as success.
 pub struct RecordWriter<W: Write> {
     out: BufWriter<W>,
+    /// A request line being written by [`crate::request_json`].
+    line: Vec<u8>,
 }
 
 impl<W: Write> RecordWriter<W> {
     pub fn new(out: W) -> Self {
         Self {
             out: BufWriter::with_capacity(1 << 16, out),
+            line: Vec::new(),
         }
     }
 
     pub fn write(&mut self, record: &Record) -> io::Result<()> {
+        if let Record::Request(r) = record {
+            // The bulk of a merged file: written by hand, byte-identical to serde's form.
+            self.line.clear();
+            crate::request_json::write_request(&mut self.line, r);
+            self.line.push(b'\n');
+            return self.out.write_all(&self.line);
+        }
         serde_json::to_writer(&mut self.out, record)?;
         self.out.write_all(b"\n")
     }
@@ -343,6 +439,31 @@ mod tests {
         );
         let mut ok = RecordReader::new("in.ndjson".into(), RECORDING.as_bytes());
         assert!(ok.all(|r| r.is_ok()));
+    }
+
+    #[test]
+    fn lines_are_split_at_newlines_across_blocks_and_grow_for_long_lines() {
+        let long = "x".repeat(3 * LINES_BLOCK);
+        let text = format!("a\r\n\n{long}\nb");
+        let mut lines = Lines::new(text.as_bytes());
+        let mut got = Vec::new();
+        while let Some((n, l)) = lines.next_line().unwrap() {
+            got.push((n, l.to_vec()));
+        }
+        let want: Vec<(u64, Vec<u8>)> = vec![
+            (1, b"a\r".to_vec()),
+            (2, Vec::new()),
+            (3, long.into_bytes()),
+            (4, b"b".to_vec()),
+        ];
+        assert_eq!(got, want);
+        assert!(Lines::new(&b""[..]).next_line().unwrap().is_none());
+        // The error a line reader gives for bytes that are not UTF-8.
+        let mut s = String::new();
+        let err = BufReader::new(&b"\xff\n"[..])
+            .read_line(&mut s)
+            .unwrap_err();
+        assert_eq!(err.to_string(), invalid_utf8().to_string());
     }
 
     #[test]

@@ -34,25 +34,7 @@ pub struct RecordSource {
 impl RecordSource {
     pub fn open(path: &Path) -> Result<Self, NdjsonError> {
         let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
-        let spawned = if file_is_capture(path)? {
-            let mut records = CaptureRecords::new(CaptureReader::open(path)?);
-            let next = move || match records.next_record() {
-                Ok(r) => r.map(|r| Ok((records.number(), r))),
-                Err(e) => Some(Err(e.into())),
-            };
-            spawn_reader(path, next, tx)
-        } else {
-            let mut reader = RecordReader::open(path)?;
-            let next = move || {
-                let r = reader.next()?;
-                Some(r.map(|r| (reader.line(), r)))
-            };
-            spawn_reader(path, next, tx)
-        };
-        spawned.map_err(|source| NdjsonError::Open {
-            file: path.into(),
-            source,
-        })?;
+        spawn_parser(path, tx, |n, record| Ok(Some((n, record))))?;
         Ok(RecordSource {
             batches: rx,
             current: Vec::new().into_iter(),
@@ -66,11 +48,90 @@ impl RecordSource {
     }
 }
 
-/// The reading thread: sends batches until the end, the first error, or the consumer is gone.
-fn spawn_reader(
+/// The records of either format turned into `T` by `reduce` on the reading thread (`None`:
+/// skipped), so the consumer receives only what it keeps, in its own (smaller) form.
+pub struct ReducedSource<T, E> {
+    batches: Receiver<Vec<Result<T, E>>>,
+    current: std::vec::IntoIter<Result<T, E>>,
+}
+
+impl<T: Send + 'static, E: From<NdjsonError> + Send + 'static> ReducedSource<T, E> {
+    /// `reduce` gets each record with its line (NDJSON) or record number (capture).
+    pub fn open(
+        path: &Path,
+        reduce: impl FnMut(u64, Record) -> Result<Option<T>, E> + Send + 'static,
+    ) -> Result<Self, NdjsonError> {
+        let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
+        spawn_parser(path, tx, reduce)?;
+        Ok(ReducedSource {
+            batches: rx,
+            current: Vec::new().into_iter(),
+        })
+    }
+}
+
+impl<T, E> Iterator for ReducedSource<T, E> {
+    type Item = Result<T, E>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(item) = self.current.next() {
+                return Some(item);
+            }
+            // A closed channel after the last batch is the end.
+            self.current = self.batches.recv().ok()?.into_iter();
+        }
+    }
+}
+
+/// Starts the thread that parses or decodes `path` (format detected) and sends what `reduce`
+/// keeps of each record, stopping after the first error.
+fn spawn_parser<T: Send + 'static, E: From<NdjsonError> + Send + 'static>(
     path: &Path,
-    mut next: impl FnMut() -> Option<Numbered> + Send + 'static,
-    tx: SyncSender<Vec<Numbered>>,
+    tx: SyncSender<Vec<Result<T, E>>>,
+    mut reduce: impl FnMut(u64, Record) -> Result<Option<T>, E> + Send + 'static,
+) -> Result<(), NdjsonError> {
+    let spawned = if file_is_capture(path)? {
+        let mut records = CaptureRecords::new(CaptureReader::open(path)?);
+        let next = move || {
+            loop {
+                let kept = match records.next_record() {
+                    Ok(Some(r)) => reduce(records.number(), r),
+                    Ok(None) => return None,
+                    Err(e) => Err(E::from(NdjsonError::from(e))),
+                };
+                if let Some(item) = kept.transpose() {
+                    return Some(item);
+                }
+            }
+        };
+        spawn_reader(path, next, tx)
+    } else {
+        let mut reader = RecordReader::open(path)?;
+        let next = move || {
+            loop {
+                let kept = match reader.next()? {
+                    Ok(r) => reduce(reader.line(), r),
+                    Err(e) => Err(E::from(e)),
+                };
+                if let Some(item) = kept.transpose() {
+                    return Some(item);
+                }
+            }
+        };
+        spawn_reader(path, next, tx)
+    };
+    spawned.map_err(|source| NdjsonError::Open {
+        file: path.into(),
+        source,
+    })
+}
+
+/// The reading thread: sends batches until the end, the first error, or the consumer is gone.
+fn spawn_reader<T: Send + 'static, E: Send + 'static>(
+    path: &Path,
+    mut next: impl FnMut() -> Option<Result<T, E>> + Send + 'static,
+    tx: SyncSender<Vec<Result<T, E>>>,
 ) -> std::io::Result<()> {
     let name = format!("read {}", path.display());
     let body = move || {
@@ -119,6 +180,20 @@ impl Iterator for RecordSource {
             self.current = self.batches.recv().ok()?.into_iter();
         }
     }
+}
+
+/// The first record of `path` (either format) with its line or record number, read on the
+/// calling thread: what [`RecordSource`] would yield first, without a reading thread that
+/// runs batches ahead only to be dropped (a merge's plan looks at every input's first record).
+pub fn first_record(path: &Path) -> Result<Option<(u64, Record)>, NdjsonError> {
+    if file_is_capture(path)? {
+        let mut records = CaptureRecords::new(CaptureReader::open(path)?);
+        let first = records.next_record()?;
+        return Ok(first.map(|r| (records.number(), r)));
+    }
+    let mut reader = RecordReader::open(path)?;
+    let first = reader.next().transpose()?;
+    Ok(first.map(|r| (reader.line(), r)))
 }
 
 /// True when the file at `path` starts with the capture magic.

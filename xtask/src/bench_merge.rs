@@ -34,6 +34,9 @@ struct Run {
     wall_s: f64,
     cpu_s: f64,
     max_rss_kib: u64,
+    /// Times the kernel took the CPU from a runnable thread of the merge (wait4's
+    /// ru_nivcsw): preemption by other load, as opposed to the merge waiting for something.
+    preempted: u64,
 }
 
 /// Medians of one size and format.
@@ -45,6 +48,11 @@ struct Row {
     events_per_s: [f64; 3],
     events_per_cpu_s: f64,
     max_rss_mib: f64,
+    /// Median CPU seconds per wall second (all threads): below 1 the merge was off the CPU.
+    cpu_per_wall: f64,
+    preempted: u64,
+    /// 1-minute load average before and after this size's runs.
+    load: (String, String),
 }
 
 pub fn run(args: MergeBenchArgs) -> Result<()> {
@@ -76,14 +84,22 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
         let input = generate(&target.join("examples/merge_bench_input"), size, &dir)?;
         let mut runs: [Vec<Run>; 2] = Default::default();
+        let load_before = load_average();
         for round in 0..rounds {
             for k in 0..FORMATS.len() {
                 let f = (round + k) % FORMATS.len();
                 runs[f].push(merge_once(&exe, &input.files[f])?);
             }
         }
+        let load = (load_before, load_average());
         for (f, runs) in runs.into_iter().enumerate() {
-            rows.push(summarize(size, input.events, FORMATS[f], &runs));
+            rows.push(summarize(
+                size,
+                input.events,
+                FORMATS[f],
+                &runs,
+                load.clone(),
+            ));
             eprintln!("bench merge: {size} events, {}: done", FORMATS[f]);
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -156,7 +172,16 @@ fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
         wall_s,
         cpu_s: secs(usage.ru_utime) + secs(usage.ru_stime),
         max_rss_kib: usage.ru_maxrss as u64,
+        preempted: usage.ru_nivcsw as u64,
     })
+}
+
+/// The 1-minute load average (/proc/loadavg), as written there.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -164,7 +189,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn summarize(size: u64, events: u64, format: &'static str, runs: &[Run]) -> Row {
+fn summarize(
+    size: u64,
+    events: u64,
+    format: &'static str,
+    runs: &[Run],
+    load: (String, String),
+) -> Row {
     let rates: Vec<f64> = runs.iter().map(|r| events as f64 / r.wall_s).collect();
     let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
     let max = rates.iter().copied().fold(0.0, f64::max);
@@ -176,6 +207,9 @@ fn summarize(size: u64, events: u64, format: &'static str, runs: &[Run]) -> Row 
         events_per_s: [min, median(rates), max],
         events_per_cpu_s: median(runs.iter().map(|r| events as f64 / r.cpu_s).collect()),
         max_rss_mib: median(runs.iter().map(|r| r.max_rss_kib as f64 / 1024.0).collect()),
+        cpu_per_wall: median(runs.iter().map(|r| r.cpu_s / r.wall_s).collect()),
+        preempted: median(runs.iter().map(|r| r.preempted as f64).collect()) as u64,
+        load,
     }
 }
 
@@ -217,16 +251,33 @@ fn markdown(rows: &[Row], args: &MergeBenchArgs) -> String {
          kernel recordings as NDJSON or as binary captures of the same events; \
          `meshlab merge` with its default 2 s window, output discarded. Formats interleaved \
          round by round (rounds per row); events/s is events / wall time (min / median / max), events per CPU-second \
-         counts user+sys of all threads (the one-core rate), peak RSS from wait4(2).\n\n\
-         | events | input | rounds | events/s (min / median / max) | events per CPU-second | peak RSS MiB |\n\
-         |---:|---|---:|---|---:|---:|\n",
+         counts user+sys of all threads (the one-core rate), peak RSS from wait4(2). \
+         CPU/wall is CPU seconds (all threads) per wall second, median: the merge reads on \
+         other threads, so on an idle machine it is 1 or more; below that the merge was off \
+         the CPU. Preempted counts the times the kernel took the CPU from a runnable merge \
+         thread (wait4's ru_nivcsw, median), load the 1-minute load average before / after \
+         the size's runs: a low CPU/wall with many preemptions and a high load is other \
+         load on the machine, not the merge waiting.\n\n\
+         | events | input | rounds | events/s (min / median / max) | events per CPU-second | peak RSS MiB | CPU/wall | preempted | load |\n\
+         |---:|---|---:|---|---:|---:|---:|---:|---|\n",
         machine()
     );
     for r in rows {
         let [lo, med, hi] = r.events_per_s;
         s.push_str(&format!(
-            "| {} | {} | {} | {:.0} / **{:.0}** / {:.0} | {:.0} | {:.1} |\n",
-            r.events, r.format, r.rounds, lo, med, hi, r.events_per_cpu_s, r.max_rss_mib
+            "| {} | {} | {} | {:.0} / **{:.0}** / {:.0} | {:.0} | {:.1} | {:.2} | {} | {} / {} |\n",
+            r.events,
+            r.format,
+            r.rounds,
+            lo,
+            med,
+            hi,
+            r.events_per_cpu_s,
+            r.max_rss_mib,
+            r.cpu_per_wall,
+            r.preempted,
+            r.load.0,
+            r.load.1
         ));
     }
     for pair in rows.chunks(2) {

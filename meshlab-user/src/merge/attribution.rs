@@ -12,7 +12,7 @@
 //! a negative segment: it is dropped with an error naming both events, the neighbouring stages
 //! merge into one segment, and the request is incomplete.
 
-use std::collections::HashMap;
+use super::HashMap;
 
 use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment};
 
@@ -148,70 +148,72 @@ impl Chain {
 
     /// Segments between consecutive kept points in `kept[range]`.
     fn segments<'n>(&self, names: &Names, clock: &NodeClock<'n>, kept: &[Kept]) -> Vec<Segment> {
-        kept.windows(2)
-            .flat_map(|w| {
-                let span = span(clock, &w[0], &w[1]);
-                let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
-                // A kernel stage ran where the event that ends it was recorded.
-                let place = (layer == Layer::Kernel && !w[1].id.is_probe())
-                    .then(|| placement(names, self.node_id, &w[1].stamp.place))
-                    .flatten();
-                let seg = Segment {
-                    name,
-                    node: Some(self.node.clone()),
-                    layer,
-                    unit,
-                    kind,
-                    start_ns: Some(span.start().absolute_ns()),
-                    dur_ns: span.dur_ns(),
-                    error_ns: error_bound(&[w[0].stamp, w[1].stamp]),
-                    derived: None,
-                    place,
-                };
-                self.by_reader_state(seg, &w[0])
-            })
-            .collect()
+        let mut out = Vec::with_capacity(kept.len().saturating_sub(1));
+        for w in kept.windows(2) {
+            let span = span(clock, &w[0], &w[1]);
+            let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
+            // A kernel stage ran where the event that ends it was recorded.
+            let place = (layer == Layer::Kernel && !w[1].id.is_probe())
+                .then(|| placement(names, self.node_id, &w[1].stamp.place))
+                .flatten();
+            let seg = Segment {
+                name,
+                node: Some(self.node.clone()),
+                layer,
+                unit,
+                kind,
+                start_ns: Some(span.start().absolute_ns()),
+                dur_ns: span.dur_ns(),
+                error_ns: error_bound(&[w[0].stamp, w[1].stamp]),
+                derived: None,
+                place,
+            };
+            self.by_reader_state(seg, &w[0], &mut out);
+        }
+        out
     }
 
     /// `rx_socket_queue` cut by the reader thread's scheduler state (busy: its process's
     /// time; runnable: run-queue wait); other segments unchanged. The parts tile the span, so
     /// the sum stays exact; only the part ending at the span's end keeps its conversion error
     /// (the cuts are kernel times).
-    fn by_reader_state(&self, seg: Segment, from: &Kept) -> Vec<Segment> {
+    fn by_reader_state(&self, seg: Segment, from: &Kept, out: &mut Vec<Segment>) {
         let timeline = (seg.name == RX_SOCKET_QUEUE && from.id == PointId::SkDataReady)
             .then(|| self.readers.iter().find(|t| t.ready_ns == from.stamp.ns()))
             .flatten();
         let (Some(timeline), Some(start)) = (timeline, seg.start_ns) else {
-            return vec![seg];
+            out.push(seg);
+            return;
         };
         let end = start + seg.dur_ns;
         let process = self.process_of(from.pos);
-        timeline
-            .split(start, end)
-            .into_iter()
-            .map(|(at, dur, state)| {
-                let mut part = Segment {
-                    start_ns: Some(at),
-                    dur_ns: dur,
-                    error_ns: seg.error_ns.filter(|_| at + dur == end),
-                    ..seg.clone()
-                };
-                if let Some(d) = segments::reader_segment(state) {
-                    part.name = d.name.to_owned();
-                    part.layer = d.layer;
-                    part.kind = d.kind;
-                    // A place is where a kernel stage ran; the reader's own time has none.
-                    if d.layer != Layer::Kernel {
-                        part.place = None;
-                    }
-                    part.unit = match d.unit {
-                        Unit::Process => process.clone(),
-                        Unit::Fixed(u) => u.to_owned(),
+        out.extend(
+            timeline
+                .split(start, end)
+                .into_iter()
+                .map(|(at, dur, state)| {
+                    let mut part = Segment {
+                        start_ns: Some(at),
+                        dur_ns: dur,
+                        error_ns: seg.error_ns.filter(|_| at + dur == end),
+                        ..seg.clone()
                     };
-                }
-                part
-            })
-            .collect()
+                    if let Some(d) = segments::reader_segment(state) {
+                        part.name = d.name.to_owned();
+                        part.layer = d.layer;
+                        part.kind = d.kind;
+                        // A place is where a kernel stage ran; the reader's own time has none.
+                        if d.layer != Layer::Kernel {
+                            part.place = None;
+                        }
+                        part.unit = match d.unit {
+                            Unit::Process => process.clone(),
+                            Unit::Fixed(u) => u.to_owned(),
+                        };
+                    }
+                    part
+                }),
+        );
     }
 
     /// The process the point at full-chain position `pos` belongs to.

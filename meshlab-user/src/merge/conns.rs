@@ -1,7 +1,7 @@
 //! Per-node connection facts from `sock_established`: cookie -> 4-tuple and side, the
 //! resolution of a probe's connection reference, and the cross-node link of a request.
 
-use std::collections::HashMap;
+use super::HashMap;
 
 use crate::schema::ConnRef;
 

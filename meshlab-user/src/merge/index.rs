@@ -6,7 +6,9 @@
 //! after its definition, lookups for an RX message right when it is defined (its events are in
 //! the past), so each sees all of its events while they are still retained.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use super::HashMap;
 
 use crate::schema::{Direction, Hook};
 

@@ -1,14 +1,15 @@
 //! Input files: which kind (kernel recording or probe file), which node, their clock samples
 //! and drop totals, and `--inject-skew`; records become items in [`super::reduce`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use crate::capture::source::non_event_records;
-use crate::ndjson::NdjsonError;
-use crate::records::{RecordSource, file_is_capture};
+use crate::ndjson::{Lines, NdjsonError};
+use crate::records::{file_is_capture, first_record};
 use crate::schema::{ClockId, ClockSample, InputKind, Record, SelfCost, Startup};
 
 use super::MergeError;
@@ -16,7 +17,7 @@ use super::clock::ClockTable;
 use super::nic::NodeNic;
 use super::time::NodeId;
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct InputFile {
     pub path: PathBuf,
     pub display: String,
@@ -28,7 +29,7 @@ pub struct InputFile {
 }
 
 /// Everything known before the streaming pass: files, nodes, clocks, drops, skews.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub files: Vec<InputFile>,
     pub nodes: Vec<String>,
@@ -126,15 +127,14 @@ impl Plan {
         probe_clocks: &mut Vec<(String, ClockId)>,
     ) -> Result<(), MergeError> {
         let display = path.display().to_string();
-        let mut reader = RecordSource::open(path)?;
-        let first = reader.next().ok_or_else(|| {
+        let (position, first) = first_record(path)?.ok_or_else(|| {
             parse_err(
                 &display,
                 1,
                 "empty file: expected a `startup` record (kernel recording) or `probe` records"
                     .into(),
             )
-        })??;
+        })?;
         match first {
             Record::Startup(startup) => self.add_recording(path, display, given_node, startup),
             Record::Probe(_) => {
@@ -157,7 +157,7 @@ impl Plan {
             }
             other => Err(parse_err(
                 &display,
-                reader.position(),
+                position,
                 format!(
                     "expected a `startup` record (kernel recording) or a `probe` record first, found a `{}` record",
                     other.type_name()
@@ -250,46 +250,80 @@ impl Plan {
 }
 
 /// The nodes a probe file's lines name (or the `--node` default for lines without one).
+/// Lines are scanned in place for their node and clock (crate::probe_line); only a line the
+/// scan is not sure of is parsed here. The streaming pass parses every line in full.
 fn probe_nodes(
     path: &Path,
     display: &str,
     default: Option<&str>,
 ) -> Result<Vec<(String, ClockId)>, MergeError> {
+    let file = File::open(path).map_err(|source| NdjsonError::Open {
+        file: path.into(),
+        source,
+    })?;
+    let mut nodes: Vec<(String, ClockId)> = Vec::new();
+    let mut lines = Lines::new(file);
+    loop {
+        let read_error = |source, line| NdjsonError::Read {
+            file: path.into(),
+            line,
+            source,
+        };
+        let next = lines.number() + 1;
+        let Some((line_no, line)) = lines.next_line().map_err(|e| read_error(e, next))? else {
+            break;
+        };
+        let text = line.trim_ascii();
+        if text.is_empty() {
+            continue;
+        }
+        let (node, clock) = match crate::probe_line::scan_node_and_clock(text) {
+            Some((node, clock)) => (node.map(Cow::Borrowed), clock),
+            None => {
+                let line = std::str::from_utf8(line)
+                    .map_err(|_| read_error(crate::ndjson::invalid_utf8(), line_no))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                node_and_clock(line, display, line_no)?
+            }
+        };
+        let node = match (&node, default) {
+            (Some(n), _) => n.as_ref(),
+            (None, Some(d)) => d,
+            (None, None) => {
+                return Err(parse_err(display, line_no, "in a `probe` record: field `node` is missing and the file was not given as --node NAME=FILE".into()));
+            }
+        };
+        if !nodes.iter().any(|(n, c)| n == node && *c == clock) {
+            nodes.push((node.to_owned(), clock));
+        }
+    }
+    Ok(nodes)
+}
+
+/// A probe line's `node` (if any) and `clock`: the compact probe form without serde
+/// (crate::probe_line), anything else through serde as before.
+fn node_and_clock<'a>(
+    line: &'a str,
+    display: &str,
+    line_no: u64,
+) -> Result<(Option<Cow<'a, str>>, ClockId), MergeError> {
     #[derive(serde::Deserialize)]
     struct NodeOnly {
         #[serde(default)]
         node: Option<String>,
         clock: ClockId,
     }
-    let file = File::open(path).map_err(|source| NdjsonError::Open {
-        file: path.into(),
-        source,
-    })?;
-    let mut nodes: Vec<(String, ClockId)> = Vec::new();
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(|source| NdjsonError::Read {
-            file: path.into(),
-            line: i as u64 + 1,
-            source,
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let n: NodeOnly = serde_json::from_str(&line)
-            .map_err(|e| parse_err(display, i as u64 + 1, format!("in a `probe` record: {e}")))?;
-        let n_clock = n.clock;
-        let node = match (n.node, default) {
-            (Some(n), _) => n,
-            (None, Some(d)) => d.to_owned(),
-            (None, None) => {
-                return Err(parse_err(display, i as u64 + 1, "in a `probe` record: field `node` is missing and the file was not given as --node NAME=FILE".into()));
-            }
-        };
-        if !nodes.iter().any(|(n, c)| *n == node && *c == n_clock) {
-            nodes.push((node, n_clock));
-        }
+    if let Some(p) = crate::probe_line::parse(line.trim()) {
+        let clock = p.clock.expect("parsed lines have one");
+        return Ok((p.node.map(Cow::Borrowed), clock));
     }
-    Ok(nodes)
+    // The line as read (its newline aside), so serde's error columns stay what they were.
+    let unended = line.strip_suffix('\r').unwrap_or(line);
+    let n: NodeOnly = serde_json::from_str(unended)
+        .map_err(|e| parse_err(display, line_no, format!("in a `probe` record: {e}")))?;
+    Ok((n.node.map(Cow::Owned), n.clock))
 }
 
 /// Pre-pass over a kernel recording: clock samples and drop totals (a few lines per second of

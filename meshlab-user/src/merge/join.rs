@@ -8,7 +8,9 @@
 //! recv return (RX) in time order (`join = pid_tid_time`), which can mis-pair pipelined
 //! requests and is labelled so.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::HashMap;
 
 use crate::schema::{Direction, Hook, JoinMethod};
 
@@ -100,15 +102,15 @@ impl NodeJoiner {
             conns: Conns::default(),
             legs: Legs::default(),
             turns: kernel_only.then(Turns::default),
-            groups: HashMap::new(),
+            groups: HashMap::default(),
             deadlines: VecDeque::new(),
             rx_deadlines: VecDeque::new(),
-            extras: HashMap::new(),
+            extras: HashMap::default(),
             custom_points: 0,
             unplaced_points: 0,
-            last_call_end: HashMap::new(),
-            calls_by_tid: HashMap::new(),
-            recvs_by_tid: HashMap::new(),
+            last_call_end: HashMap::default(),
+            calls_by_tid: HashMap::default(),
+            recvs_by_tid: HashMap::default(),
             frontier_ns: 0,
             since_sweep: 0,
             done: Vec::new(),

@@ -9,7 +9,9 @@
 //!
 //! Memory is bounded like the TCP index: everything older than the retention is evicted.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use super::HashMap;
 
 use crate::schema::Direction;
 

@@ -5,7 +5,7 @@
 //! queue): the queue is the one that IRQ serves. TX events carry the skb's queue_mapping: the
 //! IRQ is the vector that serves that TX queue (a `tx` or `rx_tx` vector of the device).
 
-use std::collections::HashMap;
+use super::HashMap;
 
 use crate::schema::{DeviceContext, Hook, IrqRole, KernelEvent, NicIrqInfo, Startup};
 

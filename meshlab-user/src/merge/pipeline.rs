@@ -9,7 +9,9 @@
 //! and it shifts exactly with any skew, so the reading order, and the output, do not change
 //! under `--inject-skew`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::HashMap;
 
 use crate::schema::{ClockId, MergeSummary, ProbeEvent, Record};
 
@@ -124,7 +126,7 @@ pub(crate) fn run(
 /// ifindex -> name of `node`'s devices (its startup's device context and NIC vectors).
 fn device_names(plan: &Plan, node: &str) -> HashMap<u32, String> {
     let Some(s) = plan.startups.iter().find(|s| s.node == node) else {
-        return HashMap::new();
+        return HashMap::default();
     };
     let irqs = s.nic_irqs.iter().map(|v| (v.ifindex, v.dev.clone()));
     let devs = s.devices.iter().map(|d| (d.ifindex, d.dev.clone()));

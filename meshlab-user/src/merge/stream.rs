@@ -3,9 +3,10 @@
 //! node has been read a window past it, so lines out of order by less than the window come out
 //! in order, and the buffer holds about a window of events, whatever the input size.
 
-use crate::records::RecordSource;
+use crate::records::ReducedSource;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
 
 use super::MergeError;
 use super::event::Item;
@@ -14,9 +15,9 @@ use super::reduce::to_item;
 use super::time::NodeId;
 
 struct Source {
-    file: usize,
-    /// NDJSON or binary capture (crate::records).
-    reader: RecordSource,
+    /// NDJSON or binary capture (crate::records), reduced to this node's items on the
+    /// reading thread: the merging thread neither moves whole records nor reduces them.
+    items: ReducedSource<Item, MergeError>,
     /// Latest timestamp read from this file.
     high_ns: u64,
     done: bool,
@@ -96,7 +97,6 @@ impl Ord for Queued {
 }
 
 pub struct NodeStream {
-    pub node: NodeId,
     sources: Vec<Source>,
     buffer: ReorderBuffer,
     window_ns: u64,
@@ -110,19 +110,20 @@ pub struct NodeStream {
 impl NodeStream {
     pub fn open(plan: &Plan, node: NodeId, window_ns: u64) -> Result<Self, MergeError> {
         let name = &plan.nodes[usize::from(node.0)];
+        let shared = Arc::new(plan.clone());
         let mut sources = Vec::new();
         for (i, f) in plan.files.iter().enumerate() {
             if f.nodes.contains(name) {
+                let plan = Arc::clone(&shared);
+                let reduce = move |line, record| to_item(&plan, i, line, node, record);
                 sources.push(Source {
-                    file: i,
-                    reader: RecordSource::open(&f.path)?,
+                    items: ReducedSource::open(&f.path, reduce)?,
                     high_ns: 0,
                     done: false,
                 });
             }
         }
         Ok(Self {
-            node,
             buffer: ReorderBuffer {
                 runs: (0..sources.len()).map(|_| VecDeque::new()).collect(),
                 ..ReorderBuffer::default()
@@ -136,24 +137,20 @@ impl NodeStream {
         })
     }
 
-    /// Reads one event from source `s` into the buffer (skipping non-events); false at its end.
-    fn fill_one(&mut self, plan: &Plan, s: usize) -> Result<bool, MergeError> {
-        loop {
-            let src = &mut self.sources[s];
-            let Some(record) = src.reader.next() else {
-                src.done = true;
-                return Ok(false);
-            };
-            let line = src.reader.position();
-            if let Some(item) = to_item(plan, src.file, line, self.node, record?)? {
-                let ns = item.stamp().ns();
-                src.high_ns = src.high_ns.max(ns);
-                self.seq += 1;
-                let seq = self.seq;
-                self.buffer.push(s, Queued { ns, seq, item });
-                return Ok(true);
-            }
-        }
+    /// Reads one event from source `s` into the buffer; false at its end.
+    fn fill_one(&mut self, s: usize) -> Result<bool, MergeError> {
+        let src = &mut self.sources[s];
+        let Some(item) = src.items.next() else {
+            src.done = true;
+            return Ok(false);
+        };
+        let item = item?;
+        let ns = item.stamp().ns();
+        src.high_ns = src.high_ns.max(ns);
+        self.seq += 1;
+        let seq = self.seq;
+        self.buffer.push(s, Queued { ns, seq, item });
+        Ok(true)
     }
 
     /// The next event in node time order, or `None` when every file is exhausted.
@@ -172,7 +169,7 @@ impl NodeStream {
                 .map(|(i, _)| i);
             match lagging {
                 Some(s) => {
-                    self.fill_one(plan, s)?;
+                    self.fill_one(s)?;
                 }
                 None => break,
             }

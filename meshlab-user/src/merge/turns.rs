@@ -9,7 +9,9 @@
 //! and finishes a window after its last send call (so its TX events, which may be deferred by
 //! the stack, have arrived).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::HashMap;
 
 use crate::schema::JoinMethod;
 

@@ -354,6 +354,56 @@ pub fn bench_generate(events: u64, dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(generate(&cfg, dir)?.all())
 }
 
+/// Traffic shapes for checking merge changes on more than [`bench_generate`]'s plain
+/// traffic (`merge_bench_input N DIR SHAPE`, xtask/merge-identity.sh): each about `events`
+/// events on 8 connections with jittered stage times. `None` for an unknown name.
+pub fn shape_generate(events: u64, shape: &str, dir: &Path) -> io::Result<Option<Vec<PathBuf>>> {
+    let mut cfg = GenConfig {
+        requests: (events / 39).max(1) as usize,
+        connections: 8,
+        jitter_seed: Some(1),
+        think_ns: BENCH_THINK_NS,
+        ..Default::default()
+    };
+    match shape {
+        "plain" => {}
+        "pipelined" => cfg.pipeline = 4,
+        "kernel-only" => cfg.probes = false,
+        "server-kernel-only" => cfg.server_probes = false,
+        "four-tuple" => cfg.probe_conn = ProbeConn::FourTuple,
+        "no-conn" => cfg.probe_conn = ProbeConn::Absent,
+        "disorder" => cfg.disorder = true,
+        "retransmit" => cfg.retransmit_every = Some(7),
+        "veth-mss" => {
+            cfg.nic_irq = false;
+            cfg.tso = false;
+            cfg.gro = false;
+            cfg.request_len = 4000;
+            cfg.server_blocking_read = true;
+        }
+        "nic-completions" => {
+            cfg.tx_complete_after_ns = Some(3_000);
+            cfg.tx_hw_tstamp_after_ns = Some(1_000);
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(generate(&cfg, dir)?.all()))
+}
+
+/// The names [`shape_generate`] knows.
+pub const SHAPES: &[&str] = &[
+    "plain",
+    "pipelined",
+    "kernel-only",
+    "server-kernel-only",
+    "four-tuple",
+    "no-conn",
+    "disorder",
+    "retransmit",
+    "veth-mss",
+    "nic-completions",
+];
+
 mod writer;
 use writer::Writer;
 

@@ -1,0 +1,385 @@
+//! A `probe` line read without serde: the merge reads every probe line twice (its nodes and
+//! clocks before the streaming pass, then the events), and serde's generic deserializer was
+//! a quarter of the merge's CPU for it.
+//!
+//! Only the compact form a probe writer emits is taken: `{"type":"probe",` then known fields
+//! in any order, each at most once, no whitespace, strings without escapes or control
+//! characters, integers without sign, fraction or exponent. Anything else is `None` and
+//! goes down the serde path, so a line this parser takes is one serde takes too, with the
+//! same values, and every error message stays serde's (unit tests compare the two).
+
+use crate::schema::{ClockId, ConnRef, Direction, ProbeEvent};
+
+/// A probe line's fields, borrowed from the line.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ProbeLine<'a> {
+    pub node: Option<&'a str>,
+    pub process: &'a str,
+    pub pid: u32,
+    pub tid: u32,
+    pub ts_ns: u64,
+    pub clock: Option<ClockId>,
+    pub trace_id: &'a str,
+    pub point: &'a str,
+    pub conn: Option<ConnLine<'a>>,
+    pub dir: Option<Direction>,
+    pub offset: Option<u64>,
+    pub len: Option<u64>,
+}
+
+/// A probe line's `conn` object, borrowed from the line.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ConnLine<'a> {
+    pub cookie: Option<u64>,
+    pub laddr: Option<&'a str>,
+    pub lport: Option<u16>,
+    pub raddr: Option<&'a str>,
+    pub rport: Option<u16>,
+    pub unix_path: Option<&'a str>,
+}
+
+impl ProbeLine<'_> {
+    pub fn to_event(&self) -> ProbeEvent {
+        ProbeEvent {
+            node: self.node.map(str::to_owned),
+            process: self.process.to_owned(),
+            pid: self.pid,
+            tid: self.tid,
+            ts_ns: self.ts_ns,
+            clock: self.clock.expect("parse() requires a clock"),
+            trace_id: self.trace_id.to_owned(),
+            point: self.point.to_owned(),
+            conn: self.conn.as_ref().map(|c| ConnRef {
+                cookie: c.cookie,
+                laddr: c.laddr.map(str::to_owned),
+                lport: c.lport,
+                raddr: c.raddr.map(str::to_owned),
+                rport: c.rport,
+                unix_path: c.unix_path.map(str::to_owned),
+            }),
+            dir: self.dir,
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+}
+
+/// The line (already trimmed) if it has the compact form, else `None` (see the module doc).
+pub fn parse(text: &str) -> Option<ProbeLine<'_>> {
+    let mut c = Cursor {
+        rest: text.strip_prefix("{\"type\":\"probe\",")?,
+    };
+    let mut p = ProbeLine::default();
+    // Bit per field seen: a duplicate is serde's error, and so are missing required fields.
+    let mut seen = 0u16;
+    let mut next = 0;
+    loop {
+        // Indices into PROBE_KEYS, which are also the fields' bits.
+        let key = c.known_key(&PROBE_KEYS, next)?;
+        next = key + 1;
+        let bit = match key {
+            0 => set(&mut p.node, Some(c.string()?), 0),
+            1 => set(&mut p.process, c.string()?, 1),
+            2 => set(&mut p.pid, u32::try_from(c.integer()?).ok()?, 2),
+            3 => set(&mut p.tid, u32::try_from(c.integer()?).ok()?, 3),
+            4 => set(&mut p.ts_ns, c.integer()?, 4),
+            5 => set(&mut p.clock, Some(clock_name(c.string()?)?), 5),
+            6 => set(&mut p.trace_id, c.string()?, 6),
+            7 => set(&mut p.point, c.string()?, 7),
+            8 => set(&mut p.conn, Some(c.conn()?), 8),
+            9 => set(&mut p.dir, Some(direction(c.string()?)?), 9),
+            10 => set(&mut p.offset, Some(c.integer()?), 10),
+            _ => set(&mut p.len, Some(c.integer()?), 11),
+        };
+        if seen & bit != 0 {
+            return None;
+        }
+        seen |= bit;
+        if !c.next_member()? {
+            break;
+        }
+    }
+    const REQUIRED: u16 = 0b1111_1110;
+    (c.rest.is_empty() && seen & REQUIRED == REQUIRED).then_some(p)
+}
+
+/// The `node` (if any) and `clock` of a probe line (already trimmed) found by a byte scan,
+/// for the merge's pass that only lists nodes and clocks; `None` when the scan cannot be sure
+/// (then the line is parsed). Sure means: the compact prefix, no backslash in the line (so
+/// every `"` is structural and `"clock":` can only be a key: a probe line has no other object
+/// that could hold one), `node` first (or nowhere) and a string, and a clock name. Whatever
+/// else is wrong with the line (a second `clock`, an unknown field) the streaming pass finds
+/// when it parses the line in full, and reports.
+pub fn scan_node_and_clock(line: &[u8]) -> Option<(Option<&str>, ClockId)> {
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    const PREFIX: &[u8] = b"{\"type\":\"probe\",";
+    // Built once: a finder's set-up costs more than a search of one line.
+    static NODE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"node\":"));
+    static CLOCK_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"clock\":\""));
+    let rest = line.strip_prefix(PREFIX)?;
+    if memchr::memchr(b'\\', rest).is_some() {
+        return None;
+    }
+    let (node, after_node) = match rest.strip_prefix(b"\"node\":\"") {
+        Some(value) => {
+            let end = memchr::memchr(b'"', value)?;
+            let node = std::str::from_utf8(&value[..end]).ok()?;
+            (Some(node), &value[end + 1..])
+        }
+        None if NODE_KEY.find(rest).is_some() => return None,
+        None => (None, rest),
+    };
+    let at = CLOCK_KEY.find(after_node)?;
+    let value = &after_node[at + CLOCK_KEY.needle().len()..];
+    let clock = ClockId::ALL.iter().copied().find(|c| {
+        let name = c.as_str().as_bytes();
+        value.len() > name.len() && value.starts_with(name) && value[name.len()] == b'"'
+    })?;
+    Some((node, clock))
+}
+
+const PROBE_KEYS: [&str; 12] = [
+    "node", "process", "pid", "tid", "ts_ns", "clock", "trace_id", "point", "conn", "dir",
+    "offset", "len",
+];
+
+fn set<T>(field: &mut T, value: T, bit: u32) -> u16 {
+    *field = value;
+    1 << bit
+}
+
+fn clock_name(name: &str) -> Option<ClockId> {
+    ClockId::ALL.iter().copied().find(|c| c.as_str() == name)
+}
+
+fn direction(name: &str) -> Option<Direction> {
+    [Direction::Tx, Direction::Rx]
+        .into_iter()
+        .find(|d| d.as_str() == name)
+}
+
+/// The unread part of a line; every cut is next to an ASCII byte, so each piece stays a str.
+struct Cursor<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Cursor<'a> {
+    fn eat(&mut self, b: u8) -> Option<()> {
+        (self.rest.as_bytes().first() == Some(&b)).then(|| self.rest = &self.rest[1..])
+    }
+
+    /// `"name":`, the name free of escapes.
+    fn key(&mut self) -> Option<&'a [u8]> {
+        let k = self.string()?;
+        self.eat(b':')?;
+        Some(k.as_bytes())
+    }
+
+    /// `"name":` for one of `names`, trying `names[from]` first (a probe writer's field
+    /// order makes that the one): its index, else `None`. Keys without a string scan each.
+    fn known_key(&mut self, names: &[&'static str], from: usize) -> Option<usize> {
+        let bytes = self.rest.as_bytes();
+        let i = (from..names.len()).chain(0..from).find(|&i| {
+            let n = names[i].as_bytes();
+            bytes.len() > n.len() + 2
+                && bytes[0] == b'"'
+                && &bytes[1..=n.len()] == n
+                && bytes[n.len() + 1] == b'"'
+                && bytes[n.len() + 2] == b':'
+        })?;
+        self.rest = &self.rest[names[i].len() + 3..];
+        Some(i)
+    }
+
+    /// `,` (another member follows: true) or `}` (the object ends: false).
+    fn next_member(&mut self) -> Option<bool> {
+        let more = match self.rest.as_bytes().first()? {
+            b',' => true,
+            b'}' => false,
+            _ => return None,
+        };
+        self.rest = &self.rest[1..];
+        Some(more)
+    }
+
+    /// A string without escapes or control characters (serde refuses those unescaped).
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let bytes = self.rest.as_bytes();
+        let mut end = 0;
+        while let Some(&b) = bytes.get(end) {
+            match b {
+                b'"' => {
+                    let s = &self.rest[..end];
+                    self.rest = &self.rest[end + 1..];
+                    return Some(s);
+                }
+                b'\\' | 0..0x20 => return None,
+                _ => end += 1,
+            }
+        }
+        None
+    }
+
+    /// An unsigned integer as JSON writes it: `0` or digits without a leading zero, not
+    /// followed by a fraction or exponent.
+    fn integer(&mut self) -> Option<u64> {
+        let bytes = self.rest.as_bytes();
+        let mut v: u64 = 0;
+        let mut n = 0;
+        while let Some(d) = bytes
+            .get(n)
+            .map(|b| b.wrapping_sub(b'0'))
+            .filter(|d| *d <= 9)
+        {
+            // 19 digits cannot overflow a u64; a 20th is checked.
+            v = if n < 19 {
+                v * 10 + u64::from(d)
+            } else {
+                v.checked_mul(10)?.checked_add(u64::from(d))?
+            };
+            n += 1;
+        }
+        if n == 0 || (n > 1 && bytes[0] == b'0') {
+            return None;
+        }
+        if matches!(bytes.get(n), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        self.rest = &self.rest[n..];
+        Some(v)
+    }
+
+    fn port(&mut self) -> Option<u16> {
+        u16::try_from(self.integer()?).ok()
+    }
+
+    /// A `conn` object (every field optional, each at most once; `{}` is allowed).
+    fn conn(&mut self) -> Option<ConnLine<'a>> {
+        self.eat(b'{')?;
+        let mut c = ConnLine::default();
+        if self.eat(b'}').is_some() {
+            return Some(c);
+        }
+        let mut seen = 0u16;
+        loop {
+            let bit = match self.key()? {
+                b"cookie" => set(&mut c.cookie, Some(self.integer()?), 0),
+                b"laddr" => set(&mut c.laddr, Some(self.string()?), 1),
+                b"lport" => set(&mut c.lport, Some(self.port()?), 2),
+                b"raddr" => set(&mut c.raddr, Some(self.string()?), 3),
+                b"rport" => set(&mut c.rport, Some(self.port()?), 4),
+                b"unix_path" => set(&mut c.unix_path, Some(self.string()?), 5),
+                _ => return None,
+            };
+            if seen & bit != 0 {
+                return None;
+            }
+            seen |= bit;
+            if !self.next_member()? {
+                return Some(c);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Record;
+
+    /// What serde makes of the line, as parse_bulk's general path reads it.
+    fn serde(line: &str) -> Option<ProbeEvent> {
+        match serde_json::from_str::<Record>(line) {
+            Ok(Record::Probe(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    const FULL: &str = r#"{"type":"probe","node":"A","process":"client","pid":1000,"tid":1001,"ts_ns":1700001000001002731,"clock":"realtime","trace_id":"t000000","point":"client.write_begin","conn":{"cookie":1000,"laddr":"10.0.0.1","lport":40000,"raddr":"::1","rport":80,"unix_path":"/run/s"},"dir":"tx","offset":0,"len":100}"#;
+
+    #[test]
+    fn compact_lines_parse_as_serde_parses_them() {
+        let lines = [
+            FULL,
+            r#"{"type":"probe","process":"p","pid":0,"tid":4294967295,"ts_ns":18446744073709551615,"clock":"boottime","trace_id":"","point":"x.y"}"#,
+            r#"{"type":"probe","point":"server.read_end","trace_id":"é𝄞","clock":"tai","ts_ns":5,"tid":2,"pid":1,"process":"s","dir":"rx","conn":{}}"#,
+            r#"{"type":"probe","process":"p","pid":1,"tid":1,"ts_ns":1,"clock":"monotonic","trace_id":"t","point":"a.b","conn":{"rport":1}}"#,
+        ];
+        for line in lines {
+            let ours = parse(line).map(|p| p.to_event());
+            assert!(ours.is_some(), "{line}");
+            assert_eq!(ours, serde(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn the_node_and_clock_scan_agrees_with_the_parser_or_declines() {
+        let nameless = FULL.replace("\"node\":\"A\",", "");
+        let node_later = nameless.replacen("\"pid\"", "\"node\":\"B\",\"pid\"", 1);
+        for line in [FULL, &nameless] {
+            let parsed = parse(line).unwrap();
+            let scanned = scan_node_and_clock(line.as_bytes());
+            assert_eq!(
+                scanned,
+                Some((parsed.node, parsed.clock.unwrap())),
+                "{line}"
+            );
+        }
+        // Not sure: escapes anywhere, a node not first or not a string, a clock that is not
+        // one of the names, not the compact prefix.
+        let declined = [
+            node_later,
+            FULL.replace("\"t000000\"", "\"t\\u0030\""),
+            nameless.replace("\"pid\"", "\"node\":null,\"pid\""),
+            FULL.replace("\"node\":\"A\"", "\"node\":null"),
+            FULL.replace("\"realtime\"", "\"utc\""),
+            FULL.replace("\"realtime\"", "\"realtimes\""),
+            FULL.replace(",\"clock\":\"realtime\"", ""),
+            FULL.replace("{\"type\":\"probe\",", "{ \"type\":\"probe\","),
+        ];
+        for line in &declined {
+            assert_eq!(scan_node_and_clock(line.as_bytes()), None, "{line}");
+        }
+    }
+
+    /// Each variation is refused here; serde may take it (whitespace, escapes, null) or
+    /// refuse it, and the serde path decides.
+    #[test]
+    fn anything_else_is_left_to_serde() {
+        let variations = [
+            FULL.replace("\"pid\":1000", "\"pid\": 1000"),
+            FULL.replace("\"t000000\"", "\"t\\u0030\""),
+            FULL.replace("\"node\":\"A\"", "\"node\":null"),
+            FULL.replace("\"pid\":1000", "\"pid\":4294967296"),
+            FULL.replace("\"pid\":1000", "\"pid\":-1"),
+            FULL.replace("\"pid\":1000", "\"pid\":01"),
+            FULL.replace("\"pid\":1000", "\"pid\":1000.0"),
+            FULL.replace("\"pid\":1000", "\"pid\":1e3"),
+            FULL.replace("\"pid\":1000", "\"pid\":\"1000\""),
+            FULL.replace("\"lport\":40000", "\"lport\":65536"),
+            FULL.replace("\"realtime\"", "\"utc\""),
+            FULL.replace("\"realtime\"", "\"realtimes\""),
+            FULL.replace("\"tx\"", "\"up\""),
+            FULL.replace("\"len\":100", "\"len\":100,\"pid\":1"),
+            FULL.replace("\"len\":100", "\"len\":100,\"extra\":1"),
+            FULL.replace("\"cookie\":1000", "\"cookie\":1000,\"cookie\":1"),
+            FULL.replace("\"cookie\":1000", "\"port\":1"),
+            FULL.replace(",\"trace_id\":\"t000000\"", ""),
+            FULL.replace("\"t000000\"", "\"t\u{1}\""),
+            format!("{FULL} "),
+            format!("{FULL}}}"),
+            FULL.trim_end_matches('}').to_owned(),
+            FULL.replace("{\"type\":\"probe\",", "{\"type\":\"probe\" ,"),
+            "{\"type\":\"probe\",}".to_owned(),
+        ];
+        for line in &variations {
+            assert_eq!(parse(line), None, "{line}");
+        }
+        // The first three are lines serde takes: the fallback is what reads them.
+        for line in &variations[..3] {
+            assert!(serde(line).is_some(), "{line}");
+        }
+    }
+}

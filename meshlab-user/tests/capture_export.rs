@@ -14,9 +14,13 @@ use meshlab_common::{
     EVENT_FLAG_ACTIVE_OPEN, EVENT_FLAG_TUPLE, EVENT_FLAG_UNIX, EVENT_LAYOUT_VERSION, Event, Hook,
 };
 use meshlab_testkit::synth::GenConfig;
+use meshlab_user::capture::compact::EVENT_HEADER_LEN;
 use meshlab_user::capture::export::export;
 use meshlab_user::capture::reader::CaptureReader;
-use meshlab_user::capture::{FILE_HEADER_LEN, RECORD_HEADER_LEN, RecordKind};
+use meshlab_user::capture::{
+    FILE_HEADER_LEN, FORMAT_VERSION_1, RECORD_HEADER_LEN, RecordKind, V1_RECORD_HEADER_LEN,
+    file_header_of, json_record_bytes,
+};
 use meshlab_user::kernel::output::{OutputFormat, RecordingOutput};
 use meshlab_user::records::RecordSource;
 use meshlab_user::schema::{
@@ -165,11 +169,17 @@ fn end_records() -> Vec<Record> {
 /// Runs one output format over the same ring records and records; returns the bytes written
 /// and the per-hook counts.
 fn record_with(format: OutputFormat, events: &[Event]) -> (Vec<u8>, Vec<u64>) {
+    record_many(format, events, 1)
+}
+
+/// [`record_with`] with the events sent `times` times over.
+fn record_many(format: OutputFormat, events: &[Event], times: usize) -> (Vec<u8>, Vec<u64>) {
     let sink = SharedBuf::default();
     let devs: HashMap<u32, String> = DEVICES.iter().map(|(i, n)| (*i, (*n).into())).collect();
     let mut out = RecordingOutput::new(format, "A".into(), devs, Box::new(sink.clone())).unwrap();
     out.write_record(&startup_record()).unwrap();
-    for (i, ev) in events.iter().enumerate() {
+    let many = std::iter::repeat_n(events, times).flatten();
+    for (i, ev) in many.enumerate() {
         out.write_ring_record(event_bytes(ev)).unwrap();
         if i == events.len() / 2 {
             out.write_record(&clock(5_000)).unwrap();
@@ -179,7 +189,7 @@ fn record_with(format: OutputFormat, events: &[Event]) -> (Vec<u8>, Vec<u64>) {
         out.write_record(&r).unwrap();
     }
     out.flush().unwrap();
-    assert_eq!(out.unknown_hooks(), 1);
+    assert_eq!(out.unknown_hooks(), times as u64);
     (sink.bytes(), out.received().to_vec())
 }
 
@@ -201,8 +211,59 @@ fn binary_and_ndjson_paths_write_the_same_lines() {
     // startup + events (minus the unknown hook) + mid clock + drops, clock, summary.
     assert_eq!(lines, 1 + events.len() - 1 + 1 + 3);
     assert!(exported == ndjson, "export differs from the NDJSON path");
-    // A raw event costs its size plus a record header, not a JSON line.
+    // An event costs the words it changed plus a 7-byte header, not a JSON line.
     assert!(capture.len() < ndjson.len());
+}
+
+/// The same recording in format version 1 (raw events, `kind:u32 length:u32` headers), as
+/// a build before version 2 wrote it.
+fn version_1_capture(events: &[Event]) -> Vec<u8> {
+    let (v2, _) = record_with(OutputFormat::Capture, events);
+    let mut reader = CaptureReader::new("v2.capture".into(), &v2[..]).unwrap();
+    let v1_record = |kind: RecordKind, payload: &[u8]| {
+        let mut r = (kind as u32).to_le_bytes().to_vec();
+        r.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        r.extend_from_slice(payload);
+        r
+    };
+    let mut v1 = file_header_of(FORMAT_VERSION_1).to_vec();
+    let meta = serde_json::to_vec(reader.meta()).unwrap();
+    v1.extend(v1_record(RecordKind::Meta, &meta));
+    let mut kinds = Vec::new();
+    while let Some(raw) = reader.next_raw().unwrap() {
+        v1.extend(v1_record(raw.kind, raw.payload));
+        kinds.push(raw.kind);
+    }
+    // Every event record of version 2 came back as its raw bytes.
+    let event_records = kinds.iter().filter(|k| **k == RecordKind::Event).count();
+    assert_eq!(event_records, events.len());
+    v1
+}
+
+#[test]
+fn a_version_1_capture_exports_the_same_lines() {
+    let events = ring_events();
+    let (ndjson, _) = record_with(OutputFormat::Ndjson, &events);
+    let v1 = version_1_capture(&events);
+    assert_eq!(u32::from_le_bytes(v1[8..12].try_into().unwrap()), 1);
+    assert!(export_bytes(&v1) == ndjson, "version 1 export differs");
+    // Version 2 stores fewer bytes for the same events (these change most of their words
+    // from one event of a hook to the next; a real recording's events change few).
+    let (v2, _) = record_with(OutputFormat::Capture, &events);
+    assert!(v2.len() < v1.len(), "{} vs {}", v2.len(), v1.len());
+}
+
+#[test]
+fn a_capture_larger_than_the_writers_buffer_exports_the_same_lines() {
+    // ~60 k events: several 1 MiB buffers of records, events split across two writes.
+    let events = ring_events();
+    let (ndjson, _) = record_many(OutputFormat::Ndjson, &events, 60);
+    let (capture, _) = record_many(OutputFormat::Capture, &events, 60);
+    assert!(capture.len() > 3 << 20, "{} bytes", capture.len());
+    assert!(
+        export_bytes(&capture) == ndjson,
+        "export differs from the NDJSON path"
+    );
 }
 
 fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
@@ -288,13 +349,23 @@ fn a_capture_cut_short_is_valid_up_to_its_last_complete_record() {
     let (ndjson, _) = record_with(OutputFormat::Ndjson, &events);
     let (capture, _) = record_with(OutputFormat::Capture, &events);
     let full: Vec<&[u8]> = ndjson.split_inclusive(|b| *b == b'\n').collect();
-    // Cuts inside the summary's JSON, inside an event's payload and inside a record header.
+    // Cuts inside the summary's JSON, inside an event's changed words, inside an event's
+    // header and inside a JSON record's header.
     let event = record_offset(&capture, 20);
-    assert_eq!(
-        u32::from_le_bytes(capture[event..event + 4].try_into().unwrap()),
-        RecordKind::Event as u32
+    assert_eq!(capture[event], RecordKind::Event as u8);
+    let event_len = record_offset(&capture, 21) - event;
+    assert!(
+        event_len > EVENT_HEADER_LEN + 4,
+        "record 20 changed no word"
     );
-    for cut in [capture.len() - 3, event + 30, event + 5] {
+    let summary = record_offset(&capture, record_count(&capture) - 1);
+    assert_eq!(capture[summary], RecordKind::Summary as u8);
+    for cut in [
+        capture.len() - 3,
+        event + event_len - 2,
+        event + 3,
+        summary + 2,
+    ] {
         let mut reader = CaptureReader::new("cut.capture".into(), &capture[..cut]).unwrap();
         let mut out = Vec::new();
         export(&mut reader, &mut out).unwrap();
@@ -311,14 +382,36 @@ fn a_capture_cut_short_is_valid_up_to_its_last_complete_record() {
     }
 }
 
+/// Bytes of the (version 2) record at `at`: an event's header and changed words, or a JSON
+/// record's header and payload.
+fn record_len(capture: &[u8], at: usize) -> usize {
+    if capture[at] == RecordKind::Event as u8 {
+        let mut mask = [0u8; 8];
+        mask[..5].copy_from_slice(&capture[at + 2..at + EVENT_HEADER_LEN]);
+        EVENT_HEADER_LEN + 4 * u64::from_le_bytes(mask).count_ones() as usize
+    } else {
+        let len = u32::from_le_bytes(capture[at + 1..at + 5].try_into().unwrap());
+        RECORD_HEADER_LEN + len as usize
+    }
+}
+
 /// Offset of the record with the given number (meta = 0) in a capture.
 fn record_offset(capture: &[u8], number: u64) -> usize {
     let mut at = FILE_HEADER_LEN;
     for _ in 0..number {
-        let len = u32::from_le_bytes(capture[at + 4..at + 8].try_into().unwrap()) as usize;
-        at += RECORD_HEADER_LEN + len;
+        at += record_len(capture, at);
     }
     at
+}
+
+fn record_count(capture: &[u8]) -> u64 {
+    let (mut at, mut n) = (FILE_HEADER_LEN, 0);
+    while at < capture.len() {
+        at += record_len(capture, at);
+        n += 1;
+    }
+    assert_eq!(at, capture.len());
+    n
 }
 
 fn read_all(bytes: &[u8]) -> String {
@@ -348,10 +441,19 @@ fn damaged_captures_are_refused_naming_file_offset_record_and_field() {
     let err = read_all(b"{\"type\":\"startup\"}\n");
     assert!(err.contains("field `magic`"), "{err}");
 
+    let mut version = capture.clone();
+    version[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let err = read_all(&version);
+    assert!(
+        err.contains("field `format_version`: 3, but this meshlab reads versions 1 and 2"),
+        "{err}"
+    );
+
     // Record 3 is the second event: its kind becomes 77.
     let mut kind = capture.clone();
     let at = record_offset(&capture, 3);
-    kind[at..at + 4].copy_from_slice(&77u32.to_le_bytes());
+    assert_eq!(capture[at], RecordKind::Event as u8);
+    kind[at] = 77;
     let err = read_all(&kind);
     assert!(
         err.contains(&format!(
@@ -360,30 +462,55 @@ fn damaged_captures_are_refused_naming_file_offset_record_and_field() {
         "{err}"
     );
 
-    let mut length = capture.clone();
-    length[at + 4..at + 8].copy_from_slice(&100u32.to_le_bytes());
-    let err = read_all(&length);
+    // Its changed-word mask names a word beyond the event's 34.
+    let mut mask = capture.clone();
+    mask[at + EVENT_HEADER_LEN - 1] |= 0x80;
+    let err = read_all(&mask);
     assert!(
-        err.contains(&format!("byte {at}: record 3 (event): field `length`: 100")),
+        err.contains(&format!("byte {at}: record 3 (event): field `changed`")),
         "{err}"
     );
 
-    // The startup record (1) with a field of the wrong type.
+    // The startup record (1): a length beyond 64 MiB, then a field of the wrong type.
     let at = record_offset(&capture, 1);
-    let len = u32::from_le_bytes(capture[at + 4..at + 8].try_into().unwrap()) as usize;
-    let json = std::str::from_utf8(&capture[at + 8..at + 8 + len]).unwrap();
+    let mut length = capture.clone();
+    length[at + 1..at + 5].copy_from_slice(&u32::MAX.to_le_bytes());
+    let err = read_all(&length);
+    assert!(
+        err.contains(&format!(
+            "byte {at}: record 1 (startup): field `length`: {} bytes",
+            u32::MAX
+        )),
+        "{err}"
+    );
+    let len = record_len(&capture, at) - RECORD_HEADER_LEN;
+    let json = std::str::from_utf8(&capture[at + RECORD_HEADER_LEN..at + RECORD_HEADER_LEN + len])
+        .unwrap();
     let bad_json = json.replacen("\"pid\":1", "\"pid\":\"one\"", 1);
     assert_ne!(bad_json, json, "the generator's startup has pid 1");
     let mut startup = capture[..at].to_vec();
-    startup.extend_from_slice(&(RecordKind::Startup as u32).to_le_bytes());
-    startup.extend_from_slice(&(bad_json.len() as u32).to_le_bytes());
-    startup.extend_from_slice(bad_json.as_bytes());
-    startup.extend_from_slice(&capture[at + 8 + len..]);
+    startup.extend(json_record_bytes(RecordKind::Startup, bad_json.as_bytes()).unwrap());
+    startup.extend_from_slice(&capture[at + RECORD_HEADER_LEN + len..]);
     let err = read_all(&startup);
     assert!(
         err.contains(&format!(
             "byte {at}: record 1 (startup): invalid type: string \"one\""
         )),
+        "{err}"
+    );
+
+    // A version 1 event record of the wrong length (version 2 events have none).
+    let v1 = version_1_capture(&ring_events());
+    let mut at = FILE_HEADER_LEN;
+    for _ in 0..3 {
+        at += V1_RECORD_HEADER_LEN
+            + u32::from_le_bytes(v1[at + 4..at + 8].try_into().unwrap()) as usize;
+    }
+    let mut length = v1.clone();
+    length[at + 4..at + 8].copy_from_slice(&100u32.to_le_bytes());
+    let err = read_all(&length);
+    assert!(
+        err.contains(&format!("byte {at}: record 3 (event): field `length`: 100")),
         "{err}"
     );
 }

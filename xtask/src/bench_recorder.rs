@@ -5,9 +5,13 @@
 //! the programs) is read from /proc and left out: the figure is the per-event cost. Each
 //! format writes once to a file (what a recording costs, page cache included) and once to
 //! /dev/null (the recorder's own processing without the page cache).
+//!
+//! `--baseline OLD_MESHLAB` adds that binary's capture runs to the same rounds: an A/B of two
+//! builds under the same load and the same noise, the evidence for a change to the recorder.
+//! `--formats capture` leaves this build's NDJSON runs out.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -24,16 +28,81 @@ pub struct RecorderCpuArgs {
     /// Client connections (each sends its next request when the previous one is answered).
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
+    /// An older `meshlab` binary whose capture runs alternate with this build's, round by
+    /// round (the table names it by its file name: name the copy after its commit).
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+    /// Output formats of this build to measure.
+    #[arg(long, value_delimiter = ',', default_value = "ndjson,capture")]
+    pub formats: Vec<Format>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Ndjson,
+    Capture,
+}
+
+impl Format {
+    fn as_str(self) -> &'static str {
+        match self {
+            Format::Ndjson => "ndjson",
+            Format::Capture => "capture",
+        }
+    }
 }
 
 const PORT: u16 = 47_310;
-/// (format, output to a file rather than /dev/null)
-const MODES: [(&str, bool); 4] = [
-    ("ndjson", true),
-    ("capture", true),
-    ("ndjson", false),
-    ("capture", false),
-];
+
+/// One kind of run: which binary, which format, to a file or to /dev/null.
+struct Mode {
+    exe: PathBuf,
+    /// The binary's name in the table: "" for this build.
+    build: String,
+    format: Format,
+    to_file: bool,
+}
+
+impl Mode {
+    fn label(&self) -> String {
+        let to = if self.to_file { "a file" } else { "/dev/null" };
+        let mut s = format!("{} to {to}", self.format.as_str());
+        if !self.build.is_empty() {
+            s.push_str(&format!(" (baseline `{}`)", self.build));
+        }
+        s
+    }
+}
+
+/// This build's formats, each to a file and to /dev/null, then the baseline's capture runs.
+fn modes(exe: &Path, args: &RecorderCpuArgs) -> Result<Vec<Mode>> {
+    let mut modes = Vec::new();
+    for to_file in [true, false] {
+        for &format in &args.formats {
+            modes.push(Mode {
+                exe: exe.to_owned(),
+                build: String::new(),
+                format,
+                to_file,
+            });
+        }
+        if let Some(baseline) = &args.baseline {
+            ensure!(baseline.exists(), "{}: no such binary", baseline.display());
+            let name = baseline.file_name().unwrap_or_default();
+            modes.push(Mode {
+                exe: baseline.clone(),
+                build: name.to_string_lossy().into_owned(),
+                format: Format::Capture,
+                to_file,
+            });
+        }
+    }
+    ensure!(
+        !modes.is_empty(),
+        "nothing to measure: no format and no baseline"
+    );
+    Ok(modes)
+}
 
 /// One recorder run.
 struct Run {
@@ -53,15 +122,16 @@ pub fn run(args: RecorderCpuArgs) -> Result<()> {
         Command::new(&exe).args(["lab", "server", "--listen", &format!("127.0.0.1:{PORT}")]),
         &dir.join("server.ready"),
     )?);
-    let mut runs: [Vec<Run>; 4] = Default::default();
+    let modes = modes(&exe, &args)?;
+    let mut runs: Vec<Vec<Run>> = modes.iter().map(|_| Vec::new()).collect();
     for round in 0..args.rounds.max(1) {
         // Rotate the order each round so drift over time does not favour one mode.
-        for k in 0..MODES.len() {
-            let m = (round + k) % MODES.len();
-            runs[m].push(record_once(&exe, &dir, MODES[m], &args)?);
+        for k in 0..modes.len() {
+            let m = (round + k) % modes.len();
+            runs[m].push(record_once(&dir, &modes[m], &exe, &args)?);
         }
     }
-    let text = markdown(&runs, &args);
+    let text = markdown(&modes, &runs, &args);
     print!("{text}");
     let doc = workspace_root().join("docs/benchmarks-recorder.md");
     std::fs::write(&doc, &text).with_context(|| format!("writing {}", doc.display()))?;
@@ -104,12 +174,9 @@ fn spawn_ready(cmd: &mut Command, ready: &Path) -> Result<Child> {
     Ok(child)
 }
 
-fn record_once(
-    exe: &Path,
-    dir: &Path,
-    (format, to_file): (&str, bool),
-    args: &RecorderCpuArgs,
-) -> Result<Run> {
+/// One recording by `mode`'s binary while this build's client (`client_exe`) sends the load.
+fn record_once(dir: &Path, mode: &Mode, client_exe: &Path, args: &RecorderCpuArgs) -> Result<Run> {
+    let (exe, format, to_file) = (&mode.exe, mode.format.as_str(), mode.to_file);
     let out_dir = dir.join("out");
     std::fs::create_dir_all(&out_dir)?;
     // Not to file: stdout ("-") into /dev/null; `record` refuses /dev/null as an output path
@@ -131,7 +198,7 @@ fn record_once(
     let pid = recorder.id() as i32;
     let cpu_at_ready = proc_cpu_s(pid)?;
     let started = std::time::Instant::now();
-    let client = Command::new(exe)
+    let client = Command::new(client_exe)
         .args(["lab", "client", "--connect", &format!("127.0.0.1:{PORT}")])
         .args([
             "--warmup",
@@ -202,46 +269,85 @@ fn summary_counts(stderr: &str) -> Result<(u64, u64)> {
     Ok((events, dropped))
 }
 
-fn markdown(runs: &[Vec<Run>; 4], args: &RecorderCpuArgs) -> String {
+fn markdown(modes: &[Mode], runs: &[Vec<Run>], args: &RecorderCpuArgs) -> String {
+    let mut command = format!(
+        "cargo xtask bench recorder-cpu --rounds {} --seconds {} --concurrency {}",
+        args.rounds, args.seconds, args.concurrency
+    );
+    if args.formats != [Format::Ndjson, Format::Capture] {
+        let formats: Vec<&str> = args.formats.iter().map(|f| f.as_str()).collect();
+        command.push_str(&format!(" --formats {}", formats.join(",")));
+    }
+    if let Some(b) = &args.baseline {
+        command.push_str(&format!(" --baseline {}", b.display()));
+    }
     let mut s = format!(
         "## Recorder CPU per event (target: ≤ 100 ns)\n\n\
-         `cargo xtask bench recorder-cpu --rounds {} --seconds {} --concurrency {}` on {}: \
+         `{command}` on {}: \
          `meshlab record --port P` tracing loopback echo RPCs of `meshlab lab client --qps 0`; \
          user+sys of the recorder process after it was ready (wait4(2) minus /proc/PID/stat at \
          ready), divided by the events it received. Modes interleaved round by round; median \
          and each run.\n\n\
          | output | ns/event (median) | runs | events/s received (median) | dropped (all runs) |\n\
          |---|---:|---|---:|---:|\n",
-        args.rounds,
-        args.seconds,
-        args.concurrency,
         crate::bench_merge::machine()
     );
-    let mut medians = [0.0; 4];
-    for (m, runs) in runs.iter().enumerate() {
+    let mut medians = Vec::new();
+    for (mode, runs) in modes.iter().zip(runs) {
         let ns: Vec<f64> = runs
             .iter()
             .map(|r| r.cpu_s * 1e9 / r.events.max(1) as f64)
             .collect();
         let rate: Vec<f64> = runs.iter().map(|r| r.events as f64 / r.seconds).collect();
         let dropped: u64 = runs.iter().map(|r| r.dropped).sum();
-        medians[m] = median(ns.clone());
-        let (format, to_file) = MODES[m];
+        medians.push(median(ns.clone()));
         let each: Vec<String> = ns.iter().map(|n| format!("{n:.0}")).collect();
         s.push_str(&format!(
-            "| {format} to {} | **{:.0}** | {} | {:.0} | {dropped} |\n",
-            if to_file { "a file" } else { "/dev/null" },
-            medians[m],
+            "| {} | **{:.0}** | {} | {:.0} | {dropped} |\n",
+            mode.label(),
+            medians[medians.len() - 1],
             each.join(", "),
             median(rate),
         ));
     }
-    s.push_str(&format!(
-        "\ncapture / NDJSON CPU per event: {:.3} to a file, {:.3} to /dev/null.\n",
-        medians[1] / medians[0],
-        medians[3] / medians[2]
-    ));
+    s.push('\n');
+    s.push_str(&ratios(modes, &medians));
     s
+}
+
+/// Median ratios: capture / NDJSON of this build, this build / baseline for captures.
+fn ratios(modes: &[Mode], medians: &[f64]) -> String {
+    let find = |build_is_baseline: bool, format: Format, to_file: bool| {
+        modes
+            .iter()
+            .position(|m| {
+                m.build.is_empty() != build_is_baseline
+                    && m.format == format
+                    && m.to_file == to_file
+            })
+            .map(|i| medians[i])
+    };
+    let mut lines = Vec::new();
+    for (what, num, den) in [
+        (
+            "capture / NDJSON",
+            (false, Format::Capture),
+            (false, Format::Ndjson),
+        ),
+        (
+            "this build / baseline (captures)",
+            (false, Format::Capture),
+            (true, Format::Capture),
+        ),
+    ] {
+        let ratio = |to_file| Some(find(num.0, num.1, to_file)? / find(den.0, den.1, to_file)?);
+        if let (Some(file), Some(null)) = (ratio(true), ratio(false)) {
+            lines.push(format!(
+                "{what} CPU per event: {file:.3} to a file, {null:.3} to /dev/null.\n"
+            ));
+        }
+    }
+    lines.join("\n")
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

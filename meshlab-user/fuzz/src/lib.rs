@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use meshlab_user::capture::{RecordKind, file_header};
+use meshlab_user::capture::{RecordKind, file_header, json_record_bytes};
 use meshlab_user::merge::cli::merge_to;
 use meshlab_user::merge::pipeline::Options;
 use meshlab_user::report::aggregate::Aggregate;
@@ -97,13 +97,9 @@ pub fn merge_capture(records: &[u8]) {
     merge_with(0, &bytes);
 }
 
-/// One capture record: kind and payload length (u32 little-endian each), then the payload.
+/// One capture record: kind (u8) and payload length (u32 little-endian), then the payload.
 fn capture_record(kind: RecordKind, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len()).expect("small payload");
-    let mut out = (kind as u32).to_le_bytes().to_vec();
-    out.extend(len.to_le_bytes());
-    out.extend_from_slice(payload);
-    out
+    json_record_bytes(kind, payload).expect("small payload")
 }
 
 /// Reads `data` as a merged file the way `meshlab report` does.

@@ -1,10 +1,13 @@
 //! The binary capture `meshlab record` writes by default (docs/capture-format.md): a fixed
-//! file header, then length-prefixed typed records. Events are the ring buffer's raw
-//! [`Event`] bytes, so recording costs a copy instead of a JSON encoding; the rare records
-//! (startup, clock, drops, summary) carry the exact JSON of their NDJSON line, so
-//! [`export`] reproduces `record --format ndjson` byte for byte. Every record is complete or
-//! absent: a capture cut short by a crash is valid up to its last complete record.
+//! file header, then typed records. Events are the ring buffer's raw [`Event`] bytes, stored
+//! (format version 2) as the words that differ from the previous event of the same hook
+//! ([`compact`]), so recording costs a few word compares instead of a JSON encoding, and few
+//! bytes; the rare records (startup, clock, drops, summary) carry the exact JSON of their
+//! NDJSON line, so [`export`] reproduces `record --format ndjson` byte for byte. Every record
+//! is complete or absent: a capture cut short by a crash is valid up to its last complete
+//! record. Version 1 captures (raw 136-byte events) are still read.
 
+pub mod compact;
 pub mod export;
 pub mod reader;
 pub mod source;
@@ -18,12 +21,17 @@ use serde::{Deserialize, Serialize};
 
 /// First 8 bytes of every capture; no NDJSON line can start with them.
 pub const MAGIC: [u8; 8] = *b"MESHCAP\0";
-/// Version of the framing (file header, record header, record kinds).
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the framing (file header, record headers, record kinds) this build writes.
+pub const FORMAT_VERSION: u32 = 2;
+/// The first version, still read: every record `kind:u32 length:u32 payload`, events raw.
+pub const FORMAT_VERSION_1: u32 = 1;
 /// Bytes of the file header: magic, format version, event size, event layout version, reserved.
 pub const FILE_HEADER_LEN: usize = 24;
-/// Bytes of a record header: kind (u32 LE), payload length (u32 LE).
-pub const RECORD_HEADER_LEN: usize = 8;
+/// Bytes of a non-event record's header (version 2): kind (u8), payload length (u32 LE).
+/// Event records have their own ([`compact::EVENT_HEADER_LEN`]).
+pub const RECORD_HEADER_LEN: usize = 5;
+/// Bytes of every record's header in version 1: kind (u32 LE), payload length (u32 LE).
+pub const V1_RECORD_HEADER_LEN: usize = 8;
 /// Size of one raw event, as the ring buffer gives it.
 pub const EVENT_SIZE: usize = std::mem::size_of::<Event>();
 /// Payloads larger than this are corruption, not data (the largest real one, the startup
@@ -38,7 +46,7 @@ pub enum RecordKind {
     Meta = 1,
     /// The JSON of the `startup` NDJSON line.
     Startup = 2,
-    /// One raw [`Event`] of [`EVENT_SIZE`] bytes.
+    /// One [`Event`]: its changed words ([`compact`]; version 1: the raw [`EVENT_SIZE`] bytes).
     Event = 3,
     /// The JSON of a `clock` NDJSON line.
     Clock = 4,
@@ -133,18 +141,39 @@ impl CaptureError {
     }
 }
 
-/// The file header as bytes.
+/// The file header as bytes (of this build's format version).
 pub fn file_header() -> [u8; FILE_HEADER_LEN] {
+    file_header_of(FORMAT_VERSION)
+}
+
+/// The file header of format `version` (tests write version 1 captures with it).
+pub fn file_header_of(version: u32) -> [u8; FILE_HEADER_LEN] {
     let mut h = [0u8; FILE_HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
-    h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[8..12].copy_from_slice(&version.to_le_bytes());
     h[12..16].copy_from_slice(&(EVENT_SIZE as u32).to_le_bytes());
     h[16..20].copy_from_slice(&EVENT_LAYOUT_VERSION.to_le_bytes());
     h
 }
 
-/// Checks a file header; the error names the field that does not match this build.
-pub fn check_file_header(file: &std::path::Path, h: &[u8]) -> Result<(), CaptureError> {
+/// One non-event record as bytes (version 2 framing): kind, payload length, payload.
+pub fn json_record_bytes(kind: RecordKind, payload: &[u8]) -> std::io::Result<Vec<u8>> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|l| *l <= MAX_PAYLOAD)
+        .ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "record over 64 MiB")
+        })?;
+    let mut out = Vec::with_capacity(RECORD_HEADER_LEN + payload.len());
+    out.push(kind as u8);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+/// Checks a file header; returns its format version (1 or 2). The error names the field that
+/// does not match this build.
+pub fn check_file_header(file: &std::path::Path, h: &[u8]) -> Result<u32, CaptureError> {
     let bad = |field: &'static str, message: String| CaptureError::Header {
         file: file.into(),
         field,
@@ -163,8 +192,16 @@ pub fn check_file_header(file: &std::path::Path, h: &[u8]) -> Result<(), Capture
         return Err(bad("magic", "not a meshlab capture".into()));
     }
     let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let version = word(8);
+    if version != FORMAT_VERSION && version != FORMAT_VERSION_1 {
+        return Err(bad(
+            "format_version",
+            format!(
+                "{version}, but this meshlab reads versions {FORMAT_VERSION_1} and {FORMAT_VERSION} (read it with the meshlab that recorded it)"
+            ),
+        ));
+    }
     let expect = [
-        ("format_version", word(8), FORMAT_VERSION),
         ("event_size", word(12), EVENT_SIZE as u32),
         ("event_layout", word(16), EVENT_LAYOUT_VERSION),
     ];
@@ -178,7 +215,7 @@ pub fn check_file_header(file: &std::path::Path, h: &[u8]) -> Result<(), Capture
             ));
         }
     }
-    Ok(())
+    Ok(version)
 }
 
 /// True when `head` (the first bytes of a file) starts with the capture magic.

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 
 use meshlab_common::Event;
 
+use super::compact::{self, Contexts, EVENT_HEADER_LEN, EVENT_RECORD_MAX};
 use super::{
-    CaptureError, EVENT_SIZE, FILE_HEADER_LEN, MAX_PAYLOAD, Meta, RECORD_HEADER_LEN, RecordKind,
-    check_file_header,
+    CaptureError, EVENT_SIZE, FILE_HEADER_LEN, FORMAT_VERSION_1, MAX_PAYLOAD, Meta,
+    RECORD_HEADER_LEN, RecordKind, V1_RECORD_HEADER_LEN, check_file_header,
 };
 
 /// Bytes read per read(2).
@@ -25,10 +26,11 @@ pub struct RawRecord<'a> {
 }
 
 impl RawRecord<'_> {
-    /// The raw event of an [`RecordKind::Event`] record (length checked by the reader).
+    /// The raw event of an [`RecordKind::Event`] record (the reader decodes every event
+    /// record into its [`EVENT_SIZE`] raw bytes).
     pub fn event(&self) -> Event {
         debug_assert_eq!(self.payload.len(), EVENT_SIZE);
-        // SAFETY: the reader only yields Event records of exactly EVENT_SIZE bytes, and Event
+        // SAFETY: the reader only yields Event payloads of exactly EVENT_SIZE bytes, and Event
         // is a repr(C) struct of integers, valid for any bit pattern; read_unaligned makes no
         // alignment assumption about the buffer.
         unsafe { std::ptr::read_unaligned(self.payload.as_ptr().cast()) }
@@ -38,10 +40,15 @@ impl RawRecord<'_> {
 pub struct CaptureReader<R> {
     file: PathBuf,
     input: R,
+    /// The file's format version: 1 (raw events) or 2 (compact events).
+    version: u32,
     offset: u64,
     /// Number of the next record: the meta record is 0, so record N is line N of the export.
     next_number: u64,
     payload: Vec<u8>,
+    /// Version 2: the previous event of every context, and a compact event's changed words.
+    contexts: Contexts,
+    words: Vec<u8>,
     meta: Meta,
     /// Byte offset of an incomplete last record, once the reader has reached it.
     truncated_at: Option<u64>,
@@ -66,13 +73,16 @@ impl<R: Read> CaptureReader<R> {
             offset: 0,
             source,
         })?;
-        check_file_header(&file, &header[..got])?;
+        let version = check_file_header(&file, &header[..got])?;
         let mut reader = Self {
             file,
             input,
+            version,
             offset: FILE_HEADER_LEN as u64,
             next_number: 0,
             payload: Vec::with_capacity(EVENT_SIZE),
+            contexts: Contexts::default(),
+            words: Vec::with_capacity(EVENT_SIZE),
             meta: Meta::default(),
             truncated_at: None,
         };
@@ -125,43 +135,15 @@ impl<R: Read> CaptureReader<R> {
     pub fn next_raw(&mut self) -> Result<Option<RawRecord<'_>>, CaptureError> {
         let start = self.offset;
         let number = self.next_number;
-        let mut header = [0u8; RECORD_HEADER_LEN];
-        let got = read_full(&mut self.input, &mut header).map_err(|e| self.read_error(e))?;
-        if got < RECORD_HEADER_LEN {
-            if got > 0 {
-                self.truncated_at = Some(start);
-            }
-            return Ok(None);
-        }
-        let kind_id = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
-        let len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-        let kind = RecordKind::from_u32(kind_id).ok_or_else(|| {
-            self.record_error(
-                start,
-                number,
-                "?",
-                format!("field `kind`: {kind_id} is not a record kind (1-6)"),
-            )
-        })?;
-        let wanted = match kind {
-            RecordKind::Event => len == EVENT_SIZE as u32,
-            _ => len <= MAX_PAYLOAD,
+        let read = if self.version == FORMAT_VERSION_1 {
+            self.read_v1(start, number)?
+        } else {
+            self.read_v2(start, number)?
         };
-        if !wanted {
-            return Err(self.record_error(
-                start,
-                number,
-                kind.name(),
-                format!("field `length`: {len} bytes is not a valid length for this kind"),
-            ));
-        }
-        self.payload.resize(len as usize, 0);
-        let got = read_full(&mut self.input, &mut self.payload).map_err(|e| self.read_error(e))?;
-        if got < len as usize {
-            self.truncated_at = Some(start);
+        let Some((kind, bytes)) = read else {
             return Ok(None);
-        }
-        self.offset += (RECORD_HEADER_LEN + len as usize) as u64;
+        };
+        self.offset += bytes as u64;
         self.next_number = number + 1;
         Ok(Some(RawRecord {
             kind,
@@ -169,6 +151,130 @@ impl<R: Read> CaptureReader<R> {
             number,
             payload: &self.payload,
         }))
+    }
+
+    /// The kind of a record's kind field; an error for a number that is none.
+    fn kind(&self, kind_id: u32, start: u64, number: u64) -> Result<RecordKind, CaptureError> {
+        RecordKind::from_u32(kind_id).ok_or_else(|| {
+            self.record_error(
+                start,
+                number,
+                "?",
+                format!("field `kind`: {kind_id} is not a record kind (1-6)"),
+            )
+        })
+    }
+
+    /// Reads `len` payload bytes into the payload buffer; false when the input ended first.
+    fn read_payload(&mut self, len: usize) -> Result<bool, CaptureError> {
+        self.payload.resize(len, 0);
+        let got = read_full(&mut self.input, &mut self.payload).map_err(|e| self.read_error(e))?;
+        Ok(got == len)
+    }
+
+    /// Fills `buf` from the input; false (and the capture marked truncated at `start`) when
+    /// the input ended after `started` bytes of this record were already read.
+    fn read_part(
+        &mut self,
+        buf: &mut [u8],
+        start: u64,
+        started: bool,
+    ) -> Result<bool, CaptureError> {
+        let got = read_full(&mut self.input, buf).map_err(|e| self.read_error(e))?;
+        if got < buf.len() && (started || got > 0) {
+            self.truncated_at = Some(start);
+        }
+        Ok(got == buf.len())
+    }
+
+    /// A version 1 record: `kind:u32 length:u32 payload`, events raw. Returns its kind and
+    /// its bytes in the file.
+    fn read_v1(
+        &mut self,
+        start: u64,
+        number: u64,
+    ) -> Result<Option<(RecordKind, usize)>, CaptureError> {
+        let mut header = [0u8; V1_RECORD_HEADER_LEN];
+        if !self.read_part(&mut header, start, false)? {
+            return Ok(None);
+        }
+        let kind_id = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+        let len = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+        let kind = self.kind(kind_id, start, number)?;
+        self.check_length(kind, len, start, number)?;
+        if !self.read_payload(len as usize)? {
+            self.truncated_at = Some(start);
+            return Ok(None);
+        }
+        Ok(Some((kind, V1_RECORD_HEADER_LEN + len as usize)))
+    }
+
+    /// A version 2 record: a compact event (decoded into the payload buffer as its raw
+    /// bytes), or `kind:u8 length:u32 payload`.
+    fn read_v2(
+        &mut self,
+        start: u64,
+        number: u64,
+    ) -> Result<Option<(RecordKind, usize)>, CaptureError> {
+        let mut header = [0u8; EVENT_HEADER_LEN];
+        if !self.read_part(&mut header[..1], start, false)? {
+            return Ok(None);
+        }
+        let kind = self.kind(u32::from(header[0]), start, number)?;
+        if kind != RecordKind::Event {
+            if !self.read_part(&mut header[1..RECORD_HEADER_LEN], start, true)? {
+                return Ok(None);
+            }
+            let len = u32::from_le_bytes(header[1..RECORD_HEADER_LEN].try_into().expect("4 bytes"));
+            self.check_length(kind, len, start, number)?;
+            if !self.read_payload(len as usize)? {
+                self.truncated_at = Some(start);
+                return Ok(None);
+            }
+            return Ok(Some((kind, RECORD_HEADER_LEN + len as usize)));
+        }
+        if !self.read_part(&mut header[1..], start, true)? {
+            return Ok(None);
+        }
+        let (context, mask) = compact::parse_header(&header)
+            .map_err(|m| self.record_error(start, number, kind.name(), m))?;
+        let mut words = std::mem::take(&mut self.words);
+        words.resize(4 * mask.count_ones() as usize, 0);
+        let complete = self.read_part(&mut words, start, true)?;
+        if complete {
+            let mut event = [0u8; EVENT_SIZE];
+            self.contexts.decode(context, mask, &words, &mut event);
+            self.payload.clear();
+            self.payload.extend_from_slice(&event);
+        }
+        let bytes = EVENT_HEADER_LEN + words.len();
+        debug_assert!(bytes <= EVENT_RECORD_MAX);
+        self.words = words;
+        Ok(complete.then_some((kind, bytes)))
+    }
+
+    /// A non-event record's length must be at most [`MAX_PAYLOAD`], a version 1 event's
+    /// exactly [`EVENT_SIZE`].
+    fn check_length(
+        &self,
+        kind: RecordKind,
+        len: u32,
+        start: u64,
+        number: u64,
+    ) -> Result<(), CaptureError> {
+        let valid = match kind {
+            RecordKind::Event => len == EVENT_SIZE as u32,
+            _ => len <= MAX_PAYLOAD,
+        };
+        if valid {
+            return Ok(());
+        }
+        Err(self.record_error(
+            start,
+            number,
+            kind.name(),
+            format!("field `length`: {len} bytes is not a valid length for this kind"),
+        ))
     }
 
     fn read_error(&self, source: io::Error) -> CaptureError {

@@ -1,17 +1,24 @@
-//! Writing a capture: large buffered writes, no allocation per event (an event is its 8-byte
-//! record header and the ring buffer's bytes, copied into the buffer).
+//! Writing a capture (format version 2). The recorder's hot path: no allocation per event,
+//! an event is encoded from the ring buffer's bytes straight into the output buffer
+//! ([`super::compact`]), and the buffer goes out in one write(2) when it fills.
 
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 
 use crate::schema::Record;
 
-use super::{EVENT_SIZE, Meta, RECORD_HEADER_LEN, RecordKind, file_header};
+use super::compact::{Contexts, EVENT_SLOT};
+use super::{EVENT_SIZE, Meta, RecordKind, file_header, json_record_bytes};
 
-/// Bytes buffered before a write(2): a few thousand events per system call.
+/// Bytes buffered before a write(2): some ten thousand events per system call.
 const BUFFER_BYTES: usize = 1 << 20;
 
 pub struct CaptureWriter<W: Write> {
-    out: BufWriter<W>,
+    out: W,
+    /// [`BUFFER_BYTES`] plus room for one more event, so an event is encoded in place
+    /// whenever the buffer is not full.
+    buf: Box<[u8]>,
+    used: usize,
+    contexts: Contexts,
     /// Reused for the JSON of non-event records.
     json: Vec<u8>,
 }
@@ -20,10 +27,13 @@ impl<W: Write> CaptureWriter<W> {
     /// Writes the file header and the [`Meta`] record.
     pub fn new(out: W, meta: &Meta) -> io::Result<Self> {
         let mut w = Self {
-            out: BufWriter::with_capacity(BUFFER_BYTES, out),
+            out,
+            buf: vec![0u8; BUFFER_BYTES + EVENT_SLOT].into_boxed_slice(),
+            used: 0,
+            contexts: Contexts::default(),
             json: Vec::new(),
         };
-        w.out.write_all(&file_header())?;
+        w.append(&file_header())?;
         serde_json::to_writer(&mut w.json, meta)?;
         w.write_json_buffer(RecordKind::Meta)?;
         Ok(w)
@@ -31,12 +41,19 @@ impl<W: Write> CaptureWriter<W> {
 
     /// One raw event: the first [`EVENT_SIZE`] bytes of a ring buffer record (the caller has
     /// checked that it holds at least that many).
+    #[inline]
     pub fn write_event(&mut self, event: &[u8]) -> io::Result<()> {
-        let mut header = [0u8; RECORD_HEADER_LEN];
-        header[..4].copy_from_slice(&(RecordKind::Event as u32).to_le_bytes());
-        header[4..].copy_from_slice(&(EVENT_SIZE as u32).to_le_bytes());
-        self.out.write_all(&header)?;
-        self.out.write_all(&event[..EVENT_SIZE])
+        let event: &[u8; EVENT_SIZE] = event[..EVENT_SIZE].try_into().expect("EVENT_SIZE bytes");
+        // used <= BUFFER_BYTES here (the buffer is written out once it passes that), so the
+        // slot is inside the buffer.
+        let slot: &mut [u8; EVENT_SLOT] = (&mut self.buf[self.used..self.used + EVENT_SLOT])
+            .try_into()
+            .expect("EVENT_SLOT bytes");
+        self.used += self.contexts.encode(RecordKind::Event as u8, event, slot);
+        if self.used >= BUFFER_BYTES {
+            self.write_out()?;
+        }
+        Ok(())
     }
 
     /// A startup, clock, drops or summary record as the JSON of its NDJSON line.
@@ -58,20 +75,39 @@ impl<W: Write> CaptureWriter<W> {
     }
 
     fn write_json_buffer(&mut self, kind: RecordKind) -> io::Result<()> {
-        let len = u32::try_from(self.json.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "record over 4 GiB"))?;
-        self.out.write_all(&(kind as u32).to_le_bytes())?;
-        self.out.write_all(&len.to_le_bytes())?;
-        self.out.write_all(&self.json)?;
+        let record = json_record_bytes(kind, &self.json)?;
         self.json.clear();
+        self.append(&record)
+    }
+
+    /// Appends bytes to the buffer (writing it out first when they do not fit; a record
+    /// larger than the buffer goes straight to the output).
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.used + bytes.len() > BUFFER_BYTES {
+            self.write_out()?;
+        }
+        if bytes.len() > BUFFER_BYTES {
+            return self.out.write_all(bytes);
+        }
+        self.buf[self.used..self.used + bytes.len()].copy_from_slice(bytes);
+        self.used += bytes.len();
         Ok(())
     }
 
+    /// Writes the buffer out: what is in it is whole records, or a record's first part whose
+    /// rest follows in the next write (a crash in between leaves a prefix of the capture).
+    fn write_out(&mut self) -> io::Result<()> {
+        let used = std::mem::take(&mut self.used);
+        self.out.write_all(&self.buf[..used])
+    }
+
     pub fn flush(&mut self) -> io::Result<()> {
+        self.write_out()?;
         self.out.flush()
     }
 
-    pub fn into_inner(self) -> io::Result<W> {
-        self.out.into_inner().map_err(|e| e.into_error())
+    pub fn into_inner(mut self) -> io::Result<W> {
+        self.write_out()?;
+        Ok(self.out)
     }
 }

@@ -11,6 +11,7 @@ pub mod output;
 pub mod plan;
 pub mod privilege;
 pub mod record;
+pub(crate) mod ring;
 pub(crate) mod selfcost;
 pub(crate) mod session;
 pub(crate) mod setup;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use aya::Ebpf;
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::PerCpuArray;
 use meshlab_common::{HOOK_COUNT, Hook};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{SignalKind, signal};
@@ -18,6 +18,7 @@ use super::diag::KernelLog;
 use super::loader;
 use super::output::RecordingOutput;
 use super::plan::TierSpec;
+use super::ring::EventRing;
 use super::selfcost::OwnPrograms;
 use crate::schema::{Drops, HookCounts, Record, SelfCost, StopReason, Summary};
 
@@ -43,7 +44,7 @@ pub struct Session {
     own: OwnPrograms,
     node: String,
     out: RecordingOutput,
-    ring: Option<RingBuf<MapData>>,
+    ring: Option<EventRing>,
     last_drops_total: u64,
     /// `record -v`: the programs' diagnostics, printed once a second and at the end.
     kernel_log: Option<KernelLog>,
@@ -65,7 +66,7 @@ impl Session {
         out: RecordingOutput,
         kernel_log: Option<KernelLog>,
     ) -> anyhow::Result<Self> {
-        let ring = RingBuf::try_from(
+        let ring = EventRing::new(
             ebpf.take_map("EVENTS")
                 .context("EVENTS ring buffer missing")?,
         )?;
@@ -207,7 +208,7 @@ impl Session {
     ) -> anyhow::Result<StopReason> {
         let ring = self.ring.take().context("ring buffer already taken")?;
         // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
-        // into_inner() below hands the RingBuf back.
+        // into_inner() below hands the EventRing back.
         let mut ring =
             unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
                 .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
@@ -289,9 +290,7 @@ impl Session {
 
     fn drain(&mut self) -> anyhow::Result<()> {
         let ring = self.ring.as_mut().context("ring buffer missing")?;
-        while let Some(item) = ring.next() {
-            self.out.write_ring_record(&item)?;
-        }
+        while !drain_batch(ring, &mut self.out)? {}
         Ok(())
     }
 
@@ -344,14 +343,8 @@ impl Session {
 }
 
 /// Writes at most [`BATCH`] ring buffer records; true when the buffer is now empty.
-fn drain_batch(ring: &mut RingBuf<MapData>, out: &mut RecordingOutput) -> anyhow::Result<bool> {
-    for _ in 0..BATCH {
-        match ring.next() {
-            Some(item) => out.write_ring_record(&item)?,
-            None => return Ok(true),
-        }
-    }
-    Ok(false)
+fn drain_batch(ring: &mut EventRing, out: &mut RecordingOutput) -> anyhow::Result<bool> {
+    ring.drain(BATCH, |record| out.write_ring_record(record))
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -1,0 +1,212 @@
+//! The EVENTS ring buffer read straight from its memory mapping, a batch at a time.
+//!
+//! aya's `RingBuf` hands out one record per call and publishes the consumer position after
+//! every record; the recorder paid for the returned item (a store-forwarding stall on the
+//! item it copies out, ~20 % of its samples in `perf record` of a capture to /dev/null) and
+//! for a store per event to the cache line every producer reads (`bpf_ringbuf_query` in
+//! meshlab-ebpf's wakeup_flag, the kernel's reserve). Here a batch of records goes to one
+//! closure in one loop, and the position is published every [`PUBLISH_EVERY`] records, when
+//! the reader catches up, and at the end of the batch.
+//!
+//! The protocol is the kernel's (kernel/bpf/ringbuf.c) and libbpf's: the producer position
+//! is read with Acquire, a record header with Acquire (the kernel commits it with a fully
+//! ordered xchg), the consumer position published with Release; before deciding the buffer
+//! is empty, a full fence and a second look, so that either the reader sees a record being
+//! committed or its producer sees the published position.
+
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering, fence};
+
+use anyhow::{Context, bail, ensure};
+use aya::maps::{Map, MapData};
+
+/// Record header bits (include/uapi/linux/bpf.h).
+const BUSY_BIT: u32 = 1 << 31;
+const DISCARD_BIT: u32 = 1 << 30;
+/// Record header: length and flags (u32), page offset (u32).
+const HEADER_BYTES: usize = 8;
+/// Records consumed between two publications of the consumer position inside a batch: space
+/// comes back to the producers in steps of ~37 KB (of 144-byte records) of an 8 MiB ring.
+const PUBLISH_EVERY: usize = 256;
+/// One shared memory mapping of the ring buffer's fd, unmapped on drop.
+struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(fd: RawFd, len: usize, prot: i32, offset: usize) -> anyhow::Result<Mapping> {
+        let offset = libc::off_t::try_from(offset).context("ring buffer mmap offset")?;
+        // SAFETY: a new shared mapping of a BPF ring buffer fd; the kernel checks the length,
+        // protection and offset (the consumer page is the only writable one).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                fd,
+                offset,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            bail!(
+                "mmap of the ring buffer: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(Mapping { ptr, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping this struct created; nothing refers to it once it is dropped
+        // (EventRing hands out slices only for the duration of a drain call).
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+pub struct EventRing {
+    /// Keeps the map's fd open while the mappings are in use.
+    map: MapData,
+    /// The consumer page (read-write): the consumer position at its start.
+    consumer: Mapping,
+    /// The producer page (the producer position at its start), then the data pages twice, so
+    /// a record that wraps around the end is contiguous.
+    producer: Mapping,
+    /// Ring size in bytes (a power of two) minus one.
+    mask: usize,
+    page: usize,
+    /// Consumer position: bytes consumed since the ring was created.
+    pos: usize,
+}
+
+// SAFETY: EventRing owns its mappings and the fd behind them; the raw pointers are only
+// dereferenced through &mut self, so moving it to another thread moves all access with it.
+unsafe impl Send for EventRing {}
+
+impl EventRing {
+    pub fn new(map: Map) -> anyhow::Result<EventRing> {
+        let Map::RingBuf(map) = map else {
+            bail!("EVENTS is not a ring buffer map");
+        };
+        let size = map.info()?.max_entries() as usize;
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })?;
+        ensure!(
+            size.is_power_of_two() && size >= page,
+            "ring buffer of {size} bytes: not a power-of-two number of pages"
+        );
+        let fd = map.fd().as_fd().as_raw_fd();
+        let consumer = Mapping::new(fd, page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        let producer = Mapping::new(fd, page + 2 * size, libc::PROT_READ, page)?;
+        let mut ring = EventRing {
+            map,
+            consumer,
+            producer,
+            mask: size - 1,
+            page,
+            pos: 0,
+        };
+        ring.pos = ring.consumer_pos().load(Ordering::Acquire);
+        Ok(ring)
+    }
+
+    fn consumer_pos(&self) -> &AtomicUsize {
+        // SAFETY: the consumer page starts with the kernel's unsigned long consumer_pos,
+        // page aligned; the mapping lives as long as self.
+        unsafe { &*self.consumer.ptr.cast::<AtomicUsize>() }
+    }
+
+    fn producer_pos(&self) -> usize {
+        // SAFETY: as consumer_pos, for the producer page; the kernel writes it with Release.
+        unsafe { &*self.producer.ptr.cast::<AtomicUsize>() }.load(Ordering::Acquire)
+    }
+
+    /// The header word of the record at the consumer position.
+    fn header(&self) -> u32 {
+        let offset = self.page + (self.pos & self.mask);
+        // SAFETY: offset is inside the first copy of the data pages and 8-byte aligned (the
+        // kernel aligns every record to 8 bytes).
+        unsafe {
+            &*self
+                .producer
+                .ptr
+                .cast::<u8>()
+                .add(offset)
+                .cast::<AtomicU32>()
+        }
+        .load(Ordering::Acquire)
+    }
+
+    fn publish(&self) {
+        self.consumer_pos().store(self.pos, Ordering::Release);
+    }
+
+    /// Hands up to `max` records to `each` (discarded ones are skipped); true when the reader
+    /// has caught up (the buffer is empty, or its next record is still being written).
+    pub fn drain(
+        &mut self,
+        max: usize,
+        mut each: impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<bool> {
+        let mut producer = self.producer_pos();
+        let mut handed = 0;
+        let mut unpublished = 0;
+        let result = loop {
+            if self.pos == producer {
+                self.publish();
+                fence(Ordering::SeqCst);
+                producer = self.producer_pos();
+                if self.pos == producer {
+                    break Ok(true);
+                }
+            }
+            if handed == max {
+                break Ok(false);
+            }
+            let mut header = self.header();
+            if header & BUSY_BIT != 0 {
+                self.publish();
+                fence(Ordering::SeqCst);
+                header = self.header();
+                if header & BUSY_BIT != 0 {
+                    break Ok(true);
+                }
+            }
+            let len = (header & !(BUSY_BIT | DISCARD_BIT)) as usize;
+            if len > self.mask {
+                break Err(anyhow::anyhow!("ring buffer record of {len} bytes"));
+            }
+            if header & DISCARD_BIT == 0 {
+                let start = self.page + (self.pos & self.mask) + HEADER_BYTES;
+                // SAFETY: a committed record: len bytes after its header, inside the double
+                // mapping (start - page < size, len <= size); the kernel reuses them only
+                // after the consumer position passes them, which happens below, after the
+                // borrow ends.
+                let record = unsafe {
+                    std::slice::from_raw_parts(self.producer.ptr.cast::<u8>().add(start), len)
+                };
+                if let Err(e) = each(record) {
+                    break Err(e);
+                }
+                handed += 1;
+            }
+            self.pos += (HEADER_BYTES + len).next_multiple_of(8);
+            unpublished += 1;
+            if unpublished == PUBLISH_EVERY {
+                self.publish();
+                unpublished = 0;
+            }
+        };
+        self.publish();
+        result
+    }
+}
+
+impl AsRawFd for EventRing {
+    fn as_raw_fd(&self) -> RawFd {
+        self.map.fd().as_fd().as_raw_fd()
+    }
+}

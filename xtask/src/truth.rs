@@ -16,7 +16,8 @@ use anyhow::{Context, Result, bail};
 use crate::bpfstats::{self, StatsEnabled};
 use crate::truth_breakdown::{self, RunBreakdown};
 use crate::truth_lab::{
-    CpuHogs, Proc, SchedSetup, TbfQdisc, TruthNetns, median, own_session, run_quiet,
+    CpuHogs, Proc, SchedSetup, TbfQdisc, TruthNetns, busy_between, cpu_ticks, median, own_session,
+    run_quiet,
 };
 use crate::truth_reference::{self, Reference, ReferenceRun};
 use crate::{run_cmd, workspace_root};
@@ -398,6 +399,7 @@ fn one_run(
         None => None,
     };
     let cpu_before = recorder_cpu(&recorders)?;
+    let ticks_before = cpu_ticks()?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     if let Some(hogs) = &hogs {
         check_hog_setup(hogs, server.pid().context("server stopped")?)?;
@@ -413,6 +415,7 @@ fn one_run(
         None => None,
     };
     let cpu = recorder_cpu(&recorders)?.since(cpu_before);
+    let cpu_busy = busy_between(&ticks_before, &cpu_ticks()?);
     let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
         recorder.stop()?;
@@ -420,6 +423,7 @@ fn one_run(
     let mut stats = run_stats(&merge_kernel(exe, &kernel, dir)?, cause)?;
     stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
     stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
+    stats.breakdown.cpu_busy = cpu_busy;
     stats.reference = reference;
     if let Some((client_programs, loaded_programs)) = programs {
         stats.client_programs = client_programs;
@@ -628,6 +632,12 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         if v["type"] != "request" || v["complete"] != true {
             continue;
         }
+        // A connection's first request (stream offset 0) includes the start of the server's
+        // connection thread (its first wait is `rx_socket_queue` of a thread without scheduler
+        // events yet, long with the hogs): not the steady state the causes are put into.
+        if v["trace_id"].as_str().is_some_and(|t| t.ends_with("@0")) {
+            continue;
+        }
         let e2e_ns = v["e2e_ns"]
             .as_u64()
             .with_context(|| format!("{}:{}: request without e2e_ns", merged.display(), i + 1))?;
@@ -676,6 +686,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
             .map(|(k, v)| (k.clone(), v.iter().sum()))
             .collect(),
         cpus,
+        cpu_busy: Vec::new(),
     };
     Ok(RunStats {
         requests: e2e.len(),

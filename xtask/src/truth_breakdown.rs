@@ -20,6 +20,9 @@ pub struct RunBreakdown {
     pub sum_ns: BTreeMap<String, f64>,
     /// "NODE name" -> the CPUs its kernel stage ran on (`place.cpu`).
     pub cpus: BTreeMap<String, BTreeSet<u64>>,
+    /// Per CPU, the share of the run it was busy with anything (machine-wide, /proc/stat):
+    /// where the machine's other work went.
+    pub cpu_busy: Vec<f64>,
 }
 
 /// One run as the breakdown reads it.
@@ -117,6 +120,30 @@ pub fn print(
             added / 1e3
         );
     }
+    let busy = |runs: &[RunView]| -> String {
+        let cpus = runs
+            .iter()
+            .map(|r| r.breakdown.cpu_busy.len())
+            .max()
+            .unwrap_or(0);
+        (0..cpus)
+            .map(|c| {
+                let share = median(
+                    runs.iter()
+                        .filter_map(|r| r.breakdown.cpu_busy.get(c).copied())
+                        .collect(),
+                );
+                format!("cpu{c} {:.0} %", share * 100.0)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "CPUs busy with anything (/proc/stat, machine-wide, medians over runs): without {}; \
+         with {}",
+        busy(without),
+        busy(with)
+    );
     let target_added: f64 = target
         .iter()
         .map(|k| pooled_mean(with, Some(k)) - pooled_mean(without, Some(k)))
@@ -177,6 +204,7 @@ mod tests {
             e2e_sum_ns: e2e,
             sum_ns: sums.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             cpus: BTreeMap::new(),
+            cpu_busy: Vec::new(),
         }
     }
 

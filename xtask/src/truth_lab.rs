@@ -357,6 +357,41 @@ fn pin_current_thread(cpu: usize) -> Result<()> {
     Ok(())
 }
 
+/// Per CPU, the ticks it was busy (user, nice, system, irq, softirq, steal) and all its ticks,
+/// machine-wide, from /proc/stat.
+pub fn cpu_ticks() -> Result<Vec<(u64, u64)>> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let mut cpus = Vec::new();
+    for line in stat.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        // "cpu " is the sum; "cpuN" are the CPUs, in order.
+        if !rest.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let v: Vec<u64> = rest
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().with_context(|| format!("/proc/stat: {line}")))
+            .collect::<Result<_>>()?;
+        let field = |i: usize| v.get(i).copied().unwrap_or(0);
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        let busy = field(0) + field(1) + field(2) + field(5) + field(6) + field(7);
+        cpus.push((busy, busy + field(3) + field(4)));
+    }
+    Ok(cpus)
+}
+
+/// The share of each CPU's time it was busy between two [`cpu_ticks`] readings.
+pub fn busy_between(before: &[(u64, u64)], after: &[(u64, u64)]) -> Vec<f64> {
+    before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| (a.0 - b.0) as f64 / (a.1 - b.1).max(1) as f64)
+        .collect()
+}
+
 /// The middle value (the upper one of an even count); NaN for none.
 pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {

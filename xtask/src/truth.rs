@@ -678,7 +678,17 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         per_segment.insert(key.clone(), all);
         present.insert(key.clone(), had);
     }
+    let band = truth_breakdown::band_indices(&e2e);
+    let mut band_ns: BTreeMap<String, f64> = per_segment
+        .iter()
+        .map(|(k, v)| (k.clone(), truth_breakdown::band_mean(&band, v)))
+        .collect();
+    band_ns.insert(
+        truth_breakdown::E2E.to_owned(),
+        truth_breakdown::band_mean(&band, &e2e),
+    );
     let breakdown = RunBreakdown {
+        band_ns,
         requests: e2e.len(),
         e2e_sum_ns: e2e.iter().sum(),
         sum_ns: per_segment

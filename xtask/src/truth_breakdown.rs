@@ -23,6 +23,8 @@ pub struct RunBreakdown {
     /// Per CPU, the share of the run it was busy with anything (machine-wide, /proc/stat):
     /// where the machine's other work went.
     pub cpu_busy: Vec<f64>,
+    /// "NODE name" -> its mean over the requests around the median ([`band_indices`]).
+    pub band_ns: BTreeMap<String, f64>,
 }
 
 /// One run as the breakdown reads it.
@@ -45,6 +47,15 @@ fn pooled_mean(runs: &[RunView], key: Option<&str>) -> f64 {
     total / requests.max(1) as f64
 }
 
+/// The median over runs of `key`'s mean over the requests around the median.
+fn median_band_mean(runs: &[RunView], key: &str) -> f64 {
+    median(
+        runs.iter()
+            .map(|r| r.breakdown.band_ns.get(key).copied().unwrap_or(0.0))
+            .collect(),
+    )
+}
+
 fn median_p50(runs: &[RunView], key: &str) -> f64 {
     median(
         runs.iter()
@@ -52,6 +63,9 @@ fn median_p50(runs: &[RunView], key: &str) -> f64 {
             .collect(),
     )
 }
+
+/// The key of [`RunBreakdown::band_ns`] for the e2e time itself.
+pub const E2E: &str = "e2e";
 
 /// How many segments the breakdown lists, the largest mean changes first.
 const ROWS: usize = 14;
@@ -77,27 +91,34 @@ pub fn print(
             )
         })
         .collect();
-    rows.sort_by(|a, b| b.0.abs().total_cmp(&a.0.abs()));
+    // The largest change first, in the mean or around the median, whichever is larger.
+    let size = |(added, key): &(f64, &String)| {
+        let band = median_band_mean(with, key) - median_band_mean(without, key);
+        added.abs().max(band.abs())
+    };
+    rows.sort_by(|a, b| size(b).total_cmp(&size(a)));
     println!(
         "\nbreakdown: {cause} ({} + {} runs; p50: median over runs of the run's median, absent \
-         = 0; mean: pooled over the runs' complete requests; * = the cause's target; us)",
+         = 0; mean: pooled over the runs' complete requests; at p50 added: the added mean over \
+         the requests around the median, as the table's at p50; * = the cause's target; us)",
         without.len(),
         with.len()
     );
     println!(
-        "{:<26} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10}",
-        "segment", "cpus", "p50 off", "p50 on", "mean off", "mean on", "mean added"
+        "{:<26} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>12}",
+        "segment", "cpus", "p50 off", "p50 on", "mean off", "mean on", "mean added", "at p50 added"
     );
     let (e2e_off, e2e_on) = (pooled_mean(without, None), pooled_mean(with, None));
     println!(
-        "{:<26} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1}",
+        "{:<26} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>12.1}",
         "e2e",
         "",
         e2e_p50.0 / 1e3,
         e2e_p50.1 / 1e3,
         e2e_off / 1e3,
         e2e_on / 1e3,
-        (e2e_on - e2e_off) / 1e3
+        (e2e_on - e2e_off) / 1e3,
+        (median_band_mean(with, E2E) - median_band_mean(without, E2E)) / 1e3
     );
     for (added, key) in rows.iter().take(ROWS) {
         let cpus: BTreeSet<u64> = without
@@ -110,14 +131,15 @@ pub fn print(
         let cpus: Vec<String> = cpus.iter().map(u64::to_string).collect();
         let mark = if target.contains(*key) { "*" } else { "" };
         println!(
-            "{:<26} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1}",
+            "{:<26} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>12.1}",
             format!("{mark}{key}"),
             cpus.join(","),
             median_p50(without, key) / 1e3,
             median_p50(with, key) / 1e3,
             pooled_mean(without, Some(key)) / 1e3,
             pooled_mean(with, Some(key)) / 1e3,
-            added / 1e3
+            added / 1e3,
+            (median_band_mean(with, key) - median_band_mean(without, key)) / 1e3
         );
     }
     let busy = |runs: &[RunView]| -> String {
@@ -165,17 +187,23 @@ pub fn print(
 pub const BAND: (f64, f64) = (0.45, 0.55);
 
 pub fn median_band(e2e: &[f64], target: &[f64]) -> (f64, f64) {
+    let band = band_indices(e2e);
+    (band_mean(&band, e2e), band_mean(&band, target))
+}
+
+/// The indices of the requests in the [`BAND`] around the median of `e2e`.
+pub fn band_indices(e2e: &[f64]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..e2e.len()).collect();
     order.sort_by(|&a, &b| e2e[a].total_cmp(&e2e[b]));
     let n = order.len();
     let lo = (BAND.0 * n as f64) as usize;
     let hi = ((BAND.1 * n as f64) as usize).max(lo + 1).min(n);
-    let band = &order[lo.min(n.saturating_sub(1))..hi];
-    let k = band.len().max(1) as f64;
-    (
-        band.iter().map(|&i| e2e[i]).sum::<f64>() / k,
-        band.iter().map(|&i| target[i]).sum::<f64>() / k,
-    )
+    order[lo.min(n.saturating_sub(1))..hi].to_vec()
+}
+
+/// The mean of `values` over the requests `band`.
+pub fn band_mean(band: &[usize], values: &[f64]) -> f64 {
+    band.iter().map(|&i| values[i]).sum::<f64>() / band.len().max(1) as f64
 }
 
 #[cfg(test)]
@@ -205,6 +233,7 @@ mod tests {
             sum_ns: sums.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             cpus: BTreeMap::new(),
             cpu_busy: Vec::new(),
+            band_ns: BTreeMap::new(),
         }
     }
 

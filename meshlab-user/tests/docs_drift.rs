@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use meshlab_user::merge::segments::{
-    NETWORK_ROUND_TRIP, PEER_WAIT, RX_SOCKET_QUEUE, ReaderState, SEGMENTS, Unit, reader_segment,
+    NETWORK_ROUND_TRIP, PEER_WAIT, RUNQUEUE_WAIT, RX_SOCKET_QUEUE, ReaderState, SEGMENTS, Unit,
+    reader_segment,
 };
 use meshlab_user::report::own_cost::STAGE_PROGRAMS;
 use meshlab_user::schema::{
@@ -67,11 +68,28 @@ fn segments_md_table_is_the_code_segment_table() {
         }
     }
     let mut in_code: BTreeSet<String> = SEGMENTS.iter().map(|d| d.name.to_owned()).collect();
-    in_code.extend([NETWORK_ROUND_TRIP.to_owned(), PEER_WAIT.to_owned()]);
+    in_code.extend([
+        NETWORK_ROUND_TRIP.to_owned(),
+        PEER_WAIT.to_owned(),
+        RUNQUEUE_WAIT.name.to_owned(),
+    ]);
     let documented_names: BTreeSet<String> = documented.keys().cloned().collect();
     assert_eq!(
         documented_names, in_code,
         "segment names: docs/segments.md vs SEGMENTS"
+    );
+    let Unit::Fixed(unit) = RUNQUEUE_WAIT.unit else {
+        panic!("runqueue_wait has a fixed unit")
+    };
+    let row = documented[RUNQUEUE_WAIT.name];
+    assert_eq!(
+        (row[3].as_str(), row[4].as_str(), row[5].as_str()),
+        (
+            RUNQUEUE_WAIT.layer.as_str(),
+            unit,
+            RUNQUEUE_WAIT.kind.as_str()
+        ),
+        "layer/unit/kind of runqueue_wait"
     );
     for def in SEGMENTS {
         let row = documented[def.name];

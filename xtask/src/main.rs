@@ -16,6 +16,7 @@ mod procs;
 mod redis_lab;
 mod setup;
 mod truth;
+mod truth_breakdown;
 mod truth_lab;
 mod truth_reference;
 mod vm;

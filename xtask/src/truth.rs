@@ -7,14 +7,18 @@
 //! over its runs. "Recovered" is the added median of the per-request sum of the cause's
 //! segments; the share is recovered / added e2e p50.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
 use crate::bpfstats::{self, StatsEnabled};
-use crate::truth_lab::{CpuHogs, Proc, TbfQdisc, TruthNetns, median, run_quiet};
+use crate::truth_breakdown::{self, RunBreakdown};
+use crate::truth_lab::{
+    CpuHogs, Proc, SchedSetup, TbfQdisc, TruthNetns, busy_between, cpu_ticks, median, own_session,
+    run_quiet,
+};
 use crate::truth_reference::{self, Reference, ReferenceRun};
 use crate::{run_cmd, workspace_root};
 
@@ -44,6 +48,10 @@ pub struct TruthArgs {
     /// Only the bpftrace reference runs (no cause), for checking the reference quickly.
     #[arg(long)]
     reference_only: bool,
+    /// Also print, per cause, every segment's p50 and mean without and with it, and the CPUs
+    /// it ran on: where an added latency went.
+    #[arg(long)]
+    breakdown: bool,
 }
 
 /// The client runs on CPU 0, the server (and the hogs) on CPU 1.
@@ -57,14 +65,19 @@ const MIN_ADDED_FRACTION: f64 = 0.1;
 enum Cause {
     /// TBF rate limit on the client's veth -> the client's tx_qdisc.
     TbfRateLimit,
-    /// Three spinning threads pinned to the server's CPU -> the server's scheduler segments.
+    /// Three spinning threads pinned to the server's CPU, the server needing 400 us of CPU per
+    /// request -> the server's scheduler waits.
     CpuHogs,
+    /// The same hogs against the plain echo server (a few us of CPU per request); not run
+    /// unless named: on this VM it lowers the p50 (see docs/truth.md).
+    CpuHogsEcho,
     /// The server spins in its handler -> server_app (the server process, kernel-only mode).
     SlowHandler,
     /// A small SO_RCVBUF on the server's connection -> the server's socket queue.
     SmallRcvbuf,
 }
 
+/// The causes a run without `--cause` injects, in table order.
 const CAUSES: [Cause; 4] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
@@ -72,11 +85,26 @@ const CAUSES: [Cause; 4] = [
     Cause::SmallRcvbuf,
 ];
 
+/// Every cause, in table order.
+const ALL_CAUSES: [Cause; 5] = [
+    Cause::TbfRateLimit,
+    Cause::CpuHogs,
+    Cause::CpuHogsEcho,
+    Cause::SlowHandler,
+    Cause::SmallRcvbuf,
+];
+
+/// CPU time the server's handler needs per request in the CPU-hog runs (with and without
+/// the hogs): a server that uses the CPU, so that it competes with the hogs for it. A server
+/// of a few microseconds per request wins every wake-up against them (EEVDF: docs/truth.md).
+const HOG_RUN_HANDLER_CPU: &str = "400us";
+
 impl Cause {
     fn name(self) -> &'static str {
         match self {
             Cause::TbfRateLimit => "tbf 2mbit on client veth",
-            Cause::CpuHogs => "3 CPU hogs on server CPU",
+            Cause::CpuHogs => "3 CPU hogs, 400us/req server",
+            Cause::CpuHogsEcho => "3 CPU hogs, echo server",
             Cause::SlowHandler => "server handler spins 200us",
             Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB",
         }
@@ -86,16 +114,22 @@ impl Cause {
     fn target_name(self) -> &'static str {
         match self {
             Cause::TbfRateLimit => "A tx_qdisc",
-            Cause::CpuHogs => "B unit=scheduler",
+            Cause::CpuHogs | Cause::CpuHogsEcho => "B sched waits",
             Cause::SlowHandler => "B server_app",
             Cause::SmallRcvbuf => "B rx_socket_queue",
         }
     }
 
+    /// Hogs on the server's CPU delay the server thread only while it is runnable without a
+    /// CPU: after its wake-up (`rx_sched_delay`), while its data waits for it preempted
+    /// (`rx_runqueue_wait`) and while it is preempted inside its own work (`runqueue_wait`),
+    /// the server's segments of unit `scheduler` and kind `queue` (docs/truth.md).
     fn is_target(self, seg: &Segment) -> bool {
         match self {
             Cause::TbfRateLimit => seg.node == "A" && seg.name == "tx_qdisc",
-            Cause::CpuHogs => seg.node == "B" && seg.unit == "scheduler",
+            Cause::CpuHogs | Cause::CpuHogsEcho => {
+                seg.node == "B" && seg.unit == "scheduler" && seg.kind == "queue"
+            }
             Cause::SlowHandler => seg.node == "B" && seg.name == "server_app",
             Cause::SmallRcvbuf => seg.node == "B" && seg.name.starts_with("rx_socket_queue"),
         }
@@ -117,11 +151,24 @@ impl Cause {
                 payload: 4096,
                 qps: 500,
             },
-            Cause::CpuHogs | Cause::SlowHandler => Workload {
+            // 400 us per request at 1000 req/s: the server needs 40 % of its CPU, more than
+            // its fair share next to three hogs (a quarter), so with them it is runnable
+            // without a CPU for part of every request. (At 500 req/s, a fifth of the CPU,
+            // the server's p50 rose with the hogs in some runs and not in others: whether the
+            // scheduler forgave its overuse while it slept depended on the machine's load.)
+            Cause::CpuHogs => Workload {
+                payload: 64,
+                qps: 1000,
+            },
+            Cause::CpuHogsEcho | Cause::SlowHandler => Workload {
                 payload: 64,
                 qps: 1000,
             },
         }
+    }
+
+    fn has_hogs(self) -> bool {
+        matches!(self, Cause::CpuHogs | Cause::CpuHogsEcho)
     }
 }
 
@@ -130,7 +177,10 @@ enum RunKind {
     Without,
     WithCause,
     /// Without the cause, watched by the bpftrace reference; not part of the table.
-    Reference,
+    /// `stamps`: the script keeps its clock reads (for the offsets, not the comparison).
+    Reference {
+        stamps: bool,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -143,15 +193,24 @@ struct Segment {
     name: String,
     node: String,
     unit: String,
+    kind: String,
     dur_ns: u64,
+    /// The CPU a kernel stage ran on (its `place`).
+    cpu: Option<u64>,
 }
 
 /// One run's per-request medians (complete requests only).
 struct RunStats {
     e2e_p50_ns: f64,
     target_p50_ns: f64,
+    /// Mean e2e time and target sum of the requests around the median (`median_band`).
+    band_ns: (f64, f64),
     /// Median per (node, segment name), to name where an unrecovered share went.
     per_segment_p50_ns: BTreeMap<String, f64>,
+    /// The (node, segment name) keys the cause's target matched.
+    target_keys: BTreeSet<String>,
+    /// Sums and CPUs per segment, for `--breakdown`.
+    breakdown: RunBreakdown,
     /// Median per (node, segment name) over the requests that have the segment: what the
     /// bpftrace reference measures (it times only intervals that happened).
     present_p50_ns: BTreeMap<String, f64>,
@@ -162,8 +221,8 @@ struct RunStats {
     bpf_ns_per_request: f64,
     /// Both recorder processes' own CPU time (user, kernel) during the run, per request.
     recorder_cpu_ns_per_request: CpuTimes,
-    /// bpftrace's per-stage medians, in the runs the reference watched.
-    reference: Option<truth_reference::StageMedians>,
+    /// What bpftrace measured, in the runs the reference watched.
+    reference: Option<truth_reference::BpftraceRun>,
     /// The client recorder's programs' run time during the run (reference runs only).
     client_programs: Vec<bpfstats::ProgramCost>,
     /// Every BPF program loaded on the machine at the end of the run (reference runs only).
@@ -191,8 +250,13 @@ pub fn run(args: TruthArgs) -> Result<()> {
     let mut results: BTreeMap<(Cause, bool), Vec<RunStats>> = BTreeMap::new();
     let mut reference_runs = Vec::new();
     for round in 0..rounds {
-        let causes = CAUSES.into_iter().filter(|c| {
-            !args.reference_only && (args.causes.is_empty() || args.causes.contains(c))
+        let causes = ALL_CAUSES.into_iter().filter(|c| {
+            let chosen = if args.causes.is_empty() {
+                CAUSES.contains(c)
+            } else {
+                args.causes.contains(c)
+            };
+            !args.reference_only && chosen
         });
         for cause in causes {
             // Alternate which condition goes first, so drift favours neither.
@@ -221,9 +285,17 @@ pub fn run(args: TruthArgs) -> Result<()> {
                 results.entry((cause, with_cause)).or_default().push(stats);
             }
         }
-        reference_runs.extend(reference_run(&exe, &netns, &scratch, round, seconds)?);
+        // One run for the comparison, one keeping bpftrace's clock reads for the offsets.
+        for stamps in [false, true] {
+            reference_runs.extend(reference_run(
+                &exe, &netns, &scratch, round, seconds, stamps,
+            )?);
+        }
     }
     print_table(&results, rounds, seconds);
+    if args.breakdown {
+        print_breakdowns(&results);
+    }
     truth_reference::print_comparison(&reference_runs);
     Ok(())
 }
@@ -245,23 +317,44 @@ fn reference_run(
     scratch: &Scratch,
     round: usize,
     seconds: u64,
+    stamps: bool,
 ) -> Result<Option<ReferenceRun>> {
     let dir = scratch
         .run_dir(round, Cause::SlowHandler, false)?
-        .join("reference");
+        .join(if stamps {
+            "reference-stamps"
+        } else {
+            "reference"
+        });
     std::fs::create_dir_all(&dir)?;
     let stats = one_run(
         exe,
         netns,
         Cause::SlowHandler,
-        RunKind::Reference,
+        RunKind::Reference { stamps },
         seconds,
         &dir,
     )
     .with_context(|| format!("round {round}, reference run"))?;
+    // meshlab's clock reads of the events bpftrace saw: the client's recording as NDJSON.
+    let meshlab_reads = if stamps {
+        let export = dir.join("kernel-A.export.ndjson");
+        run_quiet(
+            std::process::Command::new(exe)
+                .arg("export")
+                .arg(dir.join("kernel-A.ndjson"))
+                .arg("-o")
+                .arg(&export),
+        )?;
+        truth_reference::meshlab_reads(&export)?
+    } else {
+        Vec::new()
+    };
     scratch.done_with(&dir);
     Ok(stats.reference.map(|r| ReferenceRun {
-        bpftrace: r,
+        stamps,
+        offsets: truth_reference::clock_offsets(&r.reads, &meshlab_reads),
+        bpftrace: r.medians,
         meshlab: stats.present_p50_ns,
         meshlab_programs: stats.client_programs,
         loaded_programs: stats.loaded_programs,
@@ -286,14 +379,14 @@ fn one_run(
         (Cause::TbfRateLimit, true) => Some(TbfQdisc::add(&netns.a, &netns.dev_a, "2mbit")?),
         _ => None,
     };
-    let _hogs = match (cause, with_cause) {
-        (Cause::CpuHogs, true) => Some(CpuHogs::start(3, SERVER_CPU)?),
+    let hogs = match (cause, with_cause) {
+        (c, true) if c.has_hogs() => Some(CpuHogs::start(3, SERVER_CPU)?),
         _ => None,
     };
     // Its own runs: bpftrace's programs slow the traffic they watch, so a watched run must not
     // be a baseline of the table.
     let reference = match run_kind {
-        RunKind::Reference => Some(Reference::start(&netns.dev_a, dir)?),
+        RunKind::Reference { stamps } => Some(Reference::start(&netns.dev_a, stamps, dir)?),
         _ => None,
     };
     let bpf_before = recorder_bpf_ns(&recorders)?;
@@ -306,7 +399,11 @@ fn one_run(
         None => None,
     };
     let cpu_before = recorder_cpu(&recorders)?;
+    let ticks_before = cpu_ticks()?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
+    if let Some(hogs) = &hogs {
+        check_hog_setup(hogs, server.pid().context("server stopped")?)?;
+    }
     run_client(exe, netns, cause, seconds)?;
     server.stop()?;
     let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
@@ -318,6 +415,7 @@ fn one_run(
         None => None,
     };
     let cpu = recorder_cpu(&recorders)?.since(cpu_before);
+    let cpu_busy = busy_between(&ticks_before, &cpu_ticks()?);
     let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
         recorder.stop()?;
@@ -325,6 +423,7 @@ fn one_run(
     let mut stats = run_stats(&merge_kernel(exe, &kernel, dir)?, cause)?;
     stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
     stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
+    stats.breakdown.cpu_busy = cpu_busy;
     stats.reference = reference;
     if let Some((client_programs, loaded_programs)) = programs {
         stats.client_programs = client_programs;
@@ -333,10 +432,37 @@ fn one_run(
     Ok(stats)
 }
 
+/// The hogs compete with the server on equal terms, as the cause says: the same policy and
+/// nice value, pinned to the server's CPU, in the server's autogroup (task group). Printed
+/// once per run; a difference is an error (the harness started under another nice or
+/// policy would still be a cause, but not this one).
+fn check_hog_setup(hogs: &CpuHogs, server_pid: u32) -> Result<()> {
+    let server = SchedSetup::of(server_pid, server_pid)?;
+    let me = std::process::id();
+    for &tid in &hogs.tids {
+        let hog = SchedSetup::of(me, tid as u32)?;
+        if hog != server || server.cpus != SERVER_CPU.to_string() {
+            bail!(
+                "CPU hogs: hog thread {tid} {hog:?}, server {server_pid} {server:?}: not the same policy, nice, CPU {SERVER_CPU} and autogroup"
+            );
+        }
+    }
+    eprintln!(
+        "truth: {} hog threads and the server: policy {} (0 = SCHED_OTHER), nice {}, CPUs {}, autogroup {}",
+        hogs.tids.len(),
+        server.policy,
+        server.nice,
+        server.cpus,
+        server.autogroup
+    );
+    Ok(())
+}
+
 /// The lab client on node A, pinned, with the cause's workload; fails with its stderr.
 fn run_client(exe: &Path, netns: &TruthNetns, cause: Cause, seconds: u64) -> Result<()> {
     let workload = cause.workload();
-    let output = TruthNetns::exec_pinned(&netns.a, CLIENT_CPU, exe)
+    let mut cmd = TruthNetns::exec_pinned(&netns.a, CLIENT_CPU, exe);
+    let output = own_session(&mut cmd)
         .args(["lab", "client", "--connect"])
         .arg(format!("{}:{PORT}", netns.addr_b))
         .args(["--payload", &workload.payload.to_string()])
@@ -437,7 +563,8 @@ fn start_recorder(exe: &Path, node: &str, ns: &str, file: &Path, dir: &Path) -> 
     // A kept directory may hold the file from an earlier run.
     let _ = std::fs::remove_file(&ready);
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("record")
+    own_session(&mut cmd)
+        .arg("record")
         .arg("-o")
         .arg(file)
         .args(["--node", node, "--netns", &TruthNetns::path(ns)])
@@ -466,6 +593,10 @@ fn start_server(
         .arg(format!("{}:{PORT}", netns.addr_b))
         .arg("--ready-file")
         .arg(&ready);
+    // The CPU-hog runs' server needs the CPU in both conditions: only the hogs differ.
+    if cause == Cause::CpuHogs {
+        cmd.args(["--handler-cpu", HOG_RUN_HANDLER_CPU]);
+    }
     match (cause, with_cause) {
         (Cause::SlowHandler, true) => cmd.args(["--handler-spin", "200us"]),
         (Cause::SmallRcvbuf, true) => cmd.args(["--rcvbuf", "4096"]),
@@ -481,7 +612,9 @@ fn parse_segment(v: &serde_json::Value) -> Option<Segment> {
         name: v["name"].as_str()?.to_owned(),
         node: v["node"].as_str().unwrap_or("").to_owned(),
         unit: v["unit"].as_str()?.to_owned(),
+        kind: v["kind"].as_str()?.to_owned(),
         dur_ns: v["dur_ns"].as_u64()?,
+        cpu: v["place"]["cpu"].as_u64(),
     })
 }
 
@@ -490,12 +623,19 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
     let text =
         std::fs::read_to_string(merged).with_context(|| format!("reading {}", merged.display()))?;
     let (mut e2e, mut target) = (Vec::new(), Vec::new());
-    let mut per_segment: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut present: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut requests: Vec<BTreeMap<String, u64>> = Vec::new();
+    let mut target_keys = BTreeSet::new();
+    let mut cpus: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         let v: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{}:{}: not JSON", merged.display(), i + 1))?;
         if v["type"] != "request" || v["complete"] != true {
+            continue;
+        }
+        // A connection's first request (stream offset 0) includes the start of the server's
+        // connection thread (its first wait is `rx_socket_queue` of a thread without scheduler
+        // events yet, long with the hogs): not the steady state the causes are put into.
+        if v["trace_id"].as_str().is_some_and(|t| t.ends_with("@0")) {
             continue;
         }
         let e2e_ns = v["e2e_ns"]
@@ -505,31 +645,62 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         let mut sums: BTreeMap<String, u64> = BTreeMap::new();
         let mut target_ns = 0;
         for seg in segments.iter().filter_map(parse_segment) {
-            *sums
-                .entry(format!("{} {}", seg.node, seg.name))
-                .or_default() += seg.dur_ns;
+            let key = format!("{} {}", seg.node, seg.name);
+            if let Some(cpu) = seg.cpu {
+                cpus.entry(key.clone()).or_default().insert(cpu);
+            }
             if cause.is_target(&seg) {
                 target_ns += seg.dur_ns;
+                target_keys.insert(key.clone());
             }
+            *sums.entry(key).or_default() += seg.dur_ns;
         }
-        for (key, ns) in &sums {
-            present.entry(key.clone()).or_default().push(*ns as f64);
-        }
-        // A segment absent from a request (an optional stage) counts as 0 there.
-        for (key, _) in per_segment.iter_mut() {
-            sums.entry(key.clone()).or_default();
-        }
-        for (key, ns) in sums {
-            per_segment.entry(key).or_default().push(ns as f64);
-        }
+        requests.push(sums);
         e2e.push(e2e_ns as f64);
         target.push(target_ns as f64);
     }
     if e2e.is_empty() {
         bail!("{}: no complete request", merged.display());
     }
+    let keys: BTreeSet<&String> = requests.iter().flat_map(|r| r.keys()).collect();
+    let mut per_segment: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut present: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for key in keys {
+        // A segment absent from a request (an optional stage) counts as 0 there.
+        let all: Vec<f64> = requests
+            .iter()
+            .map(|r| r.get(key).copied().unwrap_or(0) as f64)
+            .collect();
+        let had: Vec<f64> = requests
+            .iter()
+            .filter_map(|r| r.get(key).map(|&ns| ns as f64))
+            .collect();
+        per_segment.insert(key.clone(), all);
+        present.insert(key.clone(), had);
+    }
+    let band = truth_breakdown::band_indices(&e2e);
+    let mut band_ns: BTreeMap<String, f64> = per_segment
+        .iter()
+        .map(|(k, v)| (k.clone(), truth_breakdown::band_mean(&band, v)))
+        .collect();
+    band_ns.insert(
+        truth_breakdown::E2E.to_owned(),
+        truth_breakdown::band_mean(&band, &e2e),
+    );
+    let breakdown = RunBreakdown {
+        band_ns,
+        requests: e2e.len(),
+        e2e_sum_ns: e2e.iter().sum(),
+        sum_ns: per_segment
+            .iter()
+            .map(|(k, v)| (k.clone(), v.iter().sum()))
+            .collect(),
+        cpus,
+        cpu_busy: Vec::new(),
+    };
     Ok(RunStats {
         requests: e2e.len(),
+        band_ns: truth_breakdown::median_band(&e2e, &target),
         e2e_p50_ns: median(e2e),
         target_p50_ns: median(target),
         bpf_ns_per_request: 0.0,
@@ -538,7 +709,9 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         client_programs: Vec::new(),
         loaded_programs: Vec::new(),
         per_segment_p50_ns: medians(per_segment),
+        target_keys,
         present_p50_ns: medians(present),
+        breakdown,
     })
 }
 
@@ -551,21 +724,19 @@ fn condition_median(runs: &[RunStats], f: impl Fn(&RunStats) -> f64) -> f64 {
 }
 
 /// The segment (other than the cause's own) whose median grew most.
-fn largest_other_growth(cause: Cause, without: &[RunStats], with: &[RunStats]) -> String {
+fn largest_other_growth(without: &[RunStats], with: &[RunStats]) -> String {
     let keys: Vec<&String> = with
         .iter()
         .flat_map(|r| r.per_segment_p50_ns.keys())
         .collect();
     let mut best: Option<(f64, &String)> = None;
     for key in keys {
-        let (node, name) = key.split_once(' ').unwrap_or(("", key));
-        let probe = Segment {
-            name: name.to_owned(),
-            node: node.to_owned(),
-            unit: String::new(),
-            dur_ns: 0,
-        };
-        if cause.is_target(&probe) {
+        // A segment that was the cause's target in any run is not "other".
+        if with
+            .iter()
+            .chain(without)
+            .any(|r| r.target_keys.contains(key))
+        {
             continue;
         }
         let at = |runs: &[RunStats]| {
@@ -588,13 +759,17 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
          round(s) x {seconds}s per run, medians (us)"
     );
     println!(
-        "(share: recovered / added; n/a when the cause added less than {:.0} % of the p50; \
-         per request, with the cause: BPF = both recorders' BPF program run time, rec usr/sys = \
-         the recorder processes' own user/kernel CPU time)",
+        "(share: recovered / added, recovered = added median of the per-request target sums; \
+         at p50: the same over the requests around the median ({:.0}-{:.0} % by e2e, the added \
+         mean target over the added mean e2e); n/a when the cause added less than {:.0} % of the \
+         p50; per request, with the cause: BPF = both recorders' BPF program run time, rec \
+         usr/sys = the recorder processes' own user/kernel CPU time)",
+        truth_breakdown::BAND.0 * 100.0,
+        truth_breakdown::BAND.1 * 100.0,
         MIN_ADDED_FRACTION * 100.0
     );
     println!(
-        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7} {:>8} {:>8} {:>8}  largest other growth",
+        "{:<28} {:>9} {:>9} {:>9}  {:<18} {:>9} {:>7} {:>7} {:>8} {:>8} {:>8}  largest other growth",
         "cause",
         "e2e off",
         "e2e on",
@@ -602,11 +777,12 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
         "segment",
         "recovered",
         "share",
+        "at p50",
         "BPF/req",
         "rec usr",
         "rec sys"
     );
-    for cause in CAUSES {
+    for cause in ALL_CAUSES {
         let (Some(off), Some(on)) = (results.get(&(cause, false)), results.get(&(cause, true)))
         else {
             continue;
@@ -615,14 +791,24 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
         let target = |runs: &[RunStats]| condition_median(runs, |r| r.target_p50_ns) / 1e3;
         let added = e2e(on) - e2e(off);
         let recovered = target(on) - target(off);
-        // A share of a difference inside the run-to-run noise would be a random number.
-        let share = if added > e2e(off) * MIN_ADDED_FRACTION {
-            format!("{:>6.0}%", recovered / added * 100.0)
-        } else {
-            format!("{:>7}", "n/a")
+        let band = |runs: &[RunStats], f: fn(&(f64, f64)) -> f64| {
+            condition_median(runs, |r| f(&r.band_ns))
         };
+        let band_added = band(on, |b| b.0) - band(off, |b| b.0);
+        let band_recovered = band(on, |b| b.1) - band(off, |b| b.1);
+        // A share of a difference inside the run-to-run noise would be a random number.
+        let meaningful = added > e2e(off) * MIN_ADDED_FRACTION;
+        let percent = |part: f64, whole: f64| {
+            if meaningful {
+                format!("{:>6.0}%", part / whole * 100.0)
+            } else {
+                format!("{:>7}", "n/a")
+            }
+        };
+        let share = percent(recovered, added);
+        let at_p50 = percent(band_recovered, band_added);
         println!(
-            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {:>8.1} {:>8.1} {:>8.1}  {}",
+            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {at_p50} {:>8.1} {:>8.1} {:>8.1}  {}",
             cause.name(),
             e2e(off),
             e2e(on),
@@ -632,7 +818,37 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
             condition_median(on, |r| r.bpf_ns_per_request) / 1e3,
             condition_median(on, |r| r.recorder_cpu_ns_per_request.user_ns) / 1e3,
             condition_median(on, |r| r.recorder_cpu_ns_per_request.kernel_ns) / 1e3,
-            largest_other_growth(cause, off, on)
+            largest_other_growth(off, on)
+        );
+    }
+}
+
+fn print_breakdowns(results: &BTreeMap<(Cause, bool), Vec<RunStats>>) {
+    for cause in ALL_CAUSES {
+        let (Some(off), Some(on)) = (results.get(&(cause, false)), results.get(&(cause, true)))
+        else {
+            continue;
+        };
+        fn view(runs: &[RunStats]) -> Vec<truth_breakdown::RunView<'_>> {
+            runs.iter()
+                .map(|r| truth_breakdown::RunView {
+                    breakdown: &r.breakdown,
+                    p50_ns: &r.per_segment_p50_ns,
+                })
+                .collect()
+        }
+        let target: BTreeSet<String> = off
+            .iter()
+            .chain(on)
+            .flat_map(|r| r.target_keys.iter().cloned())
+            .collect();
+        let e2e = |runs: &[RunStats]| condition_median(runs, |r| r.e2e_p50_ns);
+        truth_breakdown::print(
+            cause.name(),
+            &view(off),
+            &view(on),
+            &target,
+            (e2e(off), e2e(on)),
         );
     }
 }

@@ -103,6 +103,24 @@ impl TruthNetns {
     }
 }
 
+/// Makes `cmd` start in a session of its own. With autogroup scheduling
+/// (`kernel.sched_autogroup_enabled`, on here) every session is one task group whose weight is
+/// shared out over the CPUs by its load: a child left in the harness's session would share a
+/// group with the CPU hogs (harness threads) and lose its weight on its own CPU to them.
+pub fn own_session(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid(2) is async-signal-safe; the child is not a process group leader (it was
+    // just forked from the harness), so it cannot fail with EPERM.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 impl Drop for TruthNetns {
     fn drop(&mut self) {
         for name in [&self.a, &self.b] {
@@ -229,10 +247,13 @@ impl Drop for TbfQdisc {
     }
 }
 
-/// Threads of this process spinning on one CPU (so they die with it); stopped on drop.
+/// Threads of this process spinning on one CPU (so they die with it); stopped on drop. They
+/// keep the harness's scheduling policy and nice value (SCHED_OTHER, nice 0 unless the harness
+/// was started otherwise), like the server it starts: [`SchedSetup`] checks that.
 pub struct CpuHogs {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    pub tids: Vec<i32>,
 }
 
 impl CpuHogs {
@@ -241,6 +262,7 @@ impl CpuHogs {
         let mut hogs = Self {
             stop: stop.clone(),
             threads: Vec::new(),
+            tids: Vec::new(),
         };
         for _ in 0..count {
             let stop = stop.clone();
@@ -248,14 +270,16 @@ impl CpuHogs {
             hogs.threads.push(std::thread::spawn(move || {
                 let pinned = pin_current_thread(cpu);
                 let ok = pinned.is_ok();
-                let _ = pinned_tx.send(pinned);
+                // SAFETY: gettid has no preconditions.
+                let _ = pinned_tx.send(pinned.map(|()| unsafe { libc::gettid() }));
                 while ok && !stop.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
                 }
             }));
-            pinned_rx
+            let tid = pinned_rx
                 .recv()
                 .context("hog thread ended before pinning")??;
+            hogs.tids.push(tid);
         }
         Ok(hogs)
     }
@@ -267,6 +291,55 @@ impl Drop for CpuHogs {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// How the scheduler treats one task, from /proc: what makes the hogs a fair competitor of
+/// the server (same policy and nice, same CPU, same autogroup).
+#[derive(Debug, PartialEq, Eq)]
+pub struct SchedSetup {
+    /// `policy` of /proc/PID/task/TID/stat (0 = SCHED_OTHER).
+    pub policy: i64,
+    pub nice: i64,
+    /// `Cpus_allowed_list` of /proc/PID/task/TID/status.
+    pub cpus: String,
+    /// /proc/PID/autogroup (the session's task group under autogroup scheduling).
+    pub autogroup: String,
+}
+
+impl SchedSetup {
+    pub fn of(pid: u32, tid: u32) -> Result<Self> {
+        let task = format!("/proc/{pid}/task/{tid}");
+        let stat = std::fs::read_to_string(format!("{task}/stat"))
+            .with_context(|| format!("reading {task}/stat"))?;
+        // Fields after the parenthesised command name; field 3 is the first.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let field = |n: usize| -> Result<i64> {
+            fields
+                .get(n - 3)
+                .and_then(|f| f.parse().ok())
+                .with_context(|| format!("{task}/stat: field {n} is not a number"))
+        };
+        let status = std::fs::read_to_string(format!("{task}/status"))
+            .with_context(|| format!("reading {task}/status"))?;
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|v| v.trim().to_owned())
+            .with_context(|| format!("{task}/status: no Cpus_allowed_list"))?;
+        // Without CONFIG_SCHED_AUTOGROUP the file does not exist: every task is in one group.
+        let autogroup = std::fs::read_to_string(format!("/proc/{pid}/autogroup"))
+            .map(|a| a.split_whitespace().next().unwrap_or("").to_owned())
+            .unwrap_or_else(|_| "none".into());
+        Ok(Self {
+            nice: field(19)?,
+            policy: field(41)?,
+            cpus,
+            autogroup,
+        })
     }
 }
 
@@ -282,6 +355,41 @@ fn pin_current_thread(cpu: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Per CPU, the ticks it was busy (user, nice, system, irq, softirq, steal) and all its ticks,
+/// machine-wide, from /proc/stat.
+pub fn cpu_ticks() -> Result<Vec<(u64, u64)>> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let mut cpus = Vec::new();
+    for line in stat.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        // "cpu " is the sum; "cpuN" are the CPUs, in order.
+        if !rest.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let v: Vec<u64> = rest
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().with_context(|| format!("/proc/stat: {line}")))
+            .collect::<Result<_>>()?;
+        let field = |i: usize| v.get(i).copied().unwrap_or(0);
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        let busy = field(0) + field(1) + field(2) + field(5) + field(6) + field(7);
+        cpus.push((busy, busy + field(3) + field(4)));
+    }
+    Ok(cpus)
+}
+
+/// The share of each CPU's time it was busy between two [`cpu_ticks`] readings.
+pub fn busy_between(before: &[(u64, u64)], after: &[(u64, u64)]) -> Vec<f64> {
+    before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| (a.0 - b.0) as f64 / (a.1 - b.1).max(1) as f64)
+        .collect()
 }
 
 /// The middle value (the upper one of an even count); NaN for none.

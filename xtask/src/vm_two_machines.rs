@@ -175,7 +175,11 @@ fn check_joined(requests: &[serde_json::Value]) -> Result<()> {
         from_a.len(),
         share * 100.0,
         COMPLETE_TARGET * 100.0,
-        if share >= COMPLETE_TARGET { "met" } else { "NOT met" }
+        if share >= COMPLETE_TARGET {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     ensure!(
         share >= MIN_COMPLETE,

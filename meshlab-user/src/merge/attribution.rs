@@ -20,7 +20,9 @@ use super::chain::Point;
 use super::event::{Place, Stamp};
 use super::half::{Half, LinkKey};
 use super::reader::ReaderTimeline;
-use super::segments::{self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, RX_SOCKET_QUEUE, Unit};
+use super::segments::{
+    self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, RX_SOCKET_QUEUE, ReaderState, Unit,
+};
 use super::time::{Instant, NodeClock, Span, difference, with_clock};
 
 /// Names the merge needs to describe events: node names and input file names.
@@ -71,6 +73,8 @@ struct Chain {
     kept: Vec<Kept>,
     /// The half's reader timelines ([`Half::readers`]).
     readers: Vec<ReaderTimeline>,
+    /// The half's own thread's states ([`Half::thread`]).
+    thread: Option<ReaderTimeline>,
 }
 
 /// A point without a stamp: named as missing when expected, or once as "no recording" for
@@ -143,6 +147,7 @@ impl Chain {
             owners: points.iter().map(|p| p.owner).collect(),
             kept,
             readers: half.readers.clone(),
+            thread: half.thread.clone(),
         }
     }
 
@@ -168,9 +173,82 @@ impl Chain {
                 derived: None,
                 place,
             };
-            self.by_reader_state(seg, &w[0], &mut out);
+            if self.thread_runs(&w[0], &w[1], &seg) {
+                self.by_thread_state(seg, &w[0], &w[1], &mut out);
+            } else {
+                self.by_reader_state(seg, &w[0], &mut out);
+            }
         }
         out
+    }
+
+    /// Whether the half's own thread ran the span from `a` to `b` (`seg`): process time or
+    /// its syscall's, between points of the half's own process (a proxy's are another
+    /// thread's).
+    fn thread_runs(&self, a: &Kept, b: &Kept, seg: &Segment) -> bool {
+        self.thread.is_some()
+            && self.owners[a.pos] == 0
+            && self.owners[b.pos] == 0
+            && segments::runs_on_thread(seg.layer, &seg.unit)
+    }
+
+    /// A span the half's thread ran, with the time it was runnable but off its CPU (preempted,
+    /// or woken inside the span and not yet switched in) cut out as `runqueue_wait`; the rest
+    /// keeps the span's name on either side. The parts tile the span (exact sum); a cut is a
+    /// kernel time, so a converted end's error stays with the part it bounds.
+    fn by_thread_state(&self, seg: Segment, from: &Kept, to: &Kept, out: &mut Vec<Segment>) {
+        let (Some(thread), Some(start)) = (&self.thread, seg.start_ns) else {
+            out.push(seg);
+            return;
+        };
+        let end = start + seg.dur_ns;
+        // Running, blocked (the process waiting on something of its own) and unknown all stay
+        // the span's time: only the run-queue wait is cut out.
+        let mut parts: Vec<(u64, u64, bool)> = Vec::new();
+        for (at, dur, state) in thread.split(start, end) {
+            let waiting = state == ReaderState::Runnable;
+            match parts.last_mut() {
+                Some(last) if last.2 == waiting => last.1 += dur,
+                _ => parts.push((at, dur, waiting)),
+            }
+        }
+        if !parts.iter().any(|p| p.2) {
+            out.push(seg);
+            return;
+        }
+        let n = parts.len();
+        let own_error = |k: &Kept| (k.stamp.error_ns > 0).then_some(k.stamp.error_ns);
+        out.extend(
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, (at, dur, waiting))| {
+                    let error_ns = match (i == 0, i == n - 1) {
+                        (true, true) => seg.error_ns,
+                        (true, false) => own_error(from),
+                        (false, true) => own_error(to),
+                        (false, false) => None,
+                    };
+                    let mut part = Segment {
+                        start_ns: Some(at),
+                        dur_ns: dur,
+                        error_ns,
+                        ..seg.clone()
+                    };
+                    if waiting {
+                        let d = &segments::RUNQUEUE_WAIT;
+                        part.name = d.name.to_owned();
+                        (part.layer, part.kind) = (d.layer, d.kind);
+                        part.unit = match d.unit {
+                            Unit::Process => self.processes[0].clone(),
+                            Unit::Fixed(u) => u.to_owned(),
+                        };
+                        // The wait's CPU is not known from the span's end event.
+                        part.place = None;
+                    }
+                    part
+                }),
+        );
     }
 
     /// `rx_socket_queue` cut by the reader thread's scheduler state (busy: its process's

@@ -99,6 +99,10 @@ pub(crate) struct Stages {
     pub stale_context: bool,
     /// RX without a wake-up: the reader thread's states while the data waited.
     pub reader: Option<ReaderTimeline>,
+    /// The thread whose syscall the stages belong to: TX, the one whose tcp_sendmsg copied the
+    /// message's first byte; RX, the one that took its data (the copy's, else the recv
+    /// return's).
+    pub thread: Option<u32>,
 }
 
 impl Stages {

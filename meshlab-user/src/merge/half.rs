@@ -54,6 +54,10 @@ pub struct Half {
     /// The reader thread's states while a received message waited in its socket without
     /// waking it (splits `rx_socket_queue`), keyed by the message's sk_data_ready time.
     pub readers: Vec<ReaderTimeline>,
+    /// The scheduler states of the half's own thread (the one that made its TX and RX
+    /// syscalls) over the half's span: cuts the thread's run-queue waits out of its own
+    /// segments (docs/segments.md, "The thread's own spans").
+    pub thread: Option<ReaderTimeline>,
     /// The node has a kernel recording; without one its kernel points are not expected one by
     /// one but reported once as `NODE:kernel (no recording)`.
     pub kernel_recorded: bool,

@@ -50,6 +50,8 @@ impl HopChain {
             retransmitted: self.stages.retransmitted,
             stale_context: self.stages.stale_context,
             reader: self.stages.reader.clone(),
+            // The unix call is the probed process's, the TCP one a proxy's: no one thread.
+            thread: None,
         }
     }
 }

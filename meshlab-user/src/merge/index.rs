@@ -162,6 +162,7 @@ impl RxFound {
             retransmitted,
             stale_context,
             reader: self.reader,
+            thread: self.reader_tid,
         }
     }
 
@@ -396,11 +397,13 @@ impl NodeIndex {
         let last = end.saturating_sub(1);
         for id in TX_KERNEL {
             let (ev, retrans) = match id {
-                PointId::TcpSendmsg => (
-                    self.events(cookie, Hook::TcpSendmsg)
-                        .and_then(|h| h.covering(start).0),
-                    false,
-                ),
+                PointId::TcpSendmsg => {
+                    let call = self
+                        .events(cookie, Hook::TcpSendmsg)
+                        .and_then(|h| h.covering(start).0);
+                    out.thread = call.map(|e| e.tid);
+                    (call, false)
+                }
                 _ => self
                     .events(cookie, tx_device_hook(id))
                     .map_or((None, false), |h| h.covering(last)),
@@ -461,13 +464,36 @@ impl NodeIndex {
         let Some(hi) = found.copy.or(found.ret) else {
             return;
         };
-        let (lo, hi) = (ready.ns(), hi.ns());
+        found.reader = Some(self.thread_timeline(tid, ready.ns(), hi.ns()));
+    }
+
+    /// Thread `tid`'s scheduler states over `[lo, hi]` (it runs at `hi`), from its events in
+    /// that range and its last one before.
+    fn thread_timeline(&self, tid: u32, lo: u64, hi: u64) -> ReaderTimeline {
         let (before, events) = self
             .threads
             .get(&tid)
             .map_or((None, Vec::new()), |q| q.around(lo, hi, sched_ns));
         let events: Vec<(u64, SchedEvent)> = events.iter().map(|(s, e)| (s.ns(), *e)).collect();
-        found.reader = Some(ReaderTimeline::build(lo, before.map(|b| b.1), &events));
+        ReaderTimeline::build(lo, before.map(|b| b.1), &events)
+    }
+
+    /// The scheduler states of the one thread that made both the TX and the RX syscalls of a
+    /// half (`(tx, rx)`: their [`Stages::thread`]), over the span of the half's `chains` of
+    /// points; none when the two were made by different threads (or either is unknown): a
+    /// span handed between threads has no one thread whose state would tell.
+    pub fn half_thread(
+        &self,
+        (tx, rx): (Option<u32>, Option<u32>),
+        chains: &[&[Point]],
+    ) -> Option<ReaderTimeline> {
+        let tid = tx.filter(|t| rx == Some(*t))?;
+        let points = chains.iter().flat_map(|c| c.iter());
+        let ns = points.filter_map(|p| p.stamp.map(|s| s.ns()));
+        let (lo, hi) = ns.fold(None, |acc: Option<(u64, u64)>, n| {
+            Some(acc.map_or((n, n), |(lo, hi)| (lo.min(n), hi.max(n))))
+        })?;
+        Some(self.thread_timeline(tid, lo, hi))
     }
 
     /// The wake-up the data caused, if the reader was asleep: between queueing and copying,

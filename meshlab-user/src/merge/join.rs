@@ -428,6 +428,7 @@ impl NodeJoiner {
         let (request, response) = if client { (&tx, &rx) } else { (&rx, &tx) };
         let mut notes = stage_notes(&self.name, "request", request);
         notes.extend(stage_notes(&self.name, "response", response));
+        let threads = (tx.thread, rx.thread);
         let probe = |id: PointId| Point::seen(id, g.probes.get(&id).copied());
         let (mut points, mut post) = if client {
             (
@@ -443,12 +444,9 @@ impl NodeJoiner {
         let mut owners = vec![g.process.clone()];
         let relays = g.hops.iter().map(|h| h.relays).max().unwrap_or(0);
         owners.extend(relay_names(client, relays));
-        let mut extras = std::mem::take(&mut g.custom);
-        extras.extend(self.extras.remove(&key.0).unwrap_or_default());
-        let count = extras.len() as u64;
-        let unplaced = catalog::place(&mut points, &mut post, client, extras, &mut owners);
-        self.custom_points += count - unplaced;
-        self.unplaced_points += unplaced;
+        let extras = std::mem::take(&mut g.custom);
+        self.place_custom(extras, key, (&mut points, &mut post), &mut owners);
+        let thread = self.index.half_thread(threads, &[&points, &post]);
         let unresolved = g.hops.iter().flat_map(|h| &h.unresolved);
         let unresolved = unresolved.map(|u| format!("{}:{u}", self.name)).collect();
         let request = if client { g.tx_msg } else { g.rx_msg };
@@ -465,6 +463,7 @@ impl NodeJoiner {
             process: g.process,
             relays: owners.split_off(1),
             unresolved,
+            thread,
             points,
             post,
             notes,
@@ -472,6 +471,22 @@ impl NodeJoiner {
             kernel_recorded: self.kernel_recorded,
             ready_ns: self.frontier_ns,
         });
+    }
+
+    /// Places other probed processes' points of a half's trace into its chains, counting
+    /// those placed and those that fit nowhere.
+    fn place_custom(
+        &mut self,
+        mut extras: Vec<Extra>,
+        key: &GroupKey,
+        (points, post): (&mut Vec<Point>, &mut Vec<Point>),
+        owners: &mut Vec<String>,
+    ) {
+        extras.extend(self.extras.remove(&key.0).unwrap_or_default());
+        let count = extras.len() as u64;
+        let unplaced = catalog::place(points, post, key.1, extras, owners);
+        self.custom_points += count - unplaced;
+        self.unplaced_points += unplaced;
     }
 
     /// Other processes' points whose trace has no half on this node (counted, not placed).

@@ -652,6 +652,25 @@ pub fn reader_segment(state: ReaderState) -> Option<&'static ReaderSegmentDef> {
     READER_SEGMENTS.iter().find(|d| d.state == state)
 }
 
+/// The time a thread spent runnable without a CPU inside a span of its own (docs/segments.md,
+/// "The thread's own spans"): cut out of the process-layer or syscall segment it interrupted,
+/// which keeps its name on both sides.
+pub const RUNQUEUE_WAIT: ReaderSegmentDef = ReaderSegmentDef {
+    state: ReaderState::Runnable,
+    name: "runqueue_wait",
+    layer: Kernel,
+    unit: Fixed("scheduler"),
+    kind: Queue,
+};
+
+/// Whether a segment described as `layer` / `unit` is the execution of the thread whose events
+/// bound it: the process's own time, or the kernel time of its syscall. Only such a span is
+/// cut by that thread's scheduler state (a queue or a softirq stage is not the thread's work:
+/// the thread being preempted does not delay it).
+pub fn runs_on_thread(layer: Layer, unit: &str) -> bool {
+    layer == Process || unit == "syscall"
+}
+
 /// The cross-node segment, derived by the difference method.
 pub const NETWORK_ROUND_TRIP: &str = "network_round_trip";
 /// The client's wait for its peer when the server half is unknown (no server recording or no

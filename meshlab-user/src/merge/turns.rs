@@ -207,6 +207,7 @@ fn finish(
     let (req, resp) = if turn.client { (&tx, &rx) } else { (&rx, &tx) };
     notes.extend(stage_notes(node_name, "request", req));
     notes.extend(stage_notes(node_name, "response", resp));
+    let thread = index.half_thread((tx.thread, rx.thread), &[&tx.points, &rx.points]);
     let (points, post) = if turn.client {
         (
             chain::client_request(None, tx.points),
@@ -232,6 +233,7 @@ fn finish(
         post,
         notes,
         readers,
+        thread,
         kernel_recorded: true,
         ready_ns: now.min(turn.last_ns),
     })

@@ -42,6 +42,11 @@ pub struct ServerArgs {
     /// server process).
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = crate::units::parse_duration)]
     pub handler_spin: std::time::Duration,
+    /// Burn this much of the handler thread's own CPU time in every request (DURATION, as
+    /// --handler-spin; CLOCK_THREAD_CPUTIME_ID): work that needs the CPU, so time the thread
+    /// spends preempted adds to it (the CPU-hog cause of `cargo xtask truth`).
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = crate::units::parse_duration)]
+    pub handler_cpu: std::time::Duration,
     /// SO_RCVBUF of every accepted TCP connection (0 = the kernel's default): a known small
     /// receive buffer for `cargo xtask truth`.
     #[arg(long, default_value_t = 0)]
@@ -55,6 +60,7 @@ pub struct ServerArgs {
 struct ServeOptions {
     proto: Proto,
     handler_spin: std::time::Duration,
+    handler_cpu: std::time::Duration,
     rcvbuf: u32,
 }
 
@@ -90,6 +96,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let options = ServeOptions {
         proto: args.proto,
         handler_spin: args.handler_spin,
+        handler_cpu: args.handler_cpu,
         rcvbuf: args.rcvbuf,
     };
     let result = accept_loop(&listener, fd, options, &probes);
@@ -194,6 +201,7 @@ fn serve(
         hits.hit("server.decode_end");
         hits.hit("server.handler_begin");
         spin_for(options.handler_spin);
+        burn_cpu(options.handler_cpu)?;
         let mut reply = request.message;
         reply.kind = MessageKind::Reply;
         hits.hit("server.handler_end");
@@ -223,6 +231,33 @@ fn spin_for(duration: std::time::Duration) {
     while start.elapsed() < duration {
         std::hint::spin_loop();
     }
+}
+
+/// Busy-works until the calling thread has used `duration` of CPU time: unlike `spin_for`,
+/// time off the CPU (preempted) does not count, so it lengthens the request.
+fn burn_cpu(duration: std::time::Duration) -> anyhow::Result<()> {
+    if duration.is_zero() {
+        return Ok(());
+    }
+    let start = thread_cpu_ns()?;
+    let budget = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+    while thread_cpu_ns()?.saturating_sub(start) < budget {
+        std::hint::spin_loop();
+    }
+    Ok(())
+}
+
+fn thread_cpu_ns() -> anyhow::Result<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec to a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .context("clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    }
+    Ok(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 fn set_rcvbuf(stream: &std::net::TcpStream, bytes: u32) -> anyhow::Result<()> {

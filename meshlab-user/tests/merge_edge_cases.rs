@@ -151,8 +151,11 @@ fn a_negative_network_difference_is_refused_and_the_wait_stays_whole() {
         err.contains("network round trip would be negative"),
         "{err}"
     );
+    // The driver's return (net_dev_xmit) is dropped as the departure when it makes the
+    // difference negative; with start_xmit (400 ns earlier) it is still negative: refused.
     assert!(
-        err.contains("outer span 64900 ns < inner span 144900 ns"),
+        err.contains("outer span 64900 ns < inner span 144500 ns")
+            && err.contains("B:net_dev_start_xmit at 7000001159400 ns"),
         "{err}"
     );
 }

@@ -662,22 +662,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
     if e2e.is_empty() {
         bail!("{}: no complete request", merged.display());
     }
-    let keys: BTreeSet<&String> = requests.iter().flat_map(|r| r.keys()).collect();
-    let mut per_segment: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut present: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for key in keys {
-        // A segment absent from a request (an optional stage) counts as 0 there.
-        let all: Vec<f64> = requests
-            .iter()
-            .map(|r| r.get(key).copied().unwrap_or(0) as f64)
-            .collect();
-        let had: Vec<f64> = requests
-            .iter()
-            .filter_map(|r| r.get(key).map(|&ns| ns as f64))
-            .collect();
-        per_segment.insert(key.clone(), all);
-        present.insert(key.clone(), had);
-    }
+    let (per_segment, present) = per_segment_samples(&requests);
     let band = truth_breakdown::band_indices(&e2e);
     let mut band_ns: BTreeMap<String, f64> = per_segment
         .iter()
@@ -713,6 +698,31 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         present_p50_ns: medians(present),
         breakdown,
     })
+}
+
+/// Per segment key, one duration per request.
+type Samples = BTreeMap<String, Vec<f64>>;
+
+/// Per segment its duration in every request (0 where absent: an optional stage) and in the
+/// requests that have it.
+fn per_segment_samples(requests: &[BTreeMap<String, u64>]) -> (Samples, Samples) {
+    let keys: BTreeSet<&String> = requests.iter().flat_map(|r| r.keys()).collect();
+    let mut per_segment: Samples = BTreeMap::new();
+    let mut present: Samples = BTreeMap::new();
+    for key in keys {
+        // A segment absent from a request (an optional stage) counts as 0 there.
+        let all: Vec<f64> = requests
+            .iter()
+            .map(|r| r.get(key).copied().unwrap_or(0) as f64)
+            .collect();
+        let had: Vec<f64> = requests
+            .iter()
+            .filter_map(|r| r.get(key).map(|&ns| ns as f64))
+            .collect();
+        per_segment.insert(key.clone(), all);
+        present.insert(key.clone(), had);
+    }
+    (per_segment, present)
 }
 
 fn medians(samples: BTreeMap<String, Vec<f64>>) -> BTreeMap<String, f64> {

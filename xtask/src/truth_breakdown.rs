@@ -77,26 +77,7 @@ pub fn print(
     target: &BTreeSet<String>,
     e2e_p50: (f64, f64),
 ) {
-    let keys: BTreeSet<&String> = without
-        .iter()
-        .chain(with)
-        .flat_map(|r| r.breakdown.sum_ns.keys())
-        .collect();
-    let mut rows: Vec<(f64, &String)> = keys
-        .into_iter()
-        .map(|k| {
-            (
-                pooled_mean(with, Some(k)) - pooled_mean(without, Some(k)),
-                k,
-            )
-        })
-        .collect();
-    // The largest change first, in the mean or around the median, whichever is larger.
-    let size = |(added, key): &(f64, &String)| {
-        let band = median_band_mean(with, key) - median_band_mean(without, key);
-        added.abs().max(band.abs())
-    };
-    rows.sort_by(|a, b| size(b).total_cmp(&size(a)));
+    let rows = sorted_rows(without, with);
     println!(
         "\nbreakdown: {cause} ({} + {} runs; p50: median over runs of the run's median, absent \
          = 0; mean: pooled over the runs' complete requests; at p50 added: the added mean over \
@@ -121,50 +102,13 @@ pub fn print(
         (median_band_mean(with, E2E) - median_band_mean(without, E2E)) / 1e3
     );
     for (added, key) in rows.iter().take(ROWS) {
-        let cpus: BTreeSet<u64> = without
-            .iter()
-            .chain(with)
-            .filter_map(|r| r.breakdown.cpus.get(*key))
-            .flatten()
-            .copied()
-            .collect();
-        let cpus: Vec<String> = cpus.iter().map(u64::to_string).collect();
-        let mark = if target.contains(*key) { "*" } else { "" };
-        println!(
-            "{:<26} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>12.1}",
-            format!("{mark}{key}"),
-            cpus.join(","),
-            median_p50(without, key) / 1e3,
-            median_p50(with, key) / 1e3,
-            pooled_mean(without, Some(key)) / 1e3,
-            pooled_mean(with, Some(key)) / 1e3,
-            added / 1e3,
-            (median_band_mean(with, key) - median_band_mean(without, key)) / 1e3
-        );
+        print_row(without, with, target, *added, key);
     }
-    let busy = |runs: &[RunView]| -> String {
-        let cpus = runs
-            .iter()
-            .map(|r| r.breakdown.cpu_busy.len())
-            .max()
-            .unwrap_or(0);
-        (0..cpus)
-            .map(|c| {
-                let share = median(
-                    runs.iter()
-                        .filter_map(|r| r.breakdown.cpu_busy.get(c).copied())
-                        .collect(),
-                );
-                format!("cpu{c} {:.0} %", share * 100.0)
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     println!(
         "CPUs busy with anything (/proc/stat, machine-wide, medians over runs): without {}; \
          with {}",
-        busy(without),
-        busy(with)
+        cpu_busy(without),
+        cpu_busy(with)
     );
     let target_added: f64 = target
         .iter()
@@ -177,6 +121,81 @@ pub fn print(
         target_added / 1e3,
         target_added / e2e_added * 100.0
     );
+}
+
+/// Every segment with its added mean, the largest change first.
+fn sorted_rows<'a>(without: &'a [RunView], with: &'a [RunView]) -> Vec<(f64, &'a String)> {
+    let keys: BTreeSet<&String> = without
+        .iter()
+        .chain(with)
+        .flat_map(|r| r.breakdown.sum_ns.keys())
+        .collect();
+    let mut rows: Vec<(f64, &String)> = keys
+        .into_iter()
+        .map(|k| {
+            (
+                pooled_mean(with, Some(k)) - pooled_mean(without, Some(k)),
+                k,
+            )
+        })
+        .collect();
+    // The largest change first, in the mean or around the median, whichever is larger.
+    let size = |(added, key): &(f64, &String)| {
+        let band = median_band_mean(with, key) - median_band_mean(without, key);
+        added.abs().max(band.abs())
+    };
+    rows.sort_by(|a, b| size(b).total_cmp(&size(a)));
+    rows
+}
+
+/// One segment's row: its CPUs, p50s, means and added means.
+fn print_row(
+    without: &[RunView],
+    with: &[RunView],
+    target: &BTreeSet<String>,
+    added: f64,
+    key: &String,
+) {
+    let cpus: BTreeSet<u64> = without
+        .iter()
+        .chain(with)
+        .filter_map(|r| r.breakdown.cpus.get(key))
+        .flatten()
+        .copied()
+        .collect();
+    let cpus: Vec<String> = cpus.iter().map(u64::to_string).collect();
+    let mark = if target.contains(key) { "*" } else { "" };
+    println!(
+        "{:<26} {:>6} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>12.1}",
+        format!("{mark}{key}"),
+        cpus.join(","),
+        median_p50(without, key) / 1e3,
+        median_p50(with, key) / 1e3,
+        pooled_mean(without, Some(key)) / 1e3,
+        pooled_mean(with, Some(key)) / 1e3,
+        added / 1e3,
+        (median_band_mean(with, key) - median_band_mean(without, key)) / 1e3
+    );
+}
+
+/// Each CPU's busy share, median over the runs.
+fn cpu_busy(runs: &[RunView]) -> String {
+    let cpus = runs
+        .iter()
+        .map(|r| r.breakdown.cpu_busy.len())
+        .max()
+        .unwrap_or(0);
+    (0..cpus)
+        .map(|c| {
+            let share = median(
+                runs.iter()
+                    .filter_map(|r| r.breakdown.cpu_busy.get(c).copied())
+                    .collect(),
+            );
+            format!("cpu{c} {:.0} %", share * 100.0)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The requests around the median e2e time (ranks 45 % to 55 % of the run, at least one):

@@ -91,6 +91,37 @@ fn plain_with_b_edited(
     files
 }
 
+/// A NIC frame found by a poll no NIC IRQ started (NAPI's re-poll, a TX NAPI's softirq run:
+/// seen in the 6.12 guests): its CPU context has a NET_RX raise and softirq entry but no IRQ.
+/// Those two are not the frame's (here 3 ms before it, which made the network difference
+/// negative): the chain starts at netif_receive_skb, the 1.7 us before it are the network's,
+/// and nothing is missing.
+#[test]
+fn a_nic_frame_polled_without_an_irq_starts_at_netif_receive_skb() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = plain_with_b_edited(dir.path(), |n, l| match n {
+        3 => l
+            .replace(r#""irq":40,"irq_entry_ns":7000001014900,"#, "")
+            .replace("7000001015200", "6999998015200")
+            .replace("7000001015800", "6999998015800"),
+        _ => l.to_owned(),
+    });
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    let mut expected = plain();
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 20_000 + 300 + 600 + 800;
+    // B's first RX stages (IRQ handler, softirq delay, NAPI poll) are gone.
+    expected.drain(net + 1..net + 4);
+    assert_request(r, &expected, 82_100);
+    assert!(r.complete, "{r:?}");
+    assert!(r.missing.is_empty(), "{:?}", r.missing);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+}
+
 #[test]
 fn a_would_be_negative_segment_is_refused_and_reported_with_its_events() {
     let dir = tempfile::tempdir().unwrap();

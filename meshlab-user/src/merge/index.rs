@@ -169,7 +169,13 @@ impl RxFound {
     /// Takes the IRQ/softirq times of the skb's CPU that are in path order before the skb;
     /// returns whether some were not (stale context).
     fn set_context(&mut self, rx: RxContext) -> bool {
-        self.irq_expected = rx.irq_expected;
+        // A NIC frame whose CPU context has no NIC IRQ was found by a poll that no IRQ of
+        // that CPU started (NAPI's re-poll while interrupts were off, a TX NAPI sharing the
+        // softirq run, an RPS backlog): no IRQ is missing, and the raise and softirq entry
+        // are not this frame's (the run may have begun before it arrived). Its chain starts
+        // where the kernel first saw it, netif_receive_skb; the time before is the network's.
+        let polled_without_irq = rx.irq_expected && rx.irq_entry_ns.is_none();
+        self.irq_expected = rx.irq_expected && !polled_without_irq;
         let Some(mut node) = self.netif else {
             return false;
         };
@@ -187,10 +193,10 @@ impl RxFound {
                 None
             }
         };
-        let softirq_entry = in_order(rx.softirq_entry_ns);
+        let softirq_entry = in_order(rx.softirq_entry_ns.filter(|_| !polled_without_irq));
         // Without a NIC IRQ (veth, loopback) NET_RX is raised by the sender's transmit
         // (netif_rx), not by this skb's arrival: that raise is not a receive stage.
-        let softirq_raise = in_order(rx.softirq_raise_ns.filter(|_| rx.irq_expected));
+        let softirq_raise = in_order(rx.softirq_raise_ns.filter(|_| self.irq_expected));
         let irq_entry = in_order(rx.irq_entry_ns);
         // The context's IRQ (and so the RX queue) is this skb's only when its entry time is.
         if irq_entry.is_none() {

@@ -91,6 +91,44 @@ fn plain_with_b_edited(
     files
 }
 
+/// A connection's last turn has no next turn to close it: it closes when idle for a window.
+/// A quiet node (here: A's only other events come 3 s later, 5000 scheduler events of another
+/// thread) must still finish it while its events are indexed. It was finished only at the
+/// 4096-event sweep, after that sweep had evicted its events: the last request of every
+/// connection of the two-guest scenario was lost ("cannot measure end to end").
+#[test]
+fn the_last_turn_of_a_quiet_connection_is_finished_before_its_events_are_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = fixture_files("kernel_only");
+    let a = files
+        .iter()
+        .position(|f| f.ends_with("A.kernel.ndjson"))
+        .unwrap();
+    let text = std::fs::read_to_string(&files[a]).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let last_event = 1_000_001_182_500u64;
+    let later = (0..5000u64).map(|i| {
+        format!(
+            "{{\"type\":\"kernel\",\"node\":\"A\",\"hook\":\"sched_switch\",\"ts_ns\":{},\"cpu\":0,\"pid\":7,\"tid\":7,\"value\":{}}}",
+            last_event + 3_000_000_000 + 100 * i,
+            i % 2
+        )
+    });
+    let at = lines.len() - 2; // before the final clock and summary records
+    lines.splice(at..at, later);
+    let path = dir.path().join("A.kernel.ndjson");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    files[a] = path;
+    let out = merge(&files, &[]);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+    assert_eq!(out.requests.len(), 2);
+    assert!(
+        out.requests.iter().all(|r| r.complete),
+        "{:?}",
+        out.requests
+    );
+}
+
 /// A NIC frame found by a poll no NIC IRQ started (NAPI's re-poll, a TX NAPI's softirq run:
 /// seen in the 6.12 guests): its CPU context has a NET_RX raise and softirq entry but no IRQ.
 /// Those two are not the frame's (here 3 ms before it, which made the network difference

@@ -81,6 +81,9 @@ pub struct NodeJoiner {
     recvs_by_tid: HashMap<u32, VecDeque<(Stamp, MsgRef)>>,
     frontier_ns: u64,
     since_sweep: u32,
+    /// The frontier at the last sweep: a quiet node sweeps by time too (half a window), so an
+    /// idle turn is finished soon after it went quiet, not thousands of events later.
+    swept_at_ns: u64,
     pub done: Vec<Half>,
     pub errors: Vec<String>,
 }
@@ -113,6 +116,7 @@ impl NodeJoiner {
             recvs_by_tid: HashMap::default(),
             frontier_ns: 0,
             since_sweep: 0,
+            swept_at_ns: 0,
             done: Vec::new(),
             errors: Vec::new(),
         }
@@ -131,7 +135,7 @@ impl NodeJoiner {
         }
         self.run_deadlines(self.frontier_ns);
         self.since_sweep += 1;
-        if self.since_sweep >= 4096 {
+        if self.since_sweep >= 4096 || self.frontier_ns >= self.swept_at_ns + self.window_ns / 2 {
             self.sweep();
         }
     }
@@ -505,6 +509,14 @@ impl NodeJoiner {
     /// Evicts old kernel events and finishes groups and turns that went quiet.
     fn sweep(&mut self) {
         self.since_sweep = 0;
+        self.swept_at_ns = self.frontier_ns;
+        // Idle turns first, and finished while their events are still indexed: a connection's
+        // last turn has no next turn to close it, and by this sweep (4096 events later, seconds
+        // in a quiet recording) its events may be older than the cutoff below.
+        if let Some(turns) = &mut self.turns {
+            turns.close_idle(self.frontier_ns, self.window_ns);
+        }
+        self.run_deadlines(self.frontier_ns);
         let cutoff = self.frontier_ns.saturating_sub(self.window_ns);
         self.index.evict_before(cutoff);
         self.legs.evict_before(cutoff);
@@ -532,9 +544,6 @@ impl NodeJoiner {
             self.finish(&key);
         }
         self.drop_extras_before(stale_before);
-        if let Some(turns) = &mut self.turns {
-            turns.close_idle(self.frontier_ns, self.window_ns);
-        }
     }
 
     /// End of input: every deadline is due, every group and turn finishes.

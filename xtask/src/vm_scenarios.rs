@@ -79,8 +79,9 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     if kernel == TWO_MACHINE_KERNEL {
         result = result.and_then(|()| vm_two_machines::check(&meshlab, &dir));
     }
-    // Kept on failure: the recordings, the merge and the rounds say what went wrong.
-    if result.is_ok() {
+    // Kept on failure (or with MESHLAB_VM_KEEP set): the recordings, the merge and the rounds
+    // say what went wrong, and can be merged again by a later build.
+    if result.is_ok() && std::env::var_os("MESHLAB_VM_KEEP").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     result.with_context(|| {

@@ -4,6 +4,7 @@
 
 mod merge_common;
 
+use merge_common::edit::with_kernel_lines;
 use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on, only, plain};
 use merge_common::{fixture_files, merge};
 use meshlab_user::schema::{Hook, JoinMethod};
@@ -74,21 +75,11 @@ fn plain_with_b_edited(
     dir: &std::path::Path,
     edit: impl Fn(usize, &str) -> String,
 ) -> Vec<std::path::PathBuf> {
-    let mut files = fixture_files("plain");
-    let b = files
-        .iter()
-        .position(|f| f.ends_with("B.kernel.ndjson"))
-        .unwrap();
-    let text = std::fs::read_to_string(&files[b]).unwrap();
-    let edited: Vec<String> = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| edit(i + 1, l))
-        .collect();
-    let path = dir.join("B.kernel.ndjson");
-    std::fs::write(&path, edited.join("\n") + "\n").unwrap();
-    files[b] = path;
-    files
+    with_kernel_lines(dir, "plain", "B", |lines| {
+        for (i, l) in lines.iter_mut().enumerate() {
+            *l = edit(i + 1, l);
+        }
+    })
 }
 
 /// A connection's last turn has no next turn to close it: it closes when idle for a window.
@@ -99,13 +90,6 @@ fn plain_with_b_edited(
 #[test]
 fn the_last_turn_of_a_quiet_connection_is_finished_before_its_events_are_evicted() {
     let dir = tempfile::tempdir().unwrap();
-    let mut files = fixture_files("kernel_only");
-    let a = files
-        .iter()
-        .position(|f| f.ends_with("A.kernel.ndjson"))
-        .unwrap();
-    let text = std::fs::read_to_string(&files[a]).unwrap();
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     let last_event = 1_000_001_182_500u64;
     let later = (0..5000u64).map(|i| {
         format!(
@@ -114,11 +98,10 @@ fn the_last_turn_of_a_quiet_connection_is_finished_before_its_events_are_evicted
             i % 2
         )
     });
-    let at = lines.len() - 2; // before the final clock and summary records
-    lines.splice(at..at, later);
-    let path = dir.path().join("A.kernel.ndjson");
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    files[a] = path;
+    let files = with_kernel_lines(dir.path(), "kernel_only", "A", |lines| {
+        let at = lines.len() - 2; // before the final clock and summary records
+        lines.splice(at..at, later);
+    });
     let out = merge(&files, &[]);
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
     assert_eq!(out.requests.len(), 2);

@@ -7,50 +7,21 @@
 
 mod merge_common;
 
+use merge_common::edit::{off, on_cpu, with_kernel_lines, woken_by_other};
 use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on};
-use merge_common::{fixture_files, merge};
+use merge_common::merge;
 use meshlab_user::schema::{Kind, Layer, MergedRequest};
 
 const DATA_READY: u64 = 7_000_001_019_000;
-
-fn switch(ts: u64, value: i64, prev_state: Option<u64>) -> String {
-    let aux = prev_state.map_or(String::new(), |s| format!(",\"aux\":{s}"));
-    format!(
-        "{{\"type\":\"kernel\",\"node\":\"B\",\"hook\":\"sched_switch\",\"ts_ns\":{ts},\"cpu\":1,\"pid\":2000,\"tid\":2000,\"cookie\":2000,\"value\":{value}{aux}}}"
-    )
-}
-
-fn off(ts: u64, prev_state: u64) -> String {
-    switch(ts, 0, Some(prev_state))
-}
-
-fn on_cpu(ts: u64) -> String {
-    switch(ts, 1, None)
-}
-
-/// A wake-up of the server thread by something else (another connection's cookie).
-fn woken_by_other(ts: u64) -> String {
-    format!(
-        "{{\"type\":\"kernel\",\"node\":\"B\",\"hook\":\"sched_wakeup\",\"ts_ns\":{ts},\"cpu\":0,\"pid\":2000,\"tid\":2000,\"cookie\":9999,\"aux\":7}}"
-    )
-}
 
 /// The first request of the kernel-only fixture with B's lines 6-7 (the server thread's
 /// wake-up and switch-in) replaced by the scheduler event lines `sched`.
 fn first_request(sched: &[String]) -> MergedRequest {
     let dir = tempfile::tempdir().unwrap();
-    let mut files = fixture_files("kernel_only");
-    let b = files
-        .iter()
-        .position(|f| f.ends_with("B.kernel.ndjson"))
-        .unwrap();
-    let text = std::fs::read_to_string(&files[b]).unwrap();
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    assert!(lines[5].contains("sched_wakeup") && lines[6].contains("sched_switch"));
-    lines.splice(5..7, sched.iter().cloned());
-    let path = dir.path().join("B.kernel.ndjson");
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    files[b] = path;
+    let files = with_kernel_lines(dir.path(), "kernel_only", "B", |lines| {
+        assert!(lines[5].contains("sched_wakeup") && lines[6].contains("sched_switch"));
+        lines.splice(5..7, sched.iter().cloned());
+    });
     let out = merge(&files, &[]);
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
     let mut rs = out.requests;

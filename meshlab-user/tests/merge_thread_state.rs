@@ -8,34 +8,13 @@
 
 mod merge_common;
 
+use merge_common::edit::{off, on_cpu, with_kernel_lines, woken_by_other};
 use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on, plain};
-use merge_common::{fixture_files, merge};
+use merge_common::merge;
 use meshlab_user::schema::{Kind, Layer, MergedRequest, Segment};
 
 const RECV_RETURN: u64 = 7_000_001_025_500;
 const HANDLER_BEGIN: u64 = 7_000_001_029_100;
-
-fn switch(ts: u64, value: i64, prev_state: Option<u64>) -> String {
-    let aux = prev_state.map_or(String::new(), |s| format!(",\"aux\":{s}"));
-    format!(
-        "{{\"type\":\"kernel\",\"node\":\"B\",\"hook\":\"sched_switch\",\"ts_ns\":{ts},\"cpu\":1,\"pid\":2000,\"tid\":2000,\"cookie\":2000,\"value\":{value}{aux}}}"
-    )
-}
-
-fn off(ts: u64, prev_state: u64) -> String {
-    switch(ts, 0, Some(prev_state))
-}
-
-fn on_cpu(ts: u64) -> String {
-    switch(ts, 1, None)
-}
-
-/// A wake-up of the server thread by something else (another connection's cookie).
-fn woken_by_other(ts: u64) -> String {
-    format!(
-        "{{\"type\":\"kernel\",\"node\":\"B\",\"hook\":\"sched_wakeup\",\"ts_ns\":{ts},\"cpu\":0,\"pid\":2000,\"tid\":2000,\"cookie\":9999,\"aux\":7}}"
-    )
-}
 
 /// The first request of `fixture` with `sched` inserted into B's kernel recording after line
 /// `after` (0-based; the events keep the file in time order), and `edit` applied to its lines.
@@ -46,18 +25,10 @@ fn first_request(
     edit: impl Fn(&mut Vec<String>),
 ) -> MergedRequest {
     let dir = tempfile::tempdir().unwrap();
-    let mut files = fixture_files(fixture);
-    let b = files
-        .iter()
-        .position(|f| f.ends_with("B.kernel.ndjson"))
-        .unwrap();
-    let text = std::fs::read_to_string(&files[b]).unwrap();
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    lines.splice(after + 1..after + 1, sched.iter().cloned());
-    edit(&mut lines);
-    let path = dir.path().join("B.kernel.ndjson");
-    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    files[b] = path;
+    let files = with_kernel_lines(dir.path(), fixture, "B", |lines| {
+        lines.splice(after + 1..after + 1, sched.iter().cloned());
+        edit(lines);
+    });
     let out = merge(&files, &[]);
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
     let mut rs = out.requests;

@@ -2,6 +2,7 @@
 //! in-process, and reading its output back.
 #![allow(dead_code)]
 
+pub mod edit;
 pub mod expect;
 
 use std::collections::BTreeMap;

@@ -16,7 +16,7 @@ mod merge_common;
 
 use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on, only, plain};
 use merge_common::{fixture_dir, fixture_files, merge, scenarios};
-use meshlab_user::schema::JoinMethod;
+use meshlab_user::schema::{JoinMethod, MergedRequest};
 
 #[test]
 fn plain_request_response() {
@@ -101,24 +101,18 @@ fn tx_completion_after_the_peer_had_the_message_is_not_used() {
 
 /// Both drivers return after the peer already had the frame (a virtio kick that stalls the
 /// sender's vCPU, seen in the 6.12 guests): each net_dev_xmit 25.1 us after its doorbell,
-/// 15.1 us after the peer's IRQ for the frame. With either return as the departure the round trip would be negative,
-/// so the departure is net_dev_start_xmit on both sides: no `tx_driver` segment, its 400 ns
-/// on each side are network time, and the request stays complete without an error.
+/// 15.1 us after the peer's IRQ for the frame. With either return as the departure the round
+/// trip would be negative, so the departure is net_dev_start_xmit on both sides: no
+/// `tx_driver` segment, its 400 ns on each side are network time, and the request stays
+/// complete without an error.
 #[test]
 fn a_driver_return_after_the_peer_had_the_frame_is_not_the_departure() {
-    let out = merge(&fixture_files("driver_return_after_peer_rx"), &[]);
-    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
-    let [r] = &out.requests[..] else {
-        panic!("one request expected: {:?}", out.summary)
-    };
-    let mut expected: Vec<_> = plain().into_iter().filter(|s| s.0 != "tx_driver").collect();
-    let net = expected
+    let r = departs_at_start_xmit("driver_return_after_peer_rx");
+    let net = r
+        .segments
         .iter()
-        .position(|s| s.0 == "network_round_trip")
+        .position(|s| s.name == "network_round_trip")
         .unwrap();
-    expected[net].2 = 20_800;
-    assert_request(r, &expected, 82_100);
-    assert!(r.complete && r.missing.is_empty(), "{r:?}");
     let d = r.segments[net].derived.as_ref().unwrap();
     assert_eq!(d.outer, ["net_dev_start_xmit", "irq_entry"]);
     assert_eq!(d.inner, ["irq_entry", "net_dev_start_xmit"]);
@@ -129,7 +123,13 @@ fn a_driver_return_after_the_peer_had_the_frame_is_not_the_departure() {
 /// same request as above, not an out-of-order chain with the response's IRQ dropped.
 #[test]
 fn a_driver_return_after_the_reply_arrived_is_not_used() {
-    let out = merge(&fixture_files("driver_return_after_reply"), &[]);
+    departs_at_start_xmit("driver_return_after_reply");
+}
+
+/// The one request of `fixture`, checked to be the plain request with each side's departure
+/// at net_dev_start_xmit: no `tx_driver`, its 400 ns on each side in the network time.
+fn departs_at_start_xmit(fixture: &str) -> MergedRequest {
+    let out = merge(&fixture_files(fixture), &[]);
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
     let [r] = &out.requests[..] else {
         panic!("one request expected: {:?}", out.summary)
@@ -142,6 +142,7 @@ fn a_driver_return_after_the_reply_arrived_is_not_used() {
     expected[net].2 = 20_800;
     assert_request(r, &expected, 82_100);
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
+    r.clone()
 }
 
 /// Constructed hardware path (no NIC here stamps): the driver reports each skb's hardware TX

@@ -13,7 +13,8 @@ use super::{EVENT_SIZE, Meta, RecordKind, file_header, json_record_bytes};
 const BUFFER_BYTES: usize = 1 << 20;
 
 pub struct CaptureWriter<W: Write> {
-    out: W,
+    /// Taken only by [`Self::into_inner`]; until then always there.
+    out: Option<W>,
     /// [`BUFFER_BYTES`] plus room for one more event, so an event is encoded in place
     /// whenever the buffer is not full.
     buf: Box<[u8]>,
@@ -27,7 +28,7 @@ impl<W: Write> CaptureWriter<W> {
     /// Writes the file header and the [`Meta`] record.
     pub fn new(out: W, meta: &Meta) -> io::Result<Self> {
         let mut w = Self {
-            out,
+            out: Some(out),
             buf: vec![0u8; BUFFER_BYTES + EVENT_SLOT].into_boxed_slice(),
             used: 0,
             contexts: Contexts::default(),
@@ -87,7 +88,7 @@ impl<W: Write> CaptureWriter<W> {
             self.write_out()?;
         }
         if bytes.len() > BUFFER_BYTES {
-            return self.out.write_all(bytes);
+            return self.output().write_all(bytes);
         }
         self.buf[self.used..self.used + bytes.len()].copy_from_slice(bytes);
         self.used += bytes.len();
@@ -98,16 +99,69 @@ impl<W: Write> CaptureWriter<W> {
     /// rest follows in the next write (a crash in between leaves a prefix of the capture).
     fn write_out(&mut self) -> io::Result<()> {
         let used = std::mem::take(&mut self.used);
-        self.out.write_all(&self.buf[..used])
+        let Some(out) = self.out.as_mut() else {
+            return Ok(());
+        };
+        out.write_all(&self.buf[..used])
+    }
+
+    fn output(&mut self) -> &mut W {
+        self.out
+            .as_mut()
+            .expect("the output is taken only by into_inner")
     }
 
     pub fn flush(&mut self) -> io::Result<()> {
         self.write_out()?;
-        self.out.flush()
+        self.output().flush()
     }
 
     pub fn into_inner(mut self) -> io::Result<W> {
         self.write_out()?;
-        Ok(self.out)
+        Ok(self.out.take().expect("the output is taken only here"))
+    }
+}
+
+/// A writer dropped without [`CaptureWriter::into_inner`] (the recording stopped on an error)
+/// still writes out the events it buffered, up to a second of them: what was recorded is not
+/// lost, as with the `BufWriter` this replaced.
+impl<W: Write> Drop for CaptureWriter<W> {
+    fn drop(&mut self) {
+        let _ = self.write_out();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::reader::CaptureReader;
+
+    /// Events still in the buffer when the writer is dropped (a recording stopped on an error)
+    /// reach the output, and read back whole.
+    #[test]
+    fn a_dropped_writer_writes_out_its_buffered_events() {
+        let mut out = Vec::new();
+        let meta = Meta {
+            node: "A".into(),
+            dev_names: Default::default(),
+        };
+        {
+            let mut w = CaptureWriter::new(&mut out, &meta).unwrap();
+            let mut event = [0u8; EVENT_SIZE];
+            for i in 0..3u8 {
+                event[0] = i + 1;
+                w.write_event(&event).unwrap();
+            }
+        }
+        let mut r = CaptureReader::new("dropped.capture".into(), &out[..]).unwrap();
+        assert_eq!(r.meta(), &meta);
+        let mut events = Vec::new();
+        while let Some(rec) = r.next_raw().unwrap() {
+            if rec.kind == RecordKind::Event {
+                events.push(rec.payload[0]);
+            }
+        }
+        assert_eq!(events, [1, 2, 3]);
+        assert_eq!(r.truncated_at(), None);
     }
 }

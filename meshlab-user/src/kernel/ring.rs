@@ -2,8 +2,8 @@
 //!
 //! aya's `RingBuf` hands out one record per call and publishes the consumer position after
 //! every record; the recorder paid for the returned item (a store-forwarding stall on the
-//! item it copies out, ~20 % of its samples in `perf record` of a capture to /dev/null) and
-//! for a store per event to the cache line every producer reads (`bpf_ringbuf_query` in
+//! item it copies out, seen in `perf record` of a capture to /dev/null) and for a store per
+//! event to the cache line every producer reads (`bpf_ringbuf_query` in
 //! meshlab-ebpf's wakeup_flag, the kernel's reserve). Here a batch of records goes to one
 //! closure in one loop, and the position is published every [`PUBLISH_EVERY`] records, when
 //! the reader catches up, and at the end of the batch.

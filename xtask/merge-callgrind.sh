@@ -14,7 +14,11 @@ for bin in "$@"; do
     valgrind --tool=callgrind --callgrind-out-file="$out/cg" "$bin" merge "${files[@]}" \
         >/dev/null 2>"$out/log"
     total=$(sed -n 's/.*Collected : \([0-9]*\)/\1/p' "$out/log")
-    echo "$bin: $total instructions, $((total / events)) per event ($events events)"
+    if [ "$events" -gt 0 ]; then
+        echo "$bin: $total instructions, $((total / events)) per event ($events events)"
+    else # captures only: no NDJSON to count the events in
+        echo "$bin: $total instructions (events not counted: no kernel/probe NDJSON in $dir)"
+    fi
     if [ "${TOP:-0}" -gt 0 ]; then
         callgrind_annotate "$out/cg" 2>/dev/null | sed -n '/file:function/,$p' | sed -n "3,$((TOP + 2))p"
     fi

@@ -31,8 +31,11 @@ done
 shopt -s nullglob # a kernel-only input has no probe files
 for d in "${extra[@]}"; do
     cd "$d"
-    captures=(./*.kernel.capture ./*.probe.ndjson)
-    ndjson=(./*.kernel.ndjson ./*.probe.ndjson)
+    kernel_captures=(./*.kernel.capture); kernel_ndjson=(./*.kernel.ndjson)
+    captures=(); ndjson=()
+    # Each form only with its kernel inputs: probe files alone are not that form's check.
+    if [ ${#kernel_captures[@]} -gt 0 ]; then captures=("${kernel_captures[@]}" ./*.probe.ndjson); fi
+    if [ ${#kernel_ndjson[@]} -gt 0 ]; then ndjson=("${kernel_ndjson[@]}" ./*.probe.ndjson); fi
     if [ ${#captures[@]} -gt 0 ]; then
         check "$d capture" "${captures[@]}"
         check "$d capture --timeline" --timeline "${captures[@]}"

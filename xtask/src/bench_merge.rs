@@ -177,11 +177,10 @@ fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
 }
 
 /// The 1-minute load average (/proc/loadavg), as written there.
+/// The 1-minute load average (the first of [`crate::ladder::loadavg`]'s three).
 fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into())
+    let all = crate::ladder::loadavg();
+    all.split_whitespace().next().unwrap_or("?").to_owned()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -2,8 +2,8 @@
 //! as the 4-byte words in which it differs from the previous event of its context (its hook),
 //! after a 7-byte header naming the context and which words follow. Events of one hook repeat
 //! most of their words (pid, tid, cookie, addresses, ports, cpu, ...), so a recording of RPC
-//! traffic takes some 18 bytes per event instead of 144 (docs/capture-format.md): the recorder's CPU per event was mostly
-//! the kernel's cost of writing bytes into the page cache. Encoder and decoder keep the same
+//! traffic takes some 18 bytes per event instead of 144 (docs/capture-format.md): the
+//! recorder's CPU per event was mostly the kernel's cost of writing bytes into the page cache. Encoder and decoder keep the same
 //! state, the previous event of each context, from an all-zero start at the file's beginning;
 //! every record depends only on the records before it, so a capture cut short stays valid up
 //! to its last complete record.

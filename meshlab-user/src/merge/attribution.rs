@@ -21,7 +21,8 @@ use super::event::{Place, Stamp};
 use super::half::{Half, LinkKey};
 use super::reader::ReaderTimeline;
 use super::segments::{
-    self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, RX_SOCKET_QUEUE, ReaderState, Unit,
+    self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, RX_SOCKET_QUEUE, ReaderSegmentDef, ReaderState,
+    Unit,
 };
 use super::time::{Instant, NodeClock, Span, difference, with_clock};
 
@@ -236,13 +237,7 @@ impl Chain {
                         ..seg.clone()
                     };
                     if waiting {
-                        let d = &segments::RUNQUEUE_WAIT;
-                        part.name = d.name.to_owned();
-                        (part.layer, part.kind) = (d.layer, d.kind);
-                        part.unit = match d.unit {
-                            Unit::Process => self.processes[0].clone(),
-                            Unit::Fixed(u) => u.to_owned(),
-                        };
+                        restate(&mut part, &segments::RUNQUEUE_WAIT, &self.processes[0]);
                         // The wait's CPU is not known from the span's end event.
                         part.place = None;
                     }
@@ -277,17 +272,11 @@ impl Chain {
                         ..seg.clone()
                     };
                     if let Some(d) = segments::reader_segment(state) {
-                        part.name = d.name.to_owned();
-                        part.layer = d.layer;
-                        part.kind = d.kind;
+                        restate(&mut part, d, process);
                         // A place is where a kernel stage ran; the reader's own time has none.
                         if d.layer != Layer::Kernel {
                             part.place = None;
                         }
-                        part.unit = match d.unit {
-                            Unit::Process => process.clone(),
-                            Unit::Fixed(u) => u.to_owned(),
-                        };
                     }
                     part
                 }),
@@ -669,6 +658,17 @@ fn split_wait(
             names.event(&s.node, ib.id, &ib.stamp),
         )),
     }
+}
+
+/// `part` renamed to the stage `d` describes (a state cut out of a span: the reader busy or
+/// runnable, a thread's run-queue wait), its process unit `process`.
+fn restate(part: &mut Segment, d: &ReaderSegmentDef, process: &str) {
+    part.name = d.name.to_owned();
+    (part.layer, part.kind) = (d.layer, d.kind);
+    part.unit = match d.unit {
+        Unit::Process => process.to_owned(),
+        Unit::Fixed(u) => u.to_owned(),
+    };
 }
 
 /// Points a driver reports from its TX completion path (the skb free, and the hardware TX

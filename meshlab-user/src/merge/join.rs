@@ -354,6 +354,11 @@ impl NodeJoiner {
             let (_, key) = self.deadlines.pop_front().expect("front exists");
             self.tx_due(&key);
         }
+        self.run_turn_deadlines(now);
+    }
+
+    /// Kernel-only turns closed a window ago (or idle): finished into halves.
+    fn run_turn_deadlines(&mut self, now: u64) {
         if let Some(turns) = &mut self.turns {
             turns.run_deadlines(now, &self.index, &self.conns, &self.name, self.node);
             self.done.append(&mut turns.done);
@@ -516,7 +521,7 @@ impl NodeJoiner {
         if let Some(turns) = &mut self.turns {
             turns.close_idle(self.frontier_ns, self.window_ns);
         }
-        self.run_deadlines(self.frontier_ns);
+        self.run_turn_deadlines(self.frontier_ns);
         let cutoff = self.frontier_ns.saturating_sub(self.window_ns);
         self.index.evict_before(cutoff);
         self.legs.evict_before(cutoff);

@@ -180,7 +180,9 @@ pub fn conn_added(cookie: u64, info: &ConnInfo) {
         unsafe {
             let owner = (*slot).cookie;
             if owner == 0 || owner == cookie {
-                // The record first, the owner last: a reader that sees the owner sees it whole.
+                // The record first, the owner last: a reader that sees the owner sees it whole
+                // where stores stay in order (x86); on weaker memory models a reader may see a
+                // stale record for one event, a race of the kind the module note tolerates.
                 core::ptr::write_volatile(&raw mut (*slot).info, *info);
                 core::ptr::write_volatile(&raw mut (*slot).cookie, cookie);
             } else if owner != PREFILTER_COLLIDED_COOKIE {

@@ -216,6 +216,8 @@ pub struct DeviceContext {
     pub coalesce: Option<Coalesce>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offloads: Option<Offloads>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamping: Option<Timestamping>,
     /// Receive queues (sysfs `queues/rx-N`) with their RPS CPUs.
     pub rx_queues: Vec<QueueCpus>,
     /// Transmit queues (sysfs `queues/tx-N`) with their XPS CPUs.
@@ -284,6 +286,32 @@ pub struct Offloads {
     pub lro: bool,
     /// `rx-hashing` (the NIC computes the RSS hash).
     pub rx_hash: bool,
+}
+
+/// What the device can timestamp (`ethtool -T`), by the kernel's names for the
+/// `SOF_TIMESTAMPING_*` capability bits, hardware transmit types and receive filters. Whether a
+/// hardware stamp can become a stage depends on it: without `hardware_tx` no `tx_tstamp_hw`
+/// event can appear, whatever `record --tx-timestamps` asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timestamping {
+    /// `software-transmit`: the driver stamps in its xmit (`tx_tstamp_sw`).
+    pub software_tx: bool,
+    /// `software-receive`.
+    pub software_rx: bool,
+    /// `hardware-transmit`: the NIC stamps sent packets (`tx_tstamp_hw`).
+    pub hardware_tx: bool,
+    /// `hardware-receive`.
+    pub hardware_rx: bool,
+    /// `hardware-raw-clock`: the stamps are in the NIC clock's time base.
+    pub hardware_raw_clock: bool,
+    /// The NIC clock (`/dev/ptpN`); absent when the device has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phc_index: Option<u32>,
+    /// Hardware TX stamping modes (`off`, `on`, `onestep-sync`, ...).
+    pub tx_types: Vec<String>,
+    /// Hardware RX stamping filters (`none`, `all`, `ptpv2-event`, ...).
+    pub rx_filters: Vec<String>,
 }
 
 /// A queue and the CPUs steered to it by RPS (rx) or XPS (tx); empty when steering is off.

@@ -155,6 +155,7 @@ fn live_device_contexts_read_or_explain_every_part() {
             ("rings", ctx.rings.is_some()),
             ("coalesce", ctx.coalesce.is_some()),
             ("offloads", ctx.offloads.is_some()),
+            ("timestamping", ctx.timestamping.is_some()),
         ];
         for (part, read) in parts {
             let explained = ctx.unavailable.iter().any(|u| u.starts_with(part));
@@ -170,6 +171,9 @@ fn live_device_contexts_read_or_explain_every_part() {
             let channels = ctx.channels.expect("virtio_net reports its channels");
             assert!(channels.combined >= 1, "{channels:?}");
             assert_eq!(ctx.rx_queues.len() as u32, channels.combined);
+            // Every driver gets at least the kernel's software RX stamps; virtio has no PHC.
+            let ts = ctx.timestamping.as_ref().expect("TSINFO_GET answers");
+            assert!(ts.software_rx && !ts.hardware_tx && ts.phc_index.is_none(), "{ts:?}");
         }
     }
     // `lo` has no bus device but can be asked for by name; loopback has features, no rings.

@@ -15,7 +15,7 @@ use super::kfunc::KfuncIds;
 use super::plan::{
     Family, HOOKS, SOCK_OPS_PROGRAM, TRACEPOINT_PROBE, TX_TIMESTAMPS_HOOK, TX_TSTAMP_KFUNC, Tier,
 };
-use super::{btf_offsets, loader, setup, sysinfo};
+use super::{btf_offsets, loader, nic, setup, sysinfo};
 use crate::schema::{AttachEntry, AttachStatus};
 
 #[derive(Debug, clap::Args)]
@@ -46,6 +46,8 @@ pub(crate) struct DoctorReport {
     pub probe_error: Option<String>,
     /// Whether `record --tx-timestamps` works here, and why not.
     pub tx_timestamps: TxTimestamps,
+    /// Per device with a bus device: what it can stamp (ethtool TSINFO_GET), in words.
+    pub nic_timestamps: BTreeMap<String, String>,
 }
 
 /// Socket TX timestamps (sock_ops, `record --tx-timestamps`): the kfunc in vmlinux BTF, and
@@ -99,12 +101,20 @@ pub(crate) fn diagnose() -> DoctorReport {
         usable: false,
         probe_error: None,
         tx_timestamps: probe_tx_timestamps(),
+        nic_timestamps: nic_timestamps(),
     };
     if let Err(e) = probe_tiers(&mut report) {
         report.probe_error = Some(format!("{e:#}"));
     }
     summarize(&mut report);
     report
+}
+
+fn nic_timestamps() -> BTreeMap<String, String> {
+    let root = nic::sysfs::SysRoot::live();
+    (nic::device_contexts(&root, None).iter())
+        .map(|ctx| (ctx.dev.clone(), nic::stamping::verdict(ctx)))
+        .collect()
 }
 
 /// Checks the embedded ELF with `object`: every program the hook table names must be there.
@@ -318,6 +328,13 @@ fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
         "  {TX_TIMESTAMPS_HOOK:<20} {}",
         r.tx_timestamps.verdict
     )?;
+    writeln!(out, "\nNIC timestamps (ethtool -T):")?;
+    if r.nic_timestamps.is_empty() {
+        writeln!(out, "  no device with a bus device (NIC)")?;
+    }
+    for (dev, verdict) in &r.nic_timestamps {
+        writeln!(out, "  {dev:<20} {verdict}")?;
+    }
     writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })
 }
 

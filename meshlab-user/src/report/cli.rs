@@ -321,7 +321,11 @@ fn nic_report(
             "{file}: no kernel segment says where it ran (`place`): merged by an older meshlab? run `meshlab merge` again"
         );
     }
-    Ok(NicReport::new(file, &mut agg.nic, raw, window))
+    let mut report = NicReport::new(file, &mut agg.nic, raw, window);
+    if let Some(info) = &agg.info {
+        report.add_timestamps(&info.nodes);
+    }
+    Ok(report)
 }
 
 fn nic_compare(

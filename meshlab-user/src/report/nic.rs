@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::merge::segments::SEGMENTS;
-use crate::schema::{Direction, Layer, MergedRequest, Segment};
+use crate::schema::{Direction, Layer, MergedRequest, Segment, Startup};
 
 use super::nic_raw::{NodeRaw, QueueRaw};
 use super::quantile::{Samples, Stats};
@@ -158,6 +158,10 @@ pub struct NodeNicReport {
     pub node: String,
     /// Where the raw IRQ/NAPI stream was read from, or why there is none.
     pub raw_stream: String,
+    /// Per traced device: what it can timestamp, in words (kernel/nic/stamping.rs), from the
+    /// node's startup record.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub timestamps: BTreeMap<String, String>,
     pub queues: Vec<QueueReport>,
     pub cpus: Vec<CpuReport>,
 }
@@ -190,6 +194,18 @@ pub struct CpuReport {
 }
 
 impl NicReport {
+    /// Each node's devices' timestamping verdicts, from the merged file's startup records.
+    pub fn add_timestamps(&mut self, startups: &[Startup]) {
+        for node in &mut self.nodes {
+            let Some(startup) = startups.iter().find(|s| s.node == node.node) else {
+                continue;
+            };
+            node.timestamps = (startup.devices.iter())
+                .map(|d| (d.dev.clone(), crate::kernel::nic::stamping::verdict(d)))
+                .collect();
+        }
+    }
+
     /// Builds the report from the merged side and each node's raw stream (`raw[node]`).
     pub fn new(
         file: String,
@@ -247,6 +263,7 @@ fn node_entry<'a>(
             raw_stream: raw
                 .get(name)
                 .map_or_else(|| "no recording given".to_owned(), |r| r.source.clone()),
+            timestamps: BTreeMap::new(),
             queues: Vec::new(),
             cpus: Vec::new(),
         })

@@ -160,6 +160,11 @@ pub fn write_nic(report: &NicReport, out: &mut dyn Write) -> io::Result<()> {
             "raw stream counted from {a} to {b} ns (node CLOCK_MONOTONIC)"
         )?;
     }
+    for node in &report.nodes {
+        for (dev, verdict) in &node.timestamps {
+            writeln!(out, "{} {dev} timestamps: {verdict}", node.node)?;
+        }
+    }
     for t in tables(report) {
         writeln!(out, "\n{}", t.title)?;
         if t.rows.is_empty() {

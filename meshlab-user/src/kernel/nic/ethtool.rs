@@ -9,7 +9,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::schema::{Channels, Coalesce, Offloads, Rings};
+use crate::schema::{Channels, Coalesce, Offloads, Rings, Timestamping};
 
 const NETLINK_GENERIC: i32 = 16;
 const GENL_ID_CTRL: u16 = 16;
@@ -26,6 +26,7 @@ const MSG_FEATURES_GET: u8 = 11;
 const MSG_RINGS_GET: u8 = 15;
 const MSG_CHANNELS_GET: u8 = 17;
 const MSG_COALESCE_GET: u8 = 19;
+const MSG_TSINFO_GET: u8 = 25;
 /// ETHTOOL_A_*_HEADER is attribute 1 of every request; in it, ETHTOOL_A_HEADER_DEV_NAME is 2.
 const A_HEADER: u16 = 1;
 const A_HEADER_DEV_NAME: u16 = 2;
@@ -127,6 +128,11 @@ impl EthtoolSocket {
             .map(|(_, p)| bitset_names(p))
             .ok_or(EthtoolError::Malformed("no active-features bitset"))?;
         Ok(offloads_from_names(&active))
+    }
+
+    pub fn timestamping(&mut self, dev: &str) -> Result<Timestamping, EthtoolError> {
+        let reply = self.get(MSG_TSINFO_GET, dev)?;
+        Ok(timestamping_from_reply(&reply))
     }
 
     /// Sends `cmd` for `dev` to the ethtool family; returns the reply's attributes.
@@ -255,6 +261,29 @@ fn offloads_from_names(active: &[String]) -> Offloads {
     }
 }
 
+/// ETHTOOL_A_TSINFO_TIMESTAMPING (2), TX_TYPES (3) and RX_FILTERS (4) are bitsets (sent as
+/// lists: only the set bits), PHC_INDEX (5) a u32 present only when the device has a clock.
+fn timestamping_from_reply(reply: &[u8]) -> Timestamping {
+    let names = |kind| {
+        attrs(reply)
+            .find(|(t, _)| *t == kind)
+            .map(|(_, p)| bitset_names(p))
+            .unwrap_or_default()
+    };
+    let caps = names(2);
+    let has = |name: &str| caps.iter().any(|c| c == name);
+    Timestamping {
+        software_tx: has("software-transmit"),
+        software_rx: has("software-receive"),
+        hardware_tx: has("hardware-transmit"),
+        hardware_rx: has("hardware-receive"),
+        hardware_raw_clock: has("hardware-raw-clock"),
+        phc_index: u32_attr(reply, 5),
+        tx_types: names(3),
+        rx_filters: names(4),
+    }
+}
+
 /// Driver, driver version, firmware and bus address (ETHTOOL_GDRVINFO through SIOCETHTOOL):
 /// the ethtool netlink family has no request for them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -333,6 +362,47 @@ mod tests {
         assert_eq!(bitset_names(&list), vec!["rx-lro"]);
         let offloads = offloads_from_names(&bitset_names(&masked));
         assert!(offloads.tso && offloads.gro && !offloads.lro && !offloads.gso);
+    }
+
+    fn list(bits: &[&str]) -> Vec<u8> {
+        let mut nested = Vec::new();
+        for (i, name) in bits.iter().enumerate() {
+            nested.extend(bit(i as u32, name, false));
+        }
+        let mut set = attr(1, &[]);
+        set.extend(attr(3 | NLA_F_NESTED, &nested));
+        set
+    }
+
+    #[test]
+    fn timestamping_capabilities_clock_and_modes() {
+        // As a NIC that stamps in hardware answers (mlx5-like), and as virtio_net does.
+        let mut reply = attr(
+            2 | NLA_F_NESTED,
+            &list(&[
+                "hardware-transmit",
+                "software-transmit",
+                "hardware-receive",
+                "software-receive",
+                "hardware-raw-clock",
+            ]),
+        );
+        reply.extend(attr(3 | NLA_F_NESTED, &list(&["off", "on"])));
+        reply.extend(attr(4 | NLA_F_NESTED, &list(&["none", "all"])));
+        reply.extend(attr(5, &2u32.to_ne_bytes()));
+        let ts = timestamping_from_reply(&reply);
+        assert!(ts.hardware_tx && ts.hardware_rx && ts.software_tx && ts.hardware_raw_clock);
+        assert_eq!(ts.phc_index, Some(2));
+        assert_eq!(ts.tx_types, vec!["off", "on"]);
+        assert_eq!(ts.rx_filters, vec!["none", "all"]);
+        let software_only = attr(
+            2 | NLA_F_NESTED,
+            &list(&["software-transmit", "software-receive"]),
+        );
+        let ts = timestamping_from_reply(&software_only);
+        assert!(ts.software_tx && ts.software_rx && !ts.hardware_tx && !ts.hardware_rx);
+        assert_eq!(ts.phc_index, None);
+        assert!(ts.tx_types.is_empty());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod ethtool;
 pub mod irq_names;
+pub mod stamping;
 pub mod sysfs;
 
 use std::collections::BTreeMap;
@@ -147,6 +148,10 @@ fn add_ethtool(ctx: &mut DeviceContext, sock: &mut EthtoolSocket) {
     ctx.rings = sock.rings(&dev).map_err(|e| note("rings", e)).ok();
     ctx.coalesce = sock.coalesce(&dev).map_err(|e| note("coalesce", e)).ok();
     ctx.offloads = sock.offloads(&dev).map_err(|e| note("offloads", e)).ok();
+    ctx.timestamping = sock
+        .timestamping(&dev)
+        .map_err(|e| note("timestamping", e))
+        .ok();
 }
 
 fn ctx_note(unavailable: &mut Vec<String>, part: &str, e: EthtoolError) {

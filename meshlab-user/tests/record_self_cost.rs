@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use meshlab_user::schema::{BpfStatsState, MergeSummary, Record, SelfCost, Summary};
 use support::{
@@ -299,4 +300,45 @@ fn assert_own_cost(own: &serde_json::Value) {
         assert!(est > 0.0 && max >= est, "{qdisc}");
         assert!(qdisc["share_of_p50_max"].as_f64().unwrap() > 0.0, "{qdisc}");
     }
+}
+
+/// Context switches (voluntary and not) of every thread of `pid` so far: each is a wakeup.
+fn context_switches(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("recorder's threads");
+    tasks
+        .map(|t| std::fs::read_to_string(t.unwrap().path().join("status")).unwrap_or_default())
+        .flat_map(|status| {
+            (status.lines())
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// A recorder whose filters match nothing must vanish into the noise: it wakes for its 1 s
+/// housekeeping and a backed-off drain (kernel/session.rs DrainPace), not 100 times a second.
+#[test]
+fn an_idle_recorder_wakes_only_a_few_times_a_second() {
+    if !privileged_or_skip("an_idle_recorder_wakes_only_a_few_times_a_second") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Port 1 (tcpmux): nothing on this machine talks on it, so nothing is traced.
+    let recorder = support::Recorder::start(dir.path(), "idle", &["--port", "1"]);
+    // Past the back-off to the longest pause (10 ms doubling to 320 ms takes 0.63 s).
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = context_switches(recorder.pid());
+    let window = Duration::from_secs(3);
+    std::thread::sleep(window);
+    let woke = context_switches(recorder.pid()) - before;
+    // 3 s: 3 housekeeping ticks + about 10 drains; a 10 ms drain tick alone would be 300.
+    eprintln!("idle recorder: {woke} context switches in {window:?}");
+    assert!(woke <= 45, "idle recorder woke {woke} times in {window:?}");
+    let recording = recorder.stop();
+    assert!(
+        recording.events.is_empty(),
+        "port 1 traced: {:?}",
+        recording.events.first()
+    );
 }

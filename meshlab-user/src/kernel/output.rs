@@ -102,6 +102,11 @@ impl RecordingOutput {
     }
 
     /// Events received per hook id.
+    /// Events received so far, all hooks.
+    pub fn received_total(&self) -> u64 {
+        self.received().iter().sum()
+    }
+
     pub fn received(&self) -> &[u64; HOOK_COUNT as usize] {
         match self {
             RecordingOutput::Capture { tally, .. } => &tally.received,

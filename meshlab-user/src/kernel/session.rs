@@ -33,8 +33,27 @@ fn announce_ready(ready_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How often the reader drains events that were submitted without a wakeup.
+/// How often the reader drains events that were submitted without a wakeup while events come.
 pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
+/// The longest pause between drains while they find nothing. What can pile up meanwhile is
+/// bounded by the kernel's forced wakeups (record.rs, WAKEUP_FRACTION), not by this pause.
+const DRAIN_IDLE_MAX: Duration = Duration::from_millis(320);
+
+/// The pause before the next drain: [`DRAIN_EVERY`] after a drain that found events, doubling
+/// up to [`DRAIN_IDLE_MAX`] after drains that found none. A recorder whose filters match
+/// nothing then wakes a few times a second instead of a hundred (plus the 1 s housekeeping).
+struct DrainPace(Duration);
+
+impl DrainPace {
+    fn next(&mut self, found: bool) -> Duration {
+        self.0 = if found {
+            DRAIN_EVERY
+        } else {
+            (self.0 * 2).min(DRAIN_IDLE_MAX)
+        };
+        self.0
+    }
+}
 /// Records written per pass before the event loop looks at signals and timers again.
 const BATCH: usize = 4096;
 
@@ -219,8 +238,9 @@ impl Session {
         announce_ready(ready_file)?;
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let mut drain = tokio::time::interval(DRAIN_EVERY);
-        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pace = DrainPace(DRAIN_EVERY);
+        let drain = tokio::time::sleep(DRAIN_EVERY);
+        tokio::pin!(drain);
         let mut last_clock = Instant::now();
         let progress = std::io::stderr().is_terminal();
         let mut last_received: u64 = 0;
@@ -234,10 +254,13 @@ impl Session {
                         guard.clear_ready();
                     }
                 }
-                _ = drain.tick() => {
+                _ = &mut drain => {
                     // Events submitted without a wakeup (below the wakeup threshold).
+                    let before = self.out.received_total();
                     let ring = ring.get_mut();
                     while !drain_batch(ring, &mut self.out)? {}
+                    let found = self.out.received_total() != before;
+                    drain.as_mut().reset(tokio::time::Instant::now() + pace.next(found));
                 }
                 _ = tick.tick() => {
                     let clock_due = last_clock.elapsed() >= clock_every;
@@ -275,7 +298,7 @@ impl Session {
             self.write_record(&Record::Clock(sample_clocks(Some(&self.node))))?;
         }
         if let Some(last_received) = last_received {
-            let total: u64 = self.out.received().iter().sum();
+            let total = self.out.received_total();
             eprint!(
                 "\r\x1b[Krecording: {} events/s, {} total, {} dropped",
                 total - *last_received,
@@ -351,5 +374,18 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn drain_pace_backs_off_while_idle_and_returns_at_once() {
+        let mut pace = super::DrainPace(super::DRAIN_EVERY);
+        let idle: Vec<u64> = (0..7)
+            .map(|_| pace.next(false).as_millis() as u64)
+            .collect();
+        assert_eq!(idle, [20, 40, 80, 160, 320, 320, 320]);
+        assert_eq!(pace.next(true), super::DRAIN_EVERY);
     }
 }

@@ -30,9 +30,9 @@ pub struct MergeBenchArgs {
 const FORMATS: [&str; 2] = ["ndjson", "capture"];
 
 /// One `meshlab merge` run.
-struct Run {
+pub struct Run {
     wall_s: f64,
-    cpu_s: f64,
+    pub cpu_s: f64,
     max_rss_kib: u64,
     /// Times the kernel took the CPU from a runnable thread of the merge (wait4's
     /// ru_nivcsw): preemption by other load, as opposed to the merge waiting for something.
@@ -148,7 +148,7 @@ fn generate(tool: &Path, size: u64, dir: &Path) -> Result<Input> {
 
 /// Runs `meshlab merge FILES` (output discarded) and reads its CPU time and peak RSS from
 /// wait4(2).
-fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
+pub fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
     let started = Instant::now();
     let child = Command::new(exe)
         .arg("merge")

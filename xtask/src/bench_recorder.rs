@@ -244,7 +244,7 @@ fn record_once(dir: &Path, mode: &Mode, client_exe: &Path, args: &RecorderCpuArg
 }
 
 /// user+sys seconds of a running process (/proc/PID/stat fields 14 and 15, in clock ticks).
-fn proc_cpu_s(pid: i32) -> Result<f64> {
+pub fn proc_cpu_s(pid: i32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
     let rest = stat.rsplit_once(')').context("/proc/PID/stat format")?.1;

@@ -13,11 +13,13 @@ use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 
+use crate::bench_recorder::proc_cpu_s;
 use crate::bpffloor;
 use crate::bpfstats::{self, ProgramCost, StatsEnabled};
 use crate::ladder_doc::{self, LadderReport, RateStep, RungResult};
 use crate::ladder_plan::{Rung, Sizes, Workload};
-use crate::procs::{Proc, tempdir, wait_for};
+use crate::machine_cpu::CpuTimes;
+use crate::procs::{Proc, Side, pinned, tempdir, wait_for};
 use crate::redis_lab::{REDIS_PORT, RedisLab};
 
 /// `meshlab record` arguments for this rung; `None` = no recorder.
@@ -25,7 +27,7 @@ pub fn record_args(rung: Rung, port: u16) -> Option<Vec<String>> {
     // A port no workload uses: the recorder attaches everything and traces nothing.
     let other = FILTERED_OUT_PORT;
     let args = match rung {
-        Rung::Off => return None,
+        Rung::Off | Rung::EmptyPrograms => return None,
         Rung::FilteredOut => vec!["--port".into(), other.to_string()],
         Rung::Sampled => vec![
             "--port".into(),
@@ -55,20 +57,29 @@ pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path) -> Result<()> {
         .into_iter()
         .filter(|r| *r != Rung::Sampled || sampling)
         .collect();
+    let tracepoints = recorder_tracepoints(exe, &dir)?;
+    eprintln!("bench: the recorder attaches to {tracepoints:?}");
     let load_before = loadavg();
     let mut results = Vec::new();
     for &workload in sizes.workloads {
-        results.extend(ladder(exe, &dir, &redis, workload, &rungs, sizes)?);
+        let plan = LadderPlan {
+            workload,
+            rungs: &rungs,
+            tracepoints: &tracepoints,
+        };
+        results.extend(ladder(exe, &dir, &redis, &plan, sizes)?);
     }
     let costs_workload = Workload::Redis { clients: 1 };
     let costs = program_costs(exe, &dir, &redis, costs_workload, &rungs, sizes)?;
     let rate_steps = rate_search(exe, &dir, sizes)?;
+    let merge_events_per_cpu_s = Some(merge_rate(exe, &dir, &rate_steps)?);
     let report = LadderReport {
         sizes,
         results,
         costs_workload: costs_workload.name(),
         costs,
         rate_steps,
+        merge_events_per_cpu_s,
         sampling_implemented: sampling,
         load_before,
         load_after: loadavg(),
@@ -76,37 +87,90 @@ pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path) -> Result<()> {
     ladder_doc::write(&report, out_dir)
 }
 
-/// One workload over every rung, rounds interleaved.
+/// One workload's ladder: its rungs and the tracepoints of the empty-programs rung.
+struct LadderPlan<'a> {
+    workload: Workload,
+    rungs: &'a [Rung],
+    tracepoints: &'a [String],
+}
+
+/// What runs beside the workload in one rung; detached, unloaded or stopped on drop.
+enum Attached {
+    Nothing,
+    Recorder(#[allow(dead_code)] Proc),
+    Empty(#[allow(dead_code)] Vec<bpffloor::EmptyProgram>),
+}
+
+fn attach(exe: &Path, dir: &Path, plan: &LadderPlan, rung: Rung) -> Result<Attached> {
+    if rung == Rung::EmptyPrograms {
+        let programs = (plan.tracepoints.iter())
+            .map(|tp| bpffloor::attach_empty(tp).with_context(|| format!("empty program on {tp}")))
+            .collect::<Result<_>>()?;
+        return Ok(Attached::Empty(programs));
+    }
+    Ok(match record_args(rung, workload_port(plan.workload)) {
+        Some(args) => Attached::Recorder(spawn_recorder(exe, dir, &args)?),
+        None => Attached::Nothing,
+    })
+}
+
+/// One workload over every rung, rounds interleaved (the order rotated each round, so every
+/// rung runs first, last and in between equally often).
 fn ladder(
     exe: &Path,
     dir: &Path,
     redis: &RedisLab,
-    workload: Workload,
-    rungs: &[Rung],
+    plan: &LadderPlan,
     sizes: Sizes,
 ) -> Result<Vec<RungResult>> {
-    let mut results: Vec<RungResult> = rungs
-        .iter()
-        .map(|r| RungResult::new(workload.name(), *r))
+    let name = plan.workload.name();
+    let mut results: Vec<RungResult> = (plan.rungs.iter())
+        .map(|r| RungResult::new(name.clone(), *r))
         .collect();
     for round in 0..sizes.rounds {
-        for k in 0..rungs.len() {
-            let i = (round + k) % rungs.len();
-            let recorder = match record_args(rungs[i], workload_port(workload)) {
-                Some(args) => Some(spawn_recorder(exe, dir, &args)?),
-                None => None,
-            };
-            let (throughput, p50_us) = run_workload(exe, redis, workload, sizes)?;
-            drop(recorder);
+        for k in 0..plan.rungs.len() {
+            let i = (round + k) % plan.rungs.len();
+            let attached = attach(exe, dir, plan, plan.rungs[i])?;
+            let before = CpuTimes::now()?;
+            let run = run_workload(exe, redis, plan.workload, sizes)?;
+            let machine = CpuTimes::now()?.since(before);
+            drop(attached);
             eprintln!(
-                "bench: round {round} {:<36} {:<24} {throughput:>10.0}/s p50 {p50_us:>8.1} us",
-                workload.name(),
-                rungs[i].name()
+                "bench: round {round} {name:<36} {:<26} {:>10.0}/s p50 {:>8.1} us, {:.1} CPU us/req, steal {:.1} %",
+                plan.rungs[i].name(),
+                run.throughput,
+                run.p50_us,
+                machine.busy_us() / run.requests,
+                machine.steal_pct()
             );
-            results[i].add(throughput, p50_us);
+            results[i].add(&run, machine);
         }
     }
     Ok(results)
+}
+
+/// The tracepoints a recorder tracing everything attaches to, read from its raw-tracepoint
+/// links (`tp_name` in /proc/PID/fdinfo; tp_btf links are raw-tracepoint links too), so the
+/// empty-programs rung follows the recorder's attach plan without a list kept by hand.
+fn recorder_tracepoints(exe: &Path, dir: &Path) -> Result<Vec<String>> {
+    let args = record_args(Rung::TracingAll, echo_port()).expect("tracing all records");
+    let recorder = spawn_recorder(exe, dir, &args)?;
+    let fdinfo = std::path::PathBuf::from(format!("/proc/{}/fdinfo", recorder.0.id()));
+    let mut names: Vec<String> = std::fs::read_dir(&fdinfo)
+        .with_context(|| format!("reading {}", fdinfo.display()))?
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|info| {
+            let line = info.lines().find(|l| l.starts_with("tp_name:"))?;
+            Some(line["tp_name:".len()..].trim().to_owned())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    anyhow::ensure!(
+        !names.is_empty(),
+        "the recorder holds no raw-tracepoint link"
+    );
+    Ok(names)
 }
 
 /// Per-program ns/run from the kernel's BPF statistics, for each recorder rung on `workload`:
@@ -133,7 +197,7 @@ fn program_costs(
         for _ in 0..sizes.rounds.min(3) {
             let recorder = spawn_recorder(exe, dir, &args)?;
             rounds.push(bpfstats::costs_over(recorder.0.id(), || {
-                run_workload(exe, redis, workload, sizes)
+                run_workload(exe, redis, workload, sizes).map(|r| (r.throughput, r.p50_us))
             })?);
         }
         out.push((rung, median_costs(&rounds)));
@@ -141,17 +205,36 @@ fn program_costs(
     Ok(out)
 }
 
+/// One workload run: what the load generator reported.
+pub struct WorkloadRun {
+    pub throughput: f64,
+    pub p50_us: f64,
+    /// Requests the run sent (warm-up included: the machine CPU is sampled around all of it).
+    pub requests: f64,
+}
+
 fn run_workload(
     exe: &Path,
     redis: &RedisLab,
     workload: Workload,
     sizes: Sizes,
-) -> Result<(f64, f64)> {
+) -> Result<WorkloadRun> {
     match workload {
-        Workload::Redis { clients } => redis.ping(clients, sizes.redis_requests),
+        Workload::Redis { clients } => {
+            let (throughput, p50_us) = redis.ping(clients, sizes.redis_requests)?;
+            Ok(WorkloadRun {
+                throughput,
+                p50_us,
+                requests: sizes.redis_requests as f64,
+            })
+        }
         Workload::Echo { concurrency } => {
             let v = echo_client(exe, concurrency, 0, sizes.echo_seconds)?;
-            Ok((number(&v, "qps")?, number(&v, "p50_us")?))
+            Ok(WorkloadRun {
+                throughput: number(&v, "qps")?,
+                p50_us: number(&v, "p50_us")?,
+                requests: number(&v, "requests_total")?,
+            })
         }
     }
 }
@@ -169,7 +252,7 @@ fn echo_client(
     qps: u64,
     seconds: u64,
 ) -> Result<serde_json::Value> {
-    let out = Command::new(exe)
+    let out = pinned(&mut Command::new(exe), Side::Client)
         .args([
             "lab",
             "client",
@@ -208,7 +291,7 @@ fn echo_port() -> u16 {
 
 fn spawn_echo_server(exe: &Path, dir: &Path) -> Result<Proc> {
     let ready = dir.join("ladder-echo.ready");
-    let child = Command::new(exe)
+    let child = pinned(&mut Command::new(exe), Side::Server)
         .args(["lab", "server", "--listen", "127.0.0.1:0", "--ready-file"])
         .arg(&ready)
         .stdout(Stdio::null())
@@ -227,15 +310,22 @@ fn spawn_echo_server(exe: &Path, dir: &Path) -> Result<Proc> {
 }
 
 pub fn spawn_recorder(exe: &Path, dir: &Path, args: &[String]) -> Result<Proc> {
-    spawn_recorder_with(exe, dir, args, Stdio::null())
+    // Events to stdout, discarded: `record` refuses /dev/null as an output path (a device).
+    spawn_recorder_with(exe, dir, args, Stdio::null(), Path::new("-"))
 }
 
-fn spawn_recorder_with(exe: &Path, dir: &Path, args: &[String], stderr: Stdio) -> Result<Proc> {
+fn spawn_recorder_with(
+    exe: &Path,
+    dir: &Path,
+    args: &[String],
+    stderr: Stdio,
+    output: &Path,
+) -> Result<Proc> {
     let ready = dir.join("ladder-recorder.ready");
     let _ = std::fs::remove_file(&ready);
     let child = Command::new(exe)
-        // Events to stdout, discarded: `record` refuses /dev/null as an output path (a device).
-        .args(["record", "-o", "-"])
+        .args(["record", "-o"])
+        .arg(output)
         .args(args)
         .arg("--ready-file")
         .arg(&ready)
@@ -256,17 +346,22 @@ fn record_supports(exe: &Path, flag: &str) -> Result<bool> {
     Ok(String::from_utf8_lossy(&out.stdout).contains(flag))
 }
 
-/// Echo c=32 at rising fixed rates with a recorder tracing everything: events recorded and
-/// dropped at each rate, from the recorder's own summary line.
+/// Echo c=32 at rising fixed rates with a recorder tracing everything into a capture file:
+/// events recorded and dropped at each rate (the recorder's own summary line) and the
+/// recorder's CPU per event. The last step's capture is kept for [`merge_rate`].
 fn rate_search(exe: &Path, dir: &Path, sizes: Sizes) -> Result<Vec<RateStep>> {
     let mut steps = Vec::new();
     for &qps in sizes.rate_steps {
         let args = vec!["--port".to_owned(), echo_port().to_string()];
-        let mut recorder = spawn_recorder_with(exe, dir, &args, Stdio::piped())?;
+        let capture = dir.join(RATE_CAPTURE);
+        let mut recorder = spawn_recorder_with(exe, dir, &args, Stdio::piped(), &capture)?;
+        let pid = recorder.0.id() as i32;
+        let cpu_at_ready = proc_cpu_s(pid)?;
         let started = std::time::Instant::now();
         let client = echo_client(exe, 32, qps, sizes.echo_seconds)?;
+        let recorder_cpu_s = proc_cpu_s(pid)? - cpu_at_ready;
         // SAFETY: signalling our own child; the summary is printed on SIGINT.
-        unsafe { libc::kill(recorder.0.id() as i32, libc::SIGINT) };
+        unsafe { libc::kill(pid, libc::SIGINT) };
         let mut stderr = String::new();
         if let Some(mut pipe) = recorder.0.stderr.take() {
             std::io::Read::read_to_string(&mut pipe, &mut stderr)?;
@@ -281,11 +376,28 @@ fn rate_search(exe: &Path, dir: &Path, sizes: Sizes) -> Result<Vec<RateStep>> {
             events,
             dropped,
             events_per_s: events as f64 / seconds,
+            recorder_ns_per_event: recorder_cpu_s * 1e9 / events.max(1) as f64,
         };
         eprintln!("bench: rate {step:?}");
         steps.push(step);
     }
     Ok(steps)
+}
+
+/// The rate search's capture file (each step overwrites it).
+const RATE_CAPTURE: &str = "rate.capture";
+
+/// `meshlab merge` of the last rate step's capture (one node, kernel-only, loopback echo RPC):
+/// events per CPU-second of the merge process (all its threads).
+fn merge_rate(exe: &Path, dir: &Path, steps: &[RateStep]) -> Result<f64> {
+    let events = steps.last().context("no rate step")?.events;
+    let run = crate::bench_merge::merge_once(exe, &[dir.join(RATE_CAPTURE)])?;
+    let rate = events as f64 / run.cpu_s;
+    eprintln!(
+        "bench: merge of the last rate capture: {events} events, {:.2} CPU s, {rate:.0} events per CPU-second",
+        run.cpu_s
+    );
+    Ok(rate)
 }
 
 /// `... : N events, M dropped [...]` from `meshlab record`'s last stderr line.

@@ -10,30 +10,8 @@ use serde_json::json;
 use crate::bpffloor::FLOOR_PROGRAM;
 use crate::bpfstats::ProgramCost;
 use crate::ladder_plan::{Rung, Sizes};
-
-/// One (workload, rung) cell: a value per round.
-pub struct RungResult {
-    pub workload: String,
-    pub rung: Rung,
-    pub throughput: Vec<f64>,
-    pub p50_us: Vec<f64>,
-}
-
-impl RungResult {
-    pub fn new(workload: String, rung: Rung) -> RungResult {
-        RungResult {
-            workload,
-            rung,
-            throughput: Vec::new(),
-            p50_us: Vec::new(),
-        }
-    }
-
-    pub fn add(&mut self, throughput: f64, p50_us: f64) {
-        self.throughput.push(throughput);
-        self.p50_us.push(p50_us);
-    }
-}
+pub use crate::ladder_stats::RungResult;
+use crate::ladder_stats::{Spread, paired, spread};
 
 #[derive(Debug)]
 pub struct RateStep {
@@ -43,6 +21,8 @@ pub struct RateStep {
     pub events: u64,
     pub dropped: u64,
     pub events_per_s: f64,
+    /// The recorder's user+sys CPU from ready to the stop signal, per event received.
+    pub recorder_ns_per_event: f64,
 }
 
 pub struct LadderReport {
@@ -51,19 +31,11 @@ pub struct LadderReport {
     pub costs_workload: String,
     pub costs: Vec<(Rung, Vec<ProgramCost>)>,
     pub rate_steps: Vec<RateStep>,
+    /// `meshlab merge` of the last rate step's capture: events per CPU-second.
+    pub merge_events_per_cpu_s: Option<f64>,
     pub sampling_implemented: bool,
     pub load_before: String,
     pub load_after: String,
-}
-
-/// (min, median, max).
-fn spread(v: &[f64]) -> (f64, f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return (f64::NAN, f64::NAN, f64::NAN);
-    }
-    (s[0], s[s.len() / 2], s[s.len() - 1])
 }
 
 /// Largest (max - min) / median of the no-recorder runs at which ratios are still judged.
@@ -82,14 +54,21 @@ impl LadderReport {
             .find(|r| r.workload == workload && r.rung == rung)
     }
 
-    /// Median throughput and p50 of `rung` relative to no recorder, same workload.
-    fn ratios(&self, workload: &str, rung: Rung) -> Option<(f64, f64)> {
-        let base = self.cell(workload, Rung::Off)?;
+    /// Throughput and p50 of `rung` relative to `base`, same workload, paired round by round
+    /// (each round ran every rung once, back to back): (min, median, max) of the ratios.
+    fn ratios_to(&self, workload: &str, rung: Rung, base: Rung) -> Option<(Spread, Spread)> {
+        let base = self.cell(workload, base)?;
         let cell = self.cell(workload, rung)?;
         Some((
-            spread(&cell.throughput).1 / spread(&base.throughput).1,
-            spread(&cell.p50_us).1 / spread(&base.p50_us).1,
+            paired(&cell.throughput, &base.throughput),
+            paired(&cell.p50_us, &base.p50_us),
         ))
+    }
+
+    /// [`Self::ratios_to`] no recorder, medians only.
+    fn ratios(&self, workload: &str, rung: Rung) -> Option<(f64, f64)> {
+        let (t, p) = self.ratios_to(workload, rung, Rung::Off)?;
+        Some((t.1, p.1))
     }
 }
 
@@ -142,7 +121,15 @@ fn markdown(r: &LadderReport) -> String {
     let _ = writeln!(
         md,
         "- {} interleaved rounds (rung order rotated each round); echo runs {} s, redis-benchmark \
-         {} PING requests per run\n",
+         {} PING requests per run\n\
+         - placement: servers (echo server, redis-server) pinned to CPU 1, load generators (lab \
+         client, redis-benchmark) to CPU 0; the recorder is not pinned (it runs where a user's \
+         would)\n\
+         - ratios (x none) are paired: each round runs every rung once, back to back, and a \
+         rung's ratio is the median over rounds of its run / that round's no-recorder run \
+         (min-max of those ratios in brackets)\n\
+         - machine CPU us/req: busy time of all CPUs (/proc/stat: user, nice, system, irq, \
+         softirq) over the run, per request sent; steal %: time the hypervisor took\n",
         r.sizes.rounds, r.sizes.echo_seconds, r.sizes.redis_requests
     );
     targets(&mut md, r);
@@ -211,6 +198,8 @@ fn targets(md: &mut String, r: &LadderReport) {
         |v| v <= 1.03,
     );
     program_targets(md, r);
+    rate_targets(md, r);
+    floor_rows(md, r, &redis, noise);
     if !r.sampling_implemented {
         let _ = writeln!(
             md,
@@ -218,6 +207,65 @@ fn targets(md: &mut String, r: &LadderReport) {
         );
     }
     let _ = writeln!(md);
+}
+
+/// Event rate without drops, the recorder's CPU per event at the highest rate, and the merge
+/// of that rate's capture.
+fn rate_targets(md: &mut String, r: &LadderReport) {
+    let clean = (r.rate_steps.iter()).filter(|s| s.dropped == 0);
+    let best = clean.clone().map(|s| s.events_per_s).reduce(f64::max);
+    target_row(
+        md,
+        None,
+        "events/s recorded with zero drops (echo c=32, tracing all) >= 1 M",
+        best,
+        |v| v >= 1e6,
+    );
+    let top = r.rate_steps.last();
+    target_row(
+        md,
+        None,
+        &format!(
+            "recorder's own CPU ns/event, capture to a file, at {:.0} events/s, <= 100",
+            top.map_or(f64::NAN, |s| s.events_per_s)
+        ),
+        top.map(|s| s.recorder_ns_per_event),
+        |v| v <= 100.0,
+    );
+    target_row(
+        md,
+        None,
+        "merge of that capture, events per CPU-second (one core) >= 1 M",
+        r.merge_events_per_cpu_s,
+        |v| v >= 1e6,
+    );
+}
+
+/// Where the filtered-out cost comes from: the empty-programs rung is what any tracer on
+/// these hooks pays (tracepoint dispatch), whatever its programs do.
+fn floor_rows(md: &mut String, r: &LadderReport, redis: &str, noise: Option<f64>) {
+    let empty = r.ratios_to(redis, Rung::EmptyPrograms, Rung::Off);
+    let above = r.ratios_to(redis, Rung::FilteredOut, Rung::EmptyPrograms);
+    let rows = [
+        (
+            "redis throughput, empty programs on the recorder's hooks / none (the dispatch floor; no target)",
+            empty,
+        ),
+        (
+            "redis throughput, filtering out / empty programs (meshlab's own filtered-out work above the floor; no target)",
+            above,
+        ),
+    ];
+    for (what, ratio) in rows {
+        let verdict = match noise {
+            Some(spread) if spread > MAX_BASELINE_SPREAD => "inconclusive (noisy baseline)",
+            _ => "reference",
+        };
+        let value = ratio.map_or("-".to_owned(), |(t, _)| {
+            format!("{:.3} ({:.3}-{:.3})", t.1, t.0, t.2)
+        });
+        let _ = writeln!(md, "| {what} | {value} | {verdict} |");
+    }
 }
 
 /// The per-program ns/run targets, raw and above the empty-program floor.
@@ -318,16 +366,25 @@ fn ladder_tables(md: &mut String, r: &LadderReport) {
         let _ = writeln!(md, "### {w}\n");
         let _ = writeln!(
             md,
-            "| rung | throughput/s min / median / max | x none | p50 us min / median / max | x none |\n|---|---|---|---|---|"
+            "| rung | throughput/s min / median / max | x none (min-max) | p50 us min / median / max | x none (min-max) | machine CPU us/req | steal % |\n|---|---|---|---|---|---|---|"
         );
         for cell in r.results.iter().filter(|c| c.workload == w) {
             let (t0, t1, t2) = spread(&cell.throughput);
             let (p0, p1, p2) = spread(&cell.p50_us);
-            let (tx, px) = r.ratios(w, cell.rung).unwrap_or((f64::NAN, f64::NAN));
+            let nan = (f64::NAN, f64::NAN, f64::NAN);
+            let (tx, px) = r.ratios_to(w, cell.rung, Rung::Off).unwrap_or((nan, nan));
             let _ = writeln!(
                 md,
-                "| {} | {t0:.0} / {t1:.0} / {t2:.0} | {tx:.3} | {p0:.1} / {p1:.1} / {p2:.1} | {px:.3} |",
-                cell.rung.name()
+                "| {} | {t0:.0} / {t1:.0} / {t2:.0} | {:.3} ({:.3}-{:.3}) | {p0:.1} / {p1:.1} / {p2:.1} | {:.3} ({:.3}-{:.3}) | {:.1} | {:.1} |",
+                cell.rung.name(),
+                tx.1,
+                tx.0,
+                tx.2,
+                px.1,
+                px.0,
+                px.2,
+                spread(&cell.cpu_us_per_req).1,
+                spread(&cell.steal_pct).1,
             );
         }
         let _ = writeln!(md);
@@ -374,18 +431,25 @@ fn rate_table(md: &mut String, r: &LadderReport) {
     let _ = writeln!(md, "## Event rate without drops (item 5 c)\n");
     let _ = writeln!(
         md,
-        "Echo RPC c=32 at fixed request rates (0 = unlimited), recorder tracing all of it; events \
-         and drops from the recorder's own summary (drops are counted per hook in the kernel).\n"
+        "Echo RPC c=32 at fixed request rates (0 = unlimited), recorder tracing all of it into a \
+         binary capture file; events and drops from the recorder's own summary (drops are counted \
+         per hook in the kernel); recorder CPU = its user+sys (/proc/PID/stat) from ready to the \
+         stop signal, per event.\n"
     );
     let _ = writeln!(
         md,
-        "| requested req/s | achieved req/s | events | dropped | events/s |\n|---|---|---|---|---|"
+        "| requested req/s | achieved req/s | events | dropped | events/s | recorder CPU ns/event |\n|---|---|---|---|---|---|"
     );
     for s in &r.rate_steps {
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {} | {} | {:.0} |",
-            s.requested_qps, s.achieved_qps, s.events, s.dropped, s.events_per_s
+            "| {} | {:.0} | {} | {} | {:.0} | {:.1} |",
+            s.requested_qps,
+            s.achieved_qps,
+            s.events,
+            s.dropped,
+            s.events_per_s,
+            s.recorder_ns_per_event
         );
     }
     let best = r
@@ -425,7 +489,8 @@ fn to_json(r: &LadderReport) -> serde_json::Value {
         .iter()
         .map(|c| {
             json!({"workload": c.workload, "rung": c.rung.name(),
-                   "throughput_per_s": c.throughput, "p50_us": c.p50_us})
+                   "throughput_per_s": c.throughput, "p50_us": c.p50_us,
+                   "machine_cpu_us_per_request": c.cpu_us_per_req, "steal_pct": c.steal_pct})
         })
         .collect();
     let costs: Vec<_> = r
@@ -444,12 +509,14 @@ fn to_json(r: &LadderReport) -> serde_json::Value {
         .iter()
         .map(|s| {
             json!({"requested_qps": s.requested_qps, "achieved_qps": s.achieved_qps,
-                   "events": s.events, "dropped": s.dropped, "events_per_s": s.events_per_s})
+                   "events": s.events, "dropped": s.dropped, "events_per_s": s.events_per_s,
+                   "recorder_ns_per_event": s.recorder_ns_per_event})
         })
         .collect();
     json!({"machine": machine(), "load_before": r.load_before, "load_after": r.load_after,
            "rounds": r.sizes.rounds, "ladder": cells, "program_costs": costs,
-           "costs_workload": r.costs_workload, "event_rate": rates})
+           "costs_workload": r.costs_workload, "event_rate": rates,
+           "merge_events_per_cpu_s": r.merge_events_per_cpu_s})
 }
 
 #[cfg(test)]
@@ -495,11 +562,5 @@ mod tests {
             lines[1]
         );
         assert_eq!(lines[2], "| c | - | not measured |");
-    }
-
-    #[test]
-    fn spread_is_min_median_max() {
-        assert_eq!(spread(&[3.0, 1.0, 2.0]), (1.0, 2.0, 3.0));
-        assert!(spread(&[]).1.is_nan());
     }
 }

@@ -5,14 +5,18 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rung {
     Off,
+    /// Empty programs (`r0 = 0; exit`) on every tracepoint the recorder attaches to, and no
+    /// recorder: the dispatch floor any tracer on these hooks pays.
+    EmptyPrograms,
     FilteredOut,
     Sampled,
     TracingAll,
 }
 
 impl Rung {
-    pub const ALL: [Rung; 4] = [
+    pub const ALL: [Rung; 5] = [
         Rung::Off,
+        Rung::EmptyPrograms,
         Rung::FilteredOut,
         Rung::Sampled,
         Rung::TracingAll,
@@ -21,6 +25,7 @@ impl Rung {
     pub fn name(self) -> &'static str {
         match self {
             Rung::Off => "no recorder",
+            Rung::EmptyPrograms => "empty programs, same hooks",
             Rung::FilteredOut => "attached, filtering out",
             Rung::Sampled => "sampling 1/100 messages",
             Rung::TracingAll => "tracing all",

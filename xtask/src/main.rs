@@ -12,6 +12,8 @@ mod fuzz;
 mod ladder;
 mod ladder_doc;
 mod ladder_plan;
+mod ladder_stats;
+mod machine_cpu;
 mod procs;
 mod redis_lab;
 mod setup;

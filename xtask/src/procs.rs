@@ -51,3 +51,44 @@ pub fn tempdir() -> Result<TempDir> {
     std::fs::create_dir_all(&dir)?;
     Ok(TempDir(dir))
 }
+
+/// Which side of a benchmark a process is on. Servers run on CPU 1 and clients (the load
+/// generators) on CPU 0, so every rung gets the same placement instead of whatever the
+/// scheduler picked that round; the recorder is not pinned (it runs where a user's would).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+impl Side {
+    /// The CPU of this side; `None` on a one-CPU machine (nothing to separate).
+    pub fn cpu(self) -> Option<usize> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cpus >= 2).then_some(match self {
+            Side::Client => 0,
+            Side::Server => 1,
+        })
+    }
+}
+
+/// Pins the process `cmd` starts (and everything it execs, `ip netns exec` included) to the
+/// CPU of `side`.
+pub fn pinned(cmd: &mut std::process::Command, side: Side) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let Some(cpu) = side.cpu() else {
+        return cmd;
+    };
+    // SAFETY: between fork and exec only async-signal-safe calls: sched_setaffinity on a
+    // stack-allocated, zero-initialised cpu_set_t.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}

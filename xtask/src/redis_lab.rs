@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::procs::{Side, pinned};
+
 pub const REDIS_PORT: u16 = 6379;
 
 /// Two namespaces, a veth pair between them, and redis-server in the server namespace.
@@ -46,7 +48,7 @@ impl RedisLab {
         };
         lab.wire(&net, id)?;
         lab.server = Some(
-            lab.in_server_ns("redis-server")
+            pinned(&mut lab.in_server_ns("redis-server"), Side::Server)
                 .args([
                     "--bind",
                     &lab.server_addr,
@@ -126,8 +128,7 @@ impl RedisLab {
 
     /// One redis-benchmark PING run: (requests per second, p50 latency in microseconds).
     pub fn ping(&self, clients: usize, requests: u64) -> Result<(f64, f64)> {
-        let out = self
-            .in_client_ns("redis-benchmark")
+        let out = pinned(&mut self.in_client_ns("redis-benchmark"), Side::Client)
             .args(["-h", &self.server_addr, "-p", &REDIS_PORT.to_string()])
             .args(["-c", &clients.to_string(), "-n", &requests.to_string()])
             .args(["-t", "ping", "--csv"])

@@ -17,8 +17,9 @@ use anyhow::{Context, Result};
 use crate::bench_merge::machine;
 use crate::bpffloor;
 use crate::bpfstats::{self, ProgramCost, StatsEnabled};
-use crate::ladder::{loadavg, median_costs, record_args, spawn_recorder};
+use crate::ladder::{median_costs, record_args, spawn_recorder};
 use crate::ladder_plan::{Rung, Workload};
+use crate::machine_cpu::loadavg;
 use crate::procs::tempdir;
 use crate::redis_lab::{REDIS_PORT, RedisLab};
 

@@ -177,9 +177,9 @@ pub fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
 }
 
 /// The 1-minute load average (/proc/loadavg), as written there.
-/// The 1-minute load average (the first of [`crate::ladder::loadavg`]'s three).
+/// The 1-minute load average (the first of [`crate::machine_cpu::loadavg`]'s three).
 fn load_average() -> String {
-    let all = crate::ladder::loadavg();
+    let all = crate::machine_cpu::loadavg();
     all.split_whitespace().next().unwrap_or("?").to_owned()
 }
 

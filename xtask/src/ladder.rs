@@ -18,7 +18,8 @@ use crate::bpffloor;
 use crate::bpfstats::{self, ProgramCost, StatsEnabled};
 use crate::ladder_doc::{self, LadderReport, RateStep, RungResult};
 use crate::ladder_plan::{Rung, Sizes, Workload};
-use crate::machine_cpu::CpuTimes;
+use crate::ladder_stats::WorkloadRun;
+use crate::machine_cpu::{CpuTimes, loadavg};
 use crate::procs::{Proc, Side, pinned, tempdir, wait_for};
 use crate::redis_lab::{REDIS_PORT, RedisLab};
 
@@ -203,14 +204,6 @@ fn program_costs(
         out.push((rung, median_costs(&rounds)));
     }
     Ok(out)
-}
-
-/// One workload run: what the load generator reported.
-pub struct WorkloadRun {
-    pub throughput: f64,
-    pub p50_us: f64,
-    /// Requests the run sent (warm-up included: the machine CPU is sampled around all of it).
-    pub requests: f64,
 }
 
 fn run_workload(
@@ -411,12 +404,6 @@ fn parse_summary(stderr: &str) -> Option<(u64, u64)> {
     let events = words.next()?.parse().ok()?;
     let dropped = words.nth(1)?.parse().ok()?;
     Some((events, dropped))
-}
-
-pub fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// Median ns/run per program over rounds, for one rung.

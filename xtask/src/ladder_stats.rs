@@ -2,9 +2,16 @@
 //! over rounds, and ratios paired round by round, so a slow round (other load on a shared
 //! machine) moves both sides of its ratio instead of one median.
 
-use crate::ladder::WorkloadRun;
 use crate::ladder_plan::Rung;
 use crate::machine_cpu::CpuTimes;
+
+/// One workload run: what the load generator reported.
+pub struct WorkloadRun {
+    pub throughput: f64,
+    pub p50_us: f64,
+    /// Requests the run sent (warm-up included: the machine CPU is sampled around all of it).
+    pub requests: f64,
+}
 
 /// (min, median, max).
 pub type Spread = (f64, f64, f64);

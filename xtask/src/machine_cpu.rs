@@ -44,6 +44,13 @@ impl CpuTimes {
     }
 }
 
+/// The 1-, 5- and 15-minute load averages (/proc/loadavg), as written there.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 fn ticks_per_second() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

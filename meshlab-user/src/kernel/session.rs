@@ -256,10 +256,7 @@ impl Session {
                 }
                 _ = &mut drain => {
                     // Events submitted without a wakeup (below the wakeup threshold).
-                    let before = self.out.received_total();
-                    let ring = ring.get_mut();
-                    while !drain_batch(ring, &mut self.out)? {}
-                    let found = self.out.received_total() != before;
+                    let found = drain_pending(ring.get_mut(), &mut self.out)?;
                     drain.as_mut().reset(tokio::time::Instant::now() + pace.next(found));
                 }
                 _ = tick.tick() => {
@@ -363,6 +360,13 @@ impl Session {
         self.write_record(&Record::Drops(record))?;
         Ok(())
     }
+}
+
+/// Writes every pending record; whether there was any.
+fn drain_pending(ring: &mut EventRing, out: &mut RecordingOutput) -> anyhow::Result<bool> {
+    let before = out.received_total();
+    while !drain_batch(ring, out)? {}
+    Ok(out.received_total() != before)
 }
 
 /// Writes at most [`BATCH`] ring buffer records; true when the buffer is now empty.

@@ -73,7 +73,8 @@ enum Cause {
     CpuHogsEcho,
     /// The server spins in its handler -> server_app (the server process, kernel-only mode).
     SlowHandler,
-    /// A small SO_RCVBUF on the server's connection -> the server's socket queue.
+    /// A small SO_RCVBUF on the server's connection, requests larger than it -> the client's
+    /// send queue (the request waits there for the server's window).
     SmallRcvbuf,
 }
 
@@ -106,7 +107,7 @@ impl Cause {
             Cause::CpuHogs => "3 CPU hogs, 400us/req server",
             Cause::CpuHogsEcho => "3 CPU hogs, echo server",
             Cause::SlowHandler => "server handler spins 200us",
-            Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB",
+            Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
         }
     }
 
@@ -116,7 +117,7 @@ impl Cause {
             Cause::TbfRateLimit => "A tx_qdisc",
             Cause::CpuHogs | Cause::CpuHogsEcho => "B sched waits",
             Cause::SlowHandler => "B server_app",
-            Cause::SmallRcvbuf => "B rx_socket_queue",
+            Cause::SmallRcvbuf => "A tx_socket_queue",
         }
     }
 
@@ -131,7 +132,7 @@ impl Cause {
                 seg.node == "B" && seg.unit == "scheduler" && seg.kind == "queue"
             }
             Cause::SlowHandler => seg.node == "B" && seg.name == "server_app",
-            Cause::SmallRcvbuf => seg.node == "B" && seg.name.starts_with("rx_socket_queue"),
+            Cause::SmallRcvbuf => seg.node == "A" && seg.name == "tx_socket_queue",
         }
     }
 
@@ -144,11 +145,12 @@ impl Cause {
                 payload: 512,
                 qps: 1000,
             },
-            // 4 KiB requests against a 4 KiB SO_RCVBUF: the advertised window is smaller than
-            // a request. (At 16 KiB and above kernel-only merge loses the copy stage of most
-            // messages: no complete request to measure.)
+            // 12 KiB requests against a 4 KiB SO_RCVBUF: the server advertises a window smaller
+            // than a request, so the request's tail waits in the client's send queue for window
+            // updates, which come as the server reads (its `tx_socket_queue`). A request of the
+            // buffer's size (4 KiB) fits the window and adds nothing (docs/truth.md).
             Cause::SmallRcvbuf => Workload {
-                payload: 4096,
+                payload: 64 * 1024,
                 qps: 500,
             },
             // 400 us per request at 1000 req/s: the server needs 40 % of its CPU, more than

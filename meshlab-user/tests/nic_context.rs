@@ -173,7 +173,10 @@ fn live_device_contexts_read_or_explain_every_part() {
             assert_eq!(ctx.rx_queues.len() as u32, channels.combined);
             // Every driver gets at least the kernel's software RX stamps; virtio has no PHC.
             let ts = ctx.timestamping.as_ref().expect("TSINFO_GET answers");
-            assert!(ts.software_rx && !ts.hardware_tx && ts.phc_index.is_none(), "{ts:?}");
+            assert!(
+                ts.software_rx && !ts.hardware_tx && ts.phc_index.is_none(),
+                "{ts:?}"
+            );
         }
     }
     // `lo` has no bus device but can be asked for by name; loopback has features, no rings.

@@ -24,7 +24,7 @@ use super::segments::{
     self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, RX_SOCKET_QUEUE, ReaderSegmentDef, ReaderState,
     Unit,
 };
-use super::time::{Instant, NodeClock, Span, difference, with_clock};
+use super::time::{Instant, NodeClock, Span, TimeError, difference, with_clock};
 
 /// Names the merge needs to describe events: node names and input file names.
 pub struct Names<'a> {
@@ -615,25 +615,7 @@ fn split_wait(
 ) -> Result<Vec<Segment>, String> {
     let s = &sside.chain;
     let (oa, ob) = outer.ends;
-    // A request's receive context (the CPU's IRQ and softirq run) before the client sent the
-    // request belongs to a softirq run that began before the frame existed (on veth the
-    // run that transmitted it: the peer's window update ACKed, its next segment sent and
-    // received in one run): the server's chain then starts at the next point.
-    let starts = s
-        .kept
-        .iter()
-        .take_while(|k| is_rx_context(k.id))
-        .count()
-        .min(s.kept.len().saturating_sub(2));
-    let mut tried = (0..=starts).map(|from| {
-        let kept = trim_late_end(sc, outer, &s.kept[from..]);
-        (kept, difference(outer.span, inner_span(sc, kept)))
-    });
-    let first = tried.next().expect("start 0 is always tried");
-    let (kept, result) = match first.1 {
-        Ok(_) => first,
-        Err(_) => tried.find(|t| t.1.is_ok()).unwrap_or(first),
-    };
+    let (kept, result) = inner_chain(sc, outer, &s.kept);
     let (ia, ib) = (kept[0], kept[kept.len() - 1]);
     match result {
         Ok(rtt) => {
@@ -665,6 +647,33 @@ fn split_wait(
             names.event(&s.node, ia.id, &ia.stamp),
             names.event(&s.node, ib.id, &ib.stamp),
         )),
+    }
+}
+
+/// The part of the server's kept chain that splits the outer wait, and the network
+/// difference it leaves. A request's receive context (the CPU's IRQ and softirq run) before
+/// the client sent the request belongs to a softirq run that began before the frame existed
+/// (on veth the run that transmitted it: the peer's window update processed, the next segment
+/// sent and received in one run): when the difference would be negative, the chain starts at
+/// the next point instead.
+fn inner_chain<'k>(
+    sc: &NodeClock,
+    outer: &Outer,
+    kept: &'k [Kept],
+) -> (&'k [Kept], Result<u64, TimeError>) {
+    let starts = kept
+        .iter()
+        .take_while(|k| is_rx_context(k.id))
+        .count()
+        .min(kept.len().saturating_sub(2));
+    let mut tried = (0..=starts).map(|from| {
+        let kept = trim_late_end(sc, outer, &kept[from..]);
+        (kept, difference(outer.span, inner_span(sc, kept)))
+    });
+    let first = tried.next().expect("start 0 is always tried");
+    match first.1 {
+        Ok(_) => first,
+        Err(_) => tried.find(|t| t.1.is_ok()).unwrap_or(first),
     }
 }
 

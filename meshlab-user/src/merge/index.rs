@@ -541,7 +541,7 @@ fn drop_send_return_before_departure(points: &mut [Point]) {
     };
     let next = points[at + 1..].iter().find_map(|p| p.stamp);
     let ret = &mut points[at].stamp;
-    if !ret.zip(next).is_some_and(|(r, n)| r.ns() < n.ns()) {
+    if ret.zip(next).is_none_or(|(r, n)| r.ns() >= n.ns()) {
         *ret = None;
     }
 }

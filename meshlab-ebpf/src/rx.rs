@@ -150,6 +150,10 @@ tp_entries!(
 );
 
 /// skb:skb_copy_datagram_iovec(skb, len): recvmsg copies a queued skb to user memory.
+/// The copy starts at the socket's `copied_seq` (tcp_recvmsg copies from there and advances
+/// it after the copy), not at the skb's first byte: a reader taking a large skb in several
+/// recv calls copies its middle and end, and the event must name the bytes it copied. The
+/// skb's sequence number is the fallback when the socket cannot be read.
 fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
     if nothing_traced() {
         return None;
@@ -157,7 +161,9 @@ fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
     let sk: u64 = C::Mem::load(skb, offset!(sk_buff_sk))?;
     let (cookie, info) = sampled_sock::<C::Mem>(sk)?;
-    let seq = tcp_skb_cb_range(skb).map(|(seq, _)| seq).unwrap_or(0);
+    let seq = read::<u32>(sk, offset!(tcp_sock_copied_seq))
+        .or_else(|| tcp_skb_cb_range(skb).map(|(seq, _)| seq))
+        .unwrap_or(0);
     let len = ctx.arg_u64(1) as u32;
     emit(Hook::SkbCopyDatagram, |ev| {
         ev.cookie = cookie;

@@ -17,7 +17,7 @@ use crate::bpfstats::{self, StatsEnabled};
 use crate::truth_breakdown::{self, RunBreakdown};
 use crate::truth_lab::{
     CpuHogs, Proc, SchedSetup, TbfQdisc, TruthNetns, busy_between, cpu_ticks, median, own_session,
-    run_quiet,
+    run_quiet, sched_batch,
 };
 use crate::truth_reference::{self, Reference, ReferenceRun};
 use crate::{run_cmd, workspace_root};
@@ -65,15 +65,20 @@ const MIN_ADDED_FRACTION: f64 = 0.1;
 enum Cause {
     /// TBF rate limit on the client's veth -> the client's tx_qdisc.
     TbfRateLimit,
-    /// Three spinning threads pinned to the server's CPU, the server needing 400 us of CPU per
-    /// request -> the server's scheduler waits.
+    /// Three spinning threads pinned to the server's CPU, the echo server running SCHED_BATCH
+    /// (with and without them): its wake-ups do not preempt a hog -> the server's scheduler
+    /// waits.
     CpuHogs,
-    /// The same hogs against the plain echo server (a few us of CPU per request); not run
-    /// unless named: on this VM it lowers the p50 (see docs/truth.md).
+    /// The same hogs against a SCHED_OTHER server needing 400 us of CPU per request; not run
+    /// unless named: it moves the mean, not the p50 (see docs/truth.md).
+    CpuHogsBusy,
+    /// The same hogs against the plain SCHED_OTHER echo server (a few us of CPU per request);
+    /// not run unless named: on this VM it lowers the p50 (see docs/truth.md).
     CpuHogsEcho,
     /// The server spins in its handler -> server_app (the server process, kernel-only mode).
     SlowHandler,
-    /// A small SO_RCVBUF on the server's connection -> the server's socket queue.
+    /// A small SO_RCVBUF on the server's connection, requests larger than it -> the client's
+    /// send queue (the request waits there for the server's window).
     SmallRcvbuf,
 }
 
@@ -86,27 +91,30 @@ const CAUSES: [Cause; 4] = [
 ];
 
 /// Every cause, in table order.
-const ALL_CAUSES: [Cause; 5] = [
+const ALL_CAUSES: [Cause; 6] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
+    Cause::CpuHogsBusy,
     Cause::CpuHogsEcho,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
 ];
 
-/// CPU time the server's handler needs per request in the CPU-hog runs (with and without
-/// the hogs): a server that uses the CPU, so that it competes with the hogs for it. A server
-/// of a few microseconds per request wins every wake-up against them (EEVDF: docs/truth.md).
+/// CPU time the server's handler needs per request in the busy-server CPU-hog runs (with and
+/// without the hogs): a server that uses the CPU, so that it competes with the hogs for it. A
+/// SCHED_OTHER server of a few microseconds per request wins every wake-up against them
+/// (EEVDF: docs/truth.md).
 const HOG_RUN_HANDLER_CPU: &str = "400us";
 
 impl Cause {
     fn name(self) -> &'static str {
         match self {
             Cause::TbfRateLimit => "tbf 2mbit on client veth",
-            Cause::CpuHogs => "3 CPU hogs, 400us/req server",
+            Cause::CpuHogs => "3 CPU hogs, batch server",
+            Cause::CpuHogsBusy => "3 CPU hogs, 400us/req server",
             Cause::CpuHogsEcho => "3 CPU hogs, echo server",
             Cause::SlowHandler => "server handler spins 200us",
-            Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB",
+            Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
         }
     }
 
@@ -114,9 +122,9 @@ impl Cause {
     fn target_name(self) -> &'static str {
         match self {
             Cause::TbfRateLimit => "A tx_qdisc",
-            Cause::CpuHogs | Cause::CpuHogsEcho => "B sched waits",
+            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho => "B sched waits",
             Cause::SlowHandler => "B server_app",
-            Cause::SmallRcvbuf => "B rx_socket_queue",
+            Cause::SmallRcvbuf => "A tx_socket_queue",
         }
     }
 
@@ -127,11 +135,11 @@ impl Cause {
     fn is_target(self, seg: &Segment) -> bool {
         match self {
             Cause::TbfRateLimit => seg.node == "A" && seg.name == "tx_qdisc",
-            Cause::CpuHogs | Cause::CpuHogsEcho => {
+            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho => {
                 seg.node == "B" && seg.unit == "scheduler" && seg.kind == "queue"
             }
             Cause::SlowHandler => seg.node == "B" && seg.name == "server_app",
-            Cause::SmallRcvbuf => seg.node == "B" && seg.name.starts_with("rx_socket_queue"),
+            Cause::SmallRcvbuf => seg.node == "A" && seg.name == "tx_socket_queue",
         }
     }
 
@@ -144,28 +152,41 @@ impl Cause {
                 payload: 512,
                 qps: 1000,
             },
-            // 4 KiB requests against a 4 KiB SO_RCVBUF: the advertised window is smaller than
-            // a request. (At 16 KiB and above kernel-only merge loses the copy stage of most
-            // messages: no complete request to measure.)
+            // 12 KiB requests against a 4 KiB SO_RCVBUF: the server advertises a window smaller
+            // than a request, so the request's tail waits in the client's send queue for window
+            // updates, which come as the server reads (its `tx_socket_queue`). A request of the
+            // buffer's size (4 KiB) fits the window and adds nothing (docs/truth.md).
             Cause::SmallRcvbuf => Workload {
-                payload: 4096,
+                payload: 64 * 1024,
                 qps: 500,
             },
-            // 400 us per request at 1000 req/s: the server needs 40 % of its CPU, more than
-            // its fair share next to three hogs (a quarter): with them about half the requests
-            // wait a hog's slice, which moves the mean but not the p50 (docs/truth.md, the
-            // run at dcf35ff). The others need little CPU. (At 500 req/s, a fifth of the CPU,
+            // The batch server (`CpuHogs`) needs a few us per request: with the hogs every
+            // wake-up waits until the tick ends the running hog's slice. The busy server
+            // (`CpuHogsBusy`), 400 us per request at 1000 req/s, needs 40 % of its CPU, more
+            // than its fair share next to three hogs (a quarter): with them about half the
+            // requests wait a hog's slice, which moves the mean but not the p50 (docs/truth.md,
+            // the run at dcf35ff). The others need little CPU. (At 500 req/s, a fifth of the CPU,
             // the server's p50 rose with the hogs in some runs and not in others: whether the
             // scheduler forgave its overuse while it slept depended on the machine's load.)
-            Cause::CpuHogs | Cause::CpuHogsEcho | Cause::SlowHandler => Workload {
-                payload: 64,
-                qps: 1000,
-            },
+            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho | Cause::SlowHandler => {
+                Workload {
+                    payload: 64,
+                    qps: 1000,
+                }
+            }
         }
     }
 
     fn has_hogs(self) -> bool {
-        matches!(self, Cause::CpuHogs | Cause::CpuHogsEcho)
+        matches!(
+            self,
+            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho
+        )
+    }
+
+    /// The server runs SCHED_BATCH in this cause's runs (with and without it).
+    fn batch_server(self) -> bool {
+        self == Cause::CpuHogs
     }
 }
 
@@ -399,7 +420,7 @@ fn one_run(
     let ticks_before = cpu_ticks()?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     if let Some(hogs) = &hogs {
-        check_hog_setup(hogs, server.pid().context("server stopped")?)?;
+        check_hog_setup(hogs, server.pid().context("server stopped")?, cause)?;
     }
     run_client(exe, netns, cause, seconds)?;
     server.stop()?;
@@ -429,23 +450,36 @@ fn one_run(
     Ok(stats)
 }
 
-/// The hogs compete with the server on equal terms, as the cause says: the same policy and
-/// nice value, pinned to the server's CPU, in the server's autogroup (task group). Printed
-/// once per run; a difference is an error (the harness started under another nice or
-/// policy would still be a cause, but not this one).
-fn check_hog_setup(hogs: &CpuHogs, server_pid: u32) -> Result<()> {
+/// The hogs compete with the server as the cause says: the same nice value, pinned to the
+/// server's CPU, in the server's autogroup (task group), and the same policy, except that the
+/// batch-server cause runs the server SCHED_BATCH. Printed once per run; a difference is an
+/// error (the harness started under another nice or policy would still be a cause, but not
+/// this one).
+fn check_hog_setup(hogs: &CpuHogs, server_pid: u32, cause: Cause) -> Result<()> {
     let server = SchedSetup::of(server_pid, server_pid)?;
     let me = std::process::id();
+    let server_policy = if cause.batch_server() {
+        i64::from(libc::SCHED_BATCH)
+    } else {
+        i64::from(libc::SCHED_OTHER)
+    };
     for &tid in &hogs.tids {
         let hog = SchedSetup::of(me, tid as u32)?;
-        if hog != server || server.cpus != SERVER_CPU.to_string() {
+        let expected = SchedSetup {
+            policy: server_policy,
+            ..hog.clone()
+        };
+        if hog.policy != i64::from(libc::SCHED_OTHER)
+            || expected != server
+            || server.cpus != SERVER_CPU.to_string()
+        {
             bail!(
-                "CPU hogs: hog thread {tid} {hog:?}, server {server_pid} {server:?}: not the same policy, nice, CPU {SERVER_CPU} and autogroup"
+                "CPU hogs: hog thread {tid} {hog:?}, server {server_pid} {server:?}: not SCHED_OTHER hogs, the server's policy {server_policy}, the same nice, CPU {SERVER_CPU} and autogroup"
             );
         }
     }
     eprintln!(
-        "truth: {} hog threads and the server: policy {} (0 = SCHED_OTHER), nice {}, CPUs {}, autogroup {}",
+        "truth: {} hog threads (SCHED_OTHER) and the server: policy {} (0 = SCHED_OTHER, 3 = SCHED_BATCH), nice {}, CPUs {}, autogroup {}",
         hogs.tids.len(),
         server.policy,
         server.nice,
@@ -591,8 +625,11 @@ fn start_server(
         .arg("--ready-file")
         .arg(&ready);
     // The CPU-hog runs' server needs the CPU in both conditions: only the hogs differ.
-    if cause == Cause::CpuHogs {
+    if cause == Cause::CpuHogsBusy {
         cmd.args(["--handler-cpu", HOG_RUN_HANDLER_CPU]);
+    }
+    if cause.batch_server() {
+        sched_batch(&mut cmd);
     }
     match (cause, with_cause) {
         (Cause::SlowHandler, true) => cmd.args(["--handler-spin", "200us"]),

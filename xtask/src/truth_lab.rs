@@ -121,6 +121,25 @@ pub fn own_session(cmd: &mut Command) -> &mut Command {
     }
 }
 
+/// Makes `cmd` run under SCHED_BATCH (nice unchanged): the scheduler never lets a batch task
+/// preempt the running task when it wakes up; it waits for the running task's slice to end,
+/// checked at the tick (`check_preempt_wakeup_fair` in kernel/sched/fair.c). Inherited
+/// through `ip netns exec` and `taskset`.
+pub fn sched_batch(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: sched_setscheduler(2) on the calling (child) process is async-signal-safe and
+    // touches no memory of the parent; the param is a local.
+    unsafe {
+        cmd.pre_exec(|| {
+            let param = libc::sched_param { sched_priority: 0 };
+            if libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 impl Drop for TruthNetns {
     fn drop(&mut self) {
         for name in [&self.a, &self.b] {
@@ -296,7 +315,7 @@ impl Drop for CpuHogs {
 
 /// How the scheduler treats one task, from /proc: what makes the hogs a fair competitor of
 /// the server (same policy and nice, same CPU, same autogroup).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchedSetup {
     /// `policy` of /proc/PID/task/TID/stat (0 = SCHED_OTHER).
     pub policy: i64,

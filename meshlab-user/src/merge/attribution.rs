@@ -24,7 +24,7 @@ use super::segments::{
     self, NETWORK_ROUND_TRIP, PEER_WAIT, PointId, RX_SOCKET_QUEUE, ReaderSegmentDef, ReaderState,
     Unit,
 };
-use super::time::{Instant, NodeClock, Span, difference, with_clock};
+use super::time::{Instant, NodeClock, Span, TimeError, difference, with_clock};
 
 /// Names the merge needs to describe events: node names and input file names.
 pub struct Names<'a> {
@@ -614,20 +614,10 @@ fn split_wait(
     trace: &str,
 ) -> Result<Vec<Segment>, String> {
     let s = &sside.chain;
-    let mut kept = &s.kept[..];
     let (oa, ob) = outer.ends;
-    let (ia, mut ib) = (kept[0], kept[kept.len() - 1]);
-    let mut inner = span(sc, &ia, &ib);
-    // A response's TX completion after the client already had the response was reclaimed
-    // late (at a later transmit or poll): it says nothing about the NIC, so it is not used;
-    // nor is a driver return after it (the frame left at the doorbell inside the call).
-    while reported_after_handoff(ib.id) && kept.len() > 2 && difference(outer.span, inner).is_err()
-    {
-        kept = &kept[..kept.len() - 1];
-        ib = kept[kept.len() - 1];
-        inner = span(sc, &ia, &ib);
-    }
-    match difference(outer.span, inner) {
+    let (kept, result) = inner_chain(sc, outer, &s.kept);
+    let (ia, ib) = (kept[0], kept[kept.len() - 1]);
+    match result {
         Ok(rtt) => {
             let mut v = vec![Segment {
                 name: NETWORK_ROUND_TRIP.into(),
@@ -658,6 +648,59 @@ fn split_wait(
             names.event(&s.node, ib.id, &ib.stamp),
         )),
     }
+}
+
+/// The part of the server's kept chain that splits the outer wait, and the network
+/// difference it leaves. A request's receive context (the CPU's IRQ and softirq run) before
+/// the client sent the request belongs to a softirq run that began before the frame existed
+/// (on veth the run that transmitted it: the peer's window update processed, the next segment
+/// sent and received in one run): when the difference would be negative, the chain starts at
+/// the next point instead.
+fn inner_chain<'k>(
+    sc: &NodeClock,
+    outer: &Outer,
+    kept: &'k [Kept],
+) -> (&'k [Kept], Result<u64, TimeError>) {
+    let starts = kept
+        .iter()
+        .take_while(|k| is_rx_context(k.id))
+        .count()
+        .min(kept.len().saturating_sub(2));
+    let mut tried = (0..=starts).map(|from| {
+        let kept = trim_late_end(sc, outer, &kept[from..]);
+        (kept, difference(outer.span, inner_span(sc, kept)))
+    });
+    let first = tried.next().expect("start 0 is always tried");
+    match first.1 {
+        Ok(_) => first,
+        Err(_) => tried.find(|t| t.1.is_ok()).unwrap_or(first),
+    }
+}
+
+/// The server's kept chain without a response's TX completion or driver return that came
+/// after the client already had the response (the difference would be negative): reclaimed
+/// late (at a later transmit or poll), it says nothing about the NIC; the frame left at the
+/// doorbell inside the driver call.
+fn trim_late_end<'k>(sc: &NodeClock, outer: &Outer, mut kept: &'k [Kept]) -> &'k [Kept] {
+    while kept.len() > 2
+        && reported_after_handoff(kept[kept.len() - 1].id)
+        && difference(outer.span, inner_span(sc, kept)).is_err()
+    {
+        kept = &kept[..kept.len() - 1];
+    }
+    kept
+}
+
+fn inner_span<'n>(sc: &NodeClock<'n>, kept: &[Kept]) -> Span<'n> {
+    span(sc, &kept[0], &kept[kept.len() - 1])
+}
+
+/// The per-CPU receive context a message's RX stages start with (docs/segments.md).
+fn is_rx_context(id: PointId) -> bool {
+    matches!(
+        id,
+        PointId::IrqEntry | PointId::SoftirqRaise | PointId::SoftirqEntry
+    )
 }
 
 /// `part` renamed to the stage `d` describes (a state cut out of a span: the reader busy or

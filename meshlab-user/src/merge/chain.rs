@@ -10,11 +10,13 @@ use super::event::Stamp;
 use super::reader::ReaderTimeline;
 use super::segments::PointId::{self, *};
 
-/// Kernel TX stages of a message, in path order: tcp_sendmsg of its first byte, then the
+/// Kernel TX stages of a message, in path order: tcp_sendmsg of its first byte, the return of
+/// the send call that wrote its last byte (kept only when that byte left later), then the
 /// device stages of the skb carrying its last byte, ending with its TX completion (NICs only).
 /// The socket TX timestamps sit where the kernel takes them (docs/segments.md).
-pub(crate) const TX_KERNEL: [PointId; 8] = [
+pub(crate) const TX_KERNEL: [PointId; 9] = [
     TcpSendmsg,
+    SendReturn,
     TxTstampSched,
     NetDevQueue,
     NetDevStartXmit,
@@ -24,11 +26,14 @@ pub(crate) const TX_KERNEL: [PointId; 8] = [
     TxComplete,
 ];
 
-/// TX stages a message may lack without anything being lost: completions exist on NICs only,
-/// socket TX timestamps only in recordings with `--tx-timestamps` (hardware ones only on NICs
-/// that stamp).
+/// TX stages a message may lack without anything being lost: the send return is a point only
+/// when the last byte left after it, completions exist on NICs only, socket TX timestamps only
+/// in recordings with `--tx-timestamps` (hardware ones only on NICs that stamp).
 pub(crate) fn tx_optional(id: PointId) -> bool {
-    matches!(id, TxComplete | TxTstampSched | TxTstampSw | TxTstampHw)
+    matches!(
+        id,
+        SendReturn | TxComplete | TxTstampSched | TxTstampSw | TxTstampHw
+    )
 }
 
 /// Kernel RX stages of a message in path order; a probe's `read_ready` goes before

@@ -410,6 +410,11 @@ impl NodeIndex {
                     out.thread = call.map(|e| e.tid);
                     (call, false)
                 }
+                PointId::SendReturn => (
+                    self.events(cookie, Hook::SendReturn)
+                        .and_then(|h| h.first_reaching(end)),
+                    false,
+                ),
                 _ => self
                     .events(cookie, tx_device_hook(id))
                     .map_or((None, false), |h| h.covering(last)),
@@ -419,6 +424,7 @@ impl NodeIndex {
             let expected = !tx_optional(id);
             out.points.push(point(id, ev.map(|e| e.stamp), expected));
         }
+        drop_send_return_before_departure(&mut out.points);
         out
     }
 
@@ -522,6 +528,21 @@ impl NodeIndex {
                 .map(|(s, _)| s)
         });
         found.wakeup = wakeup.map(|(s, _)| s);
+    }
+}
+
+/// The send return splits a message's TX path only when its last byte left after the call
+/// returned (it waited in the send queue: the peer's window, the congestion window): it must
+/// come before the next observed stage. A call that returned after its data left (the usual
+/// small message, sent inside the call) or without any later stage observed is not a point.
+fn drop_send_return_before_departure(points: &mut [Point]) {
+    let Some(at) = points.iter().position(|p| p.id == PointId::SendReturn) else {
+        return;
+    };
+    let next = points[at + 1..].iter().find_map(|p| p.stamp);
+    let ret = &mut points[at].stamp;
+    if ret.zip(next).is_none_or(|(r, n)| r.ns() >= n.ns()) {
+        *ret = None;
     }
 }
 

@@ -28,6 +28,9 @@ pub enum PointId {
     ServerWriteBegin,
     // Kernel TX (of the message's first byte for tcp_sendmsg, its last byte for the rest).
     TcpSendmsg,
+    /// The send call that wrote the message's last byte returned, before that byte left: the
+    /// rest of the message waited in the socket's send queue (docs/segments.md).
+    SendReturn,
     /// Socket TX timestamp SCHED: the skb entered the device layer (`record --tx-timestamps`).
     TxTstampSched,
     NetDevQueue,
@@ -77,6 +80,7 @@ impl PointId {
             ServerEncodeEnd => "server.encode_end",
             ServerWriteBegin => "server.write_begin",
             TcpSendmsg => "tcp_sendmsg",
+            SendReturn => "send_return",
             TxTstampSched => "tx_tstamp_sched",
             NetDevQueue => "net_dev_queue",
             NetDevStartXmit => "net_dev_start_xmit",
@@ -207,6 +211,32 @@ pub const SEGMENTS: &[SegmentDef] = &[
         Kernel,
         Fixed("tcp_ip"),
         Compute,
+    ),
+    // The message's last byte left after its send call returned (a window or congestion
+    // limit held it): the TCP/IP part ends at the return, the rest is send-queue wait.
+    def(
+        "tx_tcp_ip",
+        TcpSendmsg,
+        SendReturn,
+        Kernel,
+        Fixed("tcp_ip"),
+        Compute,
+    ),
+    def(
+        TX_SOCKET_QUEUE,
+        SendReturn,
+        NetDevQueue,
+        Kernel,
+        Fixed("socket"),
+        Queue,
+    ),
+    def(
+        TX_SOCKET_QUEUE,
+        SendReturn,
+        TxTstampSched,
+        Kernel,
+        Fixed("socket"),
+        Queue,
     ),
     def(
         "tx_qdisc",
@@ -644,6 +674,10 @@ pub const READER_SEGMENTS: &[ReaderSegmentDef] = &[
         kind: Queue,
     },
 ];
+
+/// The wait of a message's last byte in the sender's socket send queue after its send call
+/// returned (the peer's receive window or the congestion window held it).
+pub const TX_SOCKET_QUEUE: &str = "tx_socket_queue";
 
 /// The socket-queue wait the reader's state splits.
 pub const RX_SOCKET_QUEUE: &str = "rx_socket_queue";

@@ -39,12 +39,18 @@ pub const DRAIN_EVERY: Duration = Duration::from_millis(10);
 /// bounded by the kernel's forced wakeups (record.rs, WAKEUP_FRACTION), not by this pause.
 const DRAIN_IDLE_MAX: Duration = Duration::from_millis(320);
 
-/// The pause before the next drain: [`DRAIN_EVERY`] after a drain that found events, doubling
-/// up to [`DRAIN_IDLE_MAX`] after drains that found none. A recorder whose filters match
+/// The pause before the next drain: [`DRAIN_EVERY`] after a drain that found events or a
+/// wakeup from the kernel, doubling up to [`DRAIN_IDLE_MAX`] after drains that found none. A recorder whose filters match
 /// nothing then wakes a few times a second instead of a hundred (plus the 1 s housekeeping).
 struct DrainPace(Duration);
 
 impl DrainPace {
+    /// A wakeup from the kernel: events come again, drain at the busy pace from now on;
+    /// true when the pace was backed off (the pending drain is too far away).
+    fn busy(&mut self) -> bool {
+        std::mem::replace(&mut self.0, DRAIN_EVERY) != DRAIN_EVERY
+    }
+
     fn next(&mut self, found: bool) -> Duration {
         self.0 = if found {
             DRAIN_EVERY
@@ -253,6 +259,9 @@ impl Session {
                     if drain_batch(guard.get_inner_mut(), &mut self.out)? {
                         guard.clear_ready();
                     }
+                    if pace.busy() {
+                        drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_EVERY);
+                    }
                 }
                 _ = &mut drain => {
                     // Events submitted without a wakeup (below the wakeup threshold).
@@ -391,5 +400,9 @@ mod tests {
             .collect();
         assert_eq!(idle, [20, 40, 80, 160, 320, 320, 320]);
         assert_eq!(pace.next(true), super::DRAIN_EVERY);
+        pace.next(false);
+        assert!(pace.busy(), "a wakeup after a back-off resets the pace");
+        assert!(!pace.busy(), "at the busy pace a wakeup changes nothing");
+        assert_eq!(pace.next(false).as_millis(), 20);
     }
 }

@@ -259,20 +259,23 @@ fn read_rounds(path: &Path) -> Result<Vec<Round>> {
     Ok(rounds)
 }
 
-/// What each round's median moved by, per segment (`NODE:name`), the second round of a pair
-/// minus the first, then the median over the pairs; A's `tx_qdisc` must move by the difference
-/// of the two delays.
-fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Result<()> {
+/// Per segment (`NODE:name`, the derived one by name, `e2e`): the second round of each pair
+/// minus the first, one value per pair; every pair must be `delays`.
+fn pair_shifts(
+    requests: &[serde_json::Value],
+    rounds: &[Round],
+    delays: [u64; 2],
+) -> Result<BTreeMap<String, Vec<i64>>> {
     let per_round: Vec<BTreeMap<String, i64>> = rounds
         .iter()
         .map(|round| round_medians(requests, round))
         .collect::<Result<_>>()?;
     let mut shifts: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for (pair, medians) in per_round.chunks(2).enumerate() {
-        let delays = [rounds[2 * pair].delay_us, rounds[2 * pair + 1].delay_us];
+        let got = [rounds[2 * pair].delay_us, rounds[2 * pair + 1].delay_us];
         ensure!(
-            delays == NETEM_DELAYS_US,
-            "round pair {pair} is not {NETEM_DELAYS_US:?} us: {rounds:?}"
+            got == delays,
+            "round pair {pair} is not {delays:?} us: {rounds:?}"
         );
         for (name, on) in &medians[1] {
             if let Some(off) = medians[0].get(name) {
@@ -280,13 +283,21 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
             }
         }
     }
-    let mut shift = |name: &str| {
-        (shifts.get_mut(name))
-            .and_then(|values| median(values))
-            .with_context(|| format!("no {name} in every round"))
-    };
-    let network = shift("network_round_trip")?;
-    let e2e = shift("e2e")?;
+    Ok(shifts)
+}
+
+fn median_shift(shifts: &mut BTreeMap<String, Vec<i64>>, name: &str) -> Result<i64> {
+    (shifts.get_mut(name))
+        .and_then(|values| median(values))
+        .with_context(|| format!("no {name} in every round"))
+}
+
+/// What each round's median moved by, the median over the pairs; A's `tx_qdisc` must move by
+/// the difference of the two netem delays.
+fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Result<()> {
+    let mut shifts = pair_shifts(requests, rounds, NETEM_DELAYS_US)?;
+    let network = median_shift(&mut shifts, "network_round_trip")?;
+    let e2e = median_shift(&mut shifts, "e2e")?;
     let qdisc_shifts = shifts
         .get_mut("A:tx_qdisc")
         .context("no A:tx_qdisc in every round")?;
@@ -301,11 +312,7 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
         injected as f64 / 1e3,
         error as f64 / 1e3,
         spread as f64 / 1e3,
-        if error.abs() <= TOLERANCE_NS {
-            "within +-5 us"
-        } else {
-            "NOT within +-5 us"
-        },
+        within(error),
         network as f64 / 1e3,
         e2e as f64 / 1e3
     );
@@ -323,6 +330,14 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
         injected,
         bound,
     })
+}
+
+fn within(error: i64) -> &'static str {
+    if error.abs() <= TOLERANCE_NS {
+        "within +-5 us"
+    } else {
+        "NOT within +-5 us"
+    }
 }
 
 /// Median shifts of one run (ns), the injected difference and the check's tolerance.

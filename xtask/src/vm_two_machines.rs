@@ -28,10 +28,10 @@ const PORT: u16 = 9000;
 /// netem's delay on every packet guest A sends: the first and the second round of each pair.
 const NETEM_DELAYS_US: [u64; 2] = [1000, 1200];
 /// Pairs of rounds, interleaved.
-const ROUND_PAIRS: usize = 8;
-const ROUND_SECS: u64 = 1;
+pub const ROUND_PAIRS: usize = 8;
+pub const ROUND_SECS: u64 = 1;
 /// How far the recovered delay may be from the injected one (the issue's bound).
-const TOLERANCE_NS: i64 = 5_000;
+pub const TOLERANCE_NS: i64 = 5_000;
 /// Share of A's requests that must be joined to B's half.
 const MIN_JOINED: f64 = 0.99;
 /// Issue 11's goal for complete cross-machine requests.
@@ -39,6 +39,10 @@ const COMPLETE_TARGET: f64 = 0.99;
 /// Below this the scenario fails: a regression, not TCG noise (this scenario's own printed
 /// completeness; docs/coverage-audit.md has the runs).
 const MIN_COMPLETE: f64 = 0.95;
+
+/// Guest A's shell text for more rounds after the netem ones, given the scenario's directory
+/// and the client command of one round (vm_wire_rounds.rs).
+pub type WireRounds = fn(&Path, &str) -> String;
 
 /// Shell text of guest A (recorder + client rounds) and guest B (recorder + server).
 pub struct GuestScripts {
@@ -56,6 +60,7 @@ pub fn guest_scripts(
     dir: &Path,
     server_addr: &str,
     with_rounds: bool,
+    wire_rounds: Option<WireRounds>,
 ) -> GuestScripts {
     let (m, d) = (meshlab.display(), dir.display());
     let server = format!("{server_addr}:{PORT}");
@@ -103,19 +108,21 @@ pub fn guest_scripts(
     } else {
         String::new()
     };
+    let wire_rounds = wire_rounds.map_or(String::new(), |script| script(dir, &client));
     let a = format!(
         "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}\
          until [ -f \"$MESHLAB_VM_SHARED/b.ready\" ]; do sleep 0.1; done; \
          ok=; for i in $(seq 120); do {client} > {d}/a.json && ok=1 && break; sleep 0.5; done; \
-         [ -n \"$ok\" ] || exit 1; {netem_rounds}{stop}",
+         [ -n \"$ok\" ] || exit 1; {netem_rounds}{wire_rounds}{stop}",
         record = record("a", ""),
         stop = stop("a"),
     );
     GuestScripts { a, b }
 }
 
-/// Merges A's and B's recordings on the host and checks the cross-machine requests.
-pub fn check(meshlab: &Path, dir: &Path) -> Result<()> {
+/// Merges A's and B's recordings on the host and checks the cross-machine requests; returns
+/// the merged requests for more checks.
+pub fn check(meshlab: &Path, dir: &Path) -> Result<Vec<serde_json::Value>> {
     let merged = dir.join("merged.ndjson");
     run_cmd(
         Command::new(meshlab)
@@ -128,7 +135,8 @@ pub fn check(meshlab: &Path, dir: &Path) -> Result<()> {
     check_joined(&requests)?;
     report_clock_offset(&requests);
     let rounds = read_rounds(&dir.join("rounds"))?;
-    check_delay_recovered(&requests, &rounds)
+    check_delay_recovered(&requests, &rounds)?;
+    Ok(requests)
 }
 
 fn read_requests(path: &Path) -> Result<Vec<serde_json::Value>> {
@@ -219,13 +227,13 @@ fn report_clock_offset(requests: &[serde_json::Value]) {
 
 /// One client run of guest A: the netem delay in force and its span on A's monotonic clock.
 #[derive(Debug, Clone, Copy)]
-struct Round {
-    delay_us: u64,
-    start_ns: i64,
-    end_ns: i64,
+pub struct Round {
+    pub delay_us: u64,
+    pub start_ns: i64,
+    pub end_ns: i64,
 }
 
-fn read_rounds(path: &Path) -> Result<Vec<Round>> {
+pub fn read_rounds(path: &Path) -> Result<Vec<Round>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let rounds = (text.lines().enumerate())
@@ -261,7 +269,7 @@ fn read_rounds(path: &Path) -> Result<Vec<Round>> {
 
 /// Per segment (`NODE:name`, the derived one by name, `e2e`): the second round of each pair
 /// minus the first, one value per pair; every pair must be `delays`.
-fn pair_shifts(
+pub fn pair_shifts(
     requests: &[serde_json::Value],
     rounds: &[Round],
     delays: [u64; 2],
@@ -286,7 +294,7 @@ fn pair_shifts(
     Ok(shifts)
 }
 
-fn median_shift(shifts: &mut BTreeMap<String, Vec<i64>>, name: &str) -> Result<i64> {
+pub fn median_shift(shifts: &mut BTreeMap<String, Vec<i64>>, name: &str) -> Result<i64> {
     (shifts.get_mut(name))
         .and_then(|values| median(values))
         .with_context(|| format!("no {name} in every round"))
@@ -332,7 +340,7 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
     })
 }
 
-fn within(error: i64) -> &'static str {
+pub fn within(error: i64) -> &'static str {
     if error.abs() <= TOLERANCE_NS {
         "within +-5 us"
     } else {
@@ -375,7 +383,7 @@ fn check_shift_attribution(s: Shifts) -> Result<()> {
 
 /// Median and the standard error of the median estimated from the median absolute deviation
 /// (1.4826 MAD is the standard deviation for normal data; x1.25/sqrt(n) for the median).
-fn median_and_spread(values: &mut [i64]) -> Option<(i64, i64)> {
+pub fn median_and_spread(values: &mut [i64]) -> Option<(i64, i64)> {
     let center = median(values)?;
     let mut deviations: Vec<i64> = values.iter().map(|v| (v - center).abs()).collect();
     let mad = median(&mut deviations)? as f64;

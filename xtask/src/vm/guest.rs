@@ -143,7 +143,12 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
     let _wire = match &spec.wire {
         Some(wire) if spec.commands.len() == 2 => {
             let shared = run_dir.path().join(SHARED_DIR);
-            Some(Wire::start(run_dir.path(), &shared, wire.delay_us, wire.log.clone())?)
+            Some(Wire::start(
+                run_dir.path(),
+                &shared,
+                wire.delay_us,
+                wire.log.clone(),
+            )?)
         }
         _ => None,
     };

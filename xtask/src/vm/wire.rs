@@ -96,8 +96,8 @@ impl Wire {
         };
         for index in 0..2 {
             let path = wire_socket(run_dir, index);
-            let socket = UnixDatagram::bind(&path)
-                .with_context(|| format!("binding {}", path.display()))?;
+            let socket =
+                UnixDatagram::bind(&path).with_context(|| format!("binding {}", path.display()))?;
             wire.sockets.push(path);
             socket.set_nonblocking(true)?;
             let to = link_socket(run_dir, 1 - index);
@@ -146,6 +146,7 @@ struct Queued {
 
 /// One direction: receive into the FIFO, send what is due, sleep or spin until the next deadline.
 fn forward(socket: &UnixDatagram, to: &Path, direction: u8, shared: &Shared) {
+    realtime_priority();
     let mut fifo: std::collections::VecDeque<Queued> = std::collections::VecDeque::new();
     let mut buf = vec![0u8; MAX_FRAME];
     while !shared.stop.load(Ordering::Relaxed) {
@@ -185,6 +186,23 @@ fn forward(socket: &UnixDatagram, to: &Path, direction: u8, shared: &Shared) {
     }
 }
 
+/// SCHED_FIFO for the calling thread when allowed (root): on a host loaded with two TCG guests
+/// a normal thread wakes from its sleep, or is preempted in its spin, tens of microseconds to
+/// milliseconds late. The thread sleeps between frames and spins at most [`SPIN_NS`] per
+/// frame, and the kernel's RT throttling still leaves others their share. Without the
+/// privilege the wire works the same, less precisely (the realized delays in the log say so).
+fn realtime_priority() {
+    let param = libc::sched_param { sched_priority: 10 };
+    // SAFETY: a valid sched_param for the calling thread (pid 0).
+    let result = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if result != 0 {
+        eprintln!(
+            "vm: wire: no SCHED_FIFO ({}): delays less precise",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Sleeps until `socket` has a datagram or `timeout` passed (nanosecond timeout: `ppoll`).
 fn wait_readable(socket: &UnixDatagram, timeout: Duration) {
     let mut fd = libc::pollfd {
@@ -207,10 +225,14 @@ fn control(dir: &Path, shared: &Shared) {
     while !shared.stop.load(Ordering::Relaxed) {
         let next = shared.epoch.load(Ordering::SeqCst) + 1;
         let prefix = format!("wire.set.{next}.");
-        let found = std::fs::read_dir(dir).into_iter().flatten().flatten().find_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.strip_prefix(&prefix)?.parse::<u64>().ok()
-        });
+        let found = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_prefix(&prefix)?.parse::<u64>().ok()
+            });
         if let Some(delay_us) = found {
             shared.delays_us.lock().expect("delays").push(delay_us);
             shared.delay_ns.store(delay_us * 1000, Ordering::SeqCst);

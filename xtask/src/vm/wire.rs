@@ -94,7 +94,7 @@ impl Wire {
             sockets: Vec::new(),
             log,
         };
-        for index in 0..2 {
+        for (index, name) in GUEST_NAMES.iter().enumerate() {
             let path = wire_socket(run_dir, index);
             let socket =
                 UnixDatagram::bind(&path).with_context(|| format!("binding {}", path.display()))?;
@@ -104,7 +104,7 @@ impl Wire {
             let shared = Arc::clone(&wire.shared);
             wire.threads.push(
                 std::thread::Builder::new()
-                    .name(format!("wire-{}", GUEST_NAMES[index]))
+                    .name(format!("wire-{name}"))
                     .spawn(move || forward(&socket, &to, index as u8, &shared))?,
             );
         }
@@ -128,10 +128,10 @@ impl Drop for Wire {
         for path in &self.sockets {
             let _ = std::fs::remove_file(path);
         }
-        if let Some(log) = &self.log {
-            if let Err(error) = write_summary(log, &self.shared) {
-                eprintln!("vm: wire: writing {}: {error:#}", log.display());
-            }
+        if let Some(log) = &self.log
+            && let Err(error) = write_summary(log, &self.shared)
+        {
+            eprintln!("vm: wire: writing {}: {error:#}", log.display());
         }
     }
 }
@@ -212,7 +212,7 @@ fn wait_readable(socket: &UnixDatagram, timeout: Duration) {
     };
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
     };
     // SAFETY: one valid pollfd, a valid timespec, no signal mask.
     unsafe {

@@ -194,4 +194,20 @@ mod tests {
         assert!(b.contains("meshlab.addr=10.213.0.2/24 meshlab.peer=10.213.0.1"));
         assert!(!a.contains("-netdev user") && !b.contains("-netdev user"));
     }
+
+    #[test]
+    fn with_the_wire_each_guest_sends_to_the_relay() {
+        let mut spec = spec(2);
+        spec.wire = Some(crate::vm::spec::WireSpec {
+            delay_us: 100,
+            log: None,
+        });
+        let (a, b) = (args(&spec, 0).join(" "), args(&spec, 1).join(" "));
+        assert!(a.contains(
+            "local.path=/tmp/run/link-a.sock,remote.type=unix,remote.path=/tmp/run/wire-a.sock"
+        ));
+        assert!(b.contains(
+            "local.path=/tmp/run/link-b.sock,remote.type=unix,remote.path=/tmp/run/wire-b.sock"
+        ));
+    }
 }

@@ -278,3 +278,48 @@ fn write_summary(path: &Path, shared: &Shared) -> Result<()> {
     file.write_all(out.as_bytes())?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two stand-ins for the qemu sockets: frames cross in order, no earlier than the delay,
+    /// the delay switches on request, and drop removes the sockets and writes the log.
+    #[test]
+    fn frames_cross_in_order_after_the_delay_and_the_wire_cleans_up() {
+        let dir = std::env::temp_dir().join(format!("meshlab-wire-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let a = UnixDatagram::bind(link_socket(&dir, 0)).expect("a");
+        let b = UnixDatagram::bind(link_socket(&dir, 1)).expect("b");
+        b.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let log = dir.join("wire.log");
+        let wire = Wire::start(&dir, &dir, 2_000, Some(log.clone())).expect("start");
+        let mut buf = [0u8; 16];
+        for delay_us in [2_000u64, 500] {
+            let sent = Instant::now();
+            for i in 0..3u8 {
+                a.send_to(&[i; 5], wire_socket(&dir, 0)).expect("send");
+            }
+            for i in 0..3u8 {
+                let len = b.recv(&mut buf).expect("frame");
+                assert_eq!(&buf[..len], &[i; 5], "order and payload kept");
+            }
+            assert!(sent.elapsed() >= Duration::from_micros(delay_us));
+            std::fs::write(dir.join("wire.set.1.500"), "").expect("set");
+            let ack = dir.join("wire.ack.1");
+            while !ack.exists() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        drop(wire);
+        assert!(!wire_socket(&dir, 0).exists() && !wire_socket(&dir, 1).exists());
+        let text = std::fs::read_to_string(&log).expect("log");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            text.contains("\n0 2000 a>b 3 ") && text.contains("\n1 500 a>b 3 "),
+            "{text}"
+        );
+    }
+}

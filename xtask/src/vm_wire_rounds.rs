@@ -166,4 +166,14 @@ mod tests {
         let shift = realized_shift(&[round(100), round(300)], &realized).expect("shift");
         assert_eq!(shift, 601_900 - 201_200);
     }
+
+    #[test]
+    fn the_wire_belongs_to_the_network_not_to_the_qdisc() {
+        check_attribution(401_000, 3_000, 401_100, 400_000).expect("exact");
+        check_attribution(150_000, 3_600, 401_100, 400_000).expect("noisy but attributed");
+        let qdisc = check_attribution(401_000, 399_000, 401_100, 400_000).expect_err("qdisc");
+        assert!(format!("{qdisc}").contains("belongs to the network"), "{qdisc}");
+        let lost = check_attribution(20_000, 0, 401_100, 400_000).expect_err("not in network");
+        assert!(format!("{lost}").contains("the relay added"), "{lost}");
+    }
 }

@@ -12,6 +12,7 @@
 //! is on attribution: A's tx_qdisc moves by at least the configured difference and by no more
 //! than the end-to-end, and `network_round_trip` does not take the delay. The distance to the
 //! configured difference is printed against the issue's +-5 us goal.
+//! Delay on the wire itself (the host relay, in `network_round_trip`) is vm_wire_rounds.rs.
 //! The round boundaries are A's CLOCK_MONOTONIC (`now at` of /proc/timer_list), the clock the
 //! merged `start_ns` is in.
 

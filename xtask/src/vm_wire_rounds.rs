@@ -172,7 +172,10 @@ mod tests {
         check_attribution(401_000, 3_000, 401_100, 400_000).expect("exact");
         check_attribution(150_000, 3_600, 401_100, 400_000).expect("noisy but attributed");
         let qdisc = check_attribution(401_000, 399_000, 401_100, 400_000).expect_err("qdisc");
-        assert!(format!("{qdisc}").contains("belongs to the network"), "{qdisc}");
+        assert!(
+            format!("{qdisc}").contains("belongs to the network"),
+            "{qdisc}"
+        );
         let lost = check_attribution(20_000, 0, 401_100, 400_000).expect_err("not in network");
         assert!(format!("{lost}").contains("the relay added"), "{lost}");
     }

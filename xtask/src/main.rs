@@ -25,6 +25,7 @@ mod vm;
 mod vm_irq_counts;
 mod vm_scenarios;
 mod vm_two_machines;
+mod vm_wire_rounds;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::{read_ndjson, run_cmd, vm_irq_counts, vm_two_machines, workspace_root};
+use crate::{read_ndjson, run_cmd, vm_irq_counts, vm_two_machines, vm_wire_rounds, workspace_root};
 
 const KERNELS: [&str; 2] = ["6.1", "6.12"];
 /// The kernel whose two-guest run is also merged and checked across machines.
@@ -65,11 +65,19 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let meshlab = workspace_root().join("target/debug/meshlab");
     let rounds = kernel == TWO_MACHINE_KERNEL;
-    let scripts = vm_two_machines::guest_scripts(&meshlab, &dir, "10.213.0.2", rounds);
+    // The wire relay's rounds run after the netem ones (docs/vm.md, vm_wire_rounds.rs).
+    let wire = rounds.then_some(vm_wire_rounds::rounds_script as vm_two_machines::WireRounds);
+    let scripts = vm_two_machines::guest_scripts(&meshlab, &dir, "10.213.0.2", rounds, wire);
+    let wire_args = if rounds {
+        vm_wire_rounds::run_args(&dir)
+    } else {
+        Vec::new()
+    };
     run_cmd(
         Command::new(xtask)
             .args(["vm", "run", "--kernel", kernel, "--timeout", "300", "--rw"])
             .arg(&dir)
+            .args(wire_args)
             .args(["--a", &scripts.a, "--b", &scripts.b]),
     )?;
     let mut result = check_nic_irq_recording(&dir.join("b.ndjson"))
@@ -77,7 +85,9 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     // 6.1 has no sk_data_ready tier: its merged requests are never complete, and one kernel
     // is enough to check the merge across machines.
     if kernel == TWO_MACHINE_KERNEL {
-        result = result.and_then(|()| vm_two_machines::check(&meshlab, &dir));
+        result = result
+            .and_then(|()| vm_two_machines::check(&meshlab, &dir))
+            .and_then(|requests| vm_wire_rounds::check(&requests, &dir));
     }
     // Kept on failure (or with MESHLAB_VM_KEEP set): the recordings, the merge and the rounds
     // say what went wrong, and can be merged again by a later build.

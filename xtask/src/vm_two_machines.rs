@@ -12,6 +12,7 @@
 //! is on attribution: A's tx_qdisc moves by at least the configured difference and by no more
 //! than the end-to-end, and `network_round_trip` does not take the delay. The distance to the
 //! configured difference is printed against the issue's +-5 us goal.
+//! Delay on the wire itself (the host relay, in `network_round_trip`) is vm_wire_rounds.rs.
 //! The round boundaries are A's CLOCK_MONOTONIC (`now at` of /proc/timer_list), the clock the
 //! merged `start_ns` is in.
 
@@ -28,10 +29,10 @@ const PORT: u16 = 9000;
 /// netem's delay on every packet guest A sends: the first and the second round of each pair.
 const NETEM_DELAYS_US: [u64; 2] = [1000, 1200];
 /// Pairs of rounds, interleaved.
-const ROUND_PAIRS: usize = 8;
-const ROUND_SECS: u64 = 1;
+pub const ROUND_PAIRS: usize = 8;
+pub const ROUND_SECS: u64 = 1;
 /// How far the recovered delay may be from the injected one (the issue's bound).
-const TOLERANCE_NS: i64 = 5_000;
+pub const TOLERANCE_NS: i64 = 5_000;
 /// Share of A's requests that must be joined to B's half.
 const MIN_JOINED: f64 = 0.99;
 /// Issue 11's goal for complete cross-machine requests.
@@ -39,6 +40,10 @@ const COMPLETE_TARGET: f64 = 0.99;
 /// Below this the scenario fails: a regression, not TCG noise (this scenario's own printed
 /// completeness; docs/coverage-audit.md has the runs).
 const MIN_COMPLETE: f64 = 0.95;
+
+/// Guest A's shell text for more rounds after the netem ones, given the scenario's directory
+/// and the client command of one round (vm_wire_rounds.rs).
+pub type WireRounds = fn(&Path, &str) -> String;
 
 /// Shell text of guest A (recorder + client rounds) and guest B (recorder + server).
 pub struct GuestScripts {
@@ -56,6 +61,7 @@ pub fn guest_scripts(
     dir: &Path,
     server_addr: &str,
     with_rounds: bool,
+    wire_rounds: Option<WireRounds>,
 ) -> GuestScripts {
     let (m, d) = (meshlab.display(), dir.display());
     let server = format!("{server_addr}:{PORT}");
@@ -103,19 +109,21 @@ pub fn guest_scripts(
     } else {
         String::new()
     };
+    let wire_rounds = wire_rounds.map_or(String::new(), |script| script(dir, &client));
     let a = format!(
         "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}\
          until [ -f \"$MESHLAB_VM_SHARED/b.ready\" ]; do sleep 0.1; done; \
          ok=; for i in $(seq 120); do {client} > {d}/a.json && ok=1 && break; sleep 0.5; done; \
-         [ -n \"$ok\" ] || exit 1; {netem_rounds}{stop}",
+         [ -n \"$ok\" ] || exit 1; {netem_rounds}{wire_rounds}{stop}",
         record = record("a", ""),
         stop = stop("a"),
     );
     GuestScripts { a, b }
 }
 
-/// Merges A's and B's recordings on the host and checks the cross-machine requests.
-pub fn check(meshlab: &Path, dir: &Path) -> Result<()> {
+/// Merges A's and B's recordings on the host and checks the cross-machine requests; returns
+/// the merged requests for more checks.
+pub fn check(meshlab: &Path, dir: &Path) -> Result<Vec<serde_json::Value>> {
     let merged = dir.join("merged.ndjson");
     run_cmd(
         Command::new(meshlab)
@@ -128,7 +136,8 @@ pub fn check(meshlab: &Path, dir: &Path) -> Result<()> {
     check_joined(&requests)?;
     report_clock_offset(&requests);
     let rounds = read_rounds(&dir.join("rounds"))?;
-    check_delay_recovered(&requests, &rounds)
+    check_delay_recovered(&requests, &rounds)?;
+    Ok(requests)
 }
 
 fn read_requests(path: &Path) -> Result<Vec<serde_json::Value>> {
@@ -219,13 +228,13 @@ fn report_clock_offset(requests: &[serde_json::Value]) {
 
 /// One client run of guest A: the netem delay in force and its span on A's monotonic clock.
 #[derive(Debug, Clone, Copy)]
-struct Round {
-    delay_us: u64,
-    start_ns: i64,
-    end_ns: i64,
+pub struct Round {
+    pub delay_us: u64,
+    pub start_ns: i64,
+    pub end_ns: i64,
 }
 
-fn read_rounds(path: &Path) -> Result<Vec<Round>> {
+pub fn read_rounds(path: &Path) -> Result<Vec<Round>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let rounds = (text.lines().enumerate())
@@ -259,20 +268,23 @@ fn read_rounds(path: &Path) -> Result<Vec<Round>> {
     Ok(rounds)
 }
 
-/// What each round's median moved by, per segment (`NODE:name`), the second round of a pair
-/// minus the first, then the median over the pairs; A's `tx_qdisc` must move by the difference
-/// of the two delays.
-fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Result<()> {
+/// Per segment (`NODE:name`, the derived one by name, `e2e`): the second round of each pair
+/// minus the first, one value per pair; every pair must be `delays`.
+pub fn pair_shifts(
+    requests: &[serde_json::Value],
+    rounds: &[Round],
+    delays: [u64; 2],
+) -> Result<BTreeMap<String, Vec<i64>>> {
     let per_round: Vec<BTreeMap<String, i64>> = rounds
         .iter()
         .map(|round| round_medians(requests, round))
         .collect::<Result<_>>()?;
     let mut shifts: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for (pair, medians) in per_round.chunks(2).enumerate() {
-        let delays = [rounds[2 * pair].delay_us, rounds[2 * pair + 1].delay_us];
+        let got = [rounds[2 * pair].delay_us, rounds[2 * pair + 1].delay_us];
         ensure!(
-            delays == NETEM_DELAYS_US,
-            "round pair {pair} is not {NETEM_DELAYS_US:?} us: {rounds:?}"
+            got == delays,
+            "round pair {pair} is not {delays:?} us: {rounds:?}"
         );
         for (name, on) in &medians[1] {
             if let Some(off) = medians[0].get(name) {
@@ -280,13 +292,21 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
             }
         }
     }
-    let mut shift = |name: &str| {
-        (shifts.get_mut(name))
-            .and_then(|values| median(values))
-            .with_context(|| format!("no {name} in every round"))
-    };
-    let network = shift("network_round_trip")?;
-    let e2e = shift("e2e")?;
+    Ok(shifts)
+}
+
+pub fn median_shift(shifts: &mut BTreeMap<String, Vec<i64>>, name: &str) -> Result<i64> {
+    (shifts.get_mut(name))
+        .and_then(|values| median(values))
+        .with_context(|| format!("no {name} in every round"))
+}
+
+/// What each round's median moved by, the median over the pairs; A's `tx_qdisc` must move by
+/// the difference of the two netem delays.
+fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Result<()> {
+    let mut shifts = pair_shifts(requests, rounds, NETEM_DELAYS_US)?;
+    let network = median_shift(&mut shifts, "network_round_trip")?;
+    let e2e = median_shift(&mut shifts, "e2e")?;
     let qdisc_shifts = shifts
         .get_mut("A:tx_qdisc")
         .context("no A:tx_qdisc in every round")?;
@@ -301,11 +321,7 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
         injected as f64 / 1e3,
         error as f64 / 1e3,
         spread as f64 / 1e3,
-        if error.abs() <= TOLERANCE_NS {
-            "within +-5 us"
-        } else {
-            "NOT within +-5 us"
-        },
+        within(error),
         network as f64 / 1e3,
         e2e as f64 / 1e3
     );
@@ -323,6 +339,14 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
         injected,
         bound,
     })
+}
+
+pub fn within(error: i64) -> &'static str {
+    if error.abs() <= TOLERANCE_NS {
+        "within +-5 us"
+    } else {
+        "NOT within +-5 us"
+    }
 }
 
 /// Median shifts of one run (ns), the injected difference and the check's tolerance.
@@ -360,7 +384,7 @@ fn check_shift_attribution(s: Shifts) -> Result<()> {
 
 /// Median and the standard error of the median estimated from the median absolute deviation
 /// (1.4826 MAD is the standard deviation for normal data; x1.25/sqrt(n) for the median).
-fn median_and_spread(values: &mut [i64]) -> Option<(i64, i64)> {
+pub fn median_and_spread(values: &mut [i64]) -> Option<(i64, i64)> {
     let center = median(values)?;
     let mut deviations: Vec<i64> = values.iter().map(|v| (v - center).abs()).collect();
     let mad = median(&mut deviations)? as f64;

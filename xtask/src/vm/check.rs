@@ -37,6 +37,7 @@ fn spec(label: KernelLabel, commands: Vec<String>, rw_dirs: Vec<PathBuf>) -> Res
         cpus: 1,
         rw_dirs,
         stream: false,
+        wire: None,
     })
 }
 

@@ -10,7 +10,8 @@ use anyhow::{Context, Result, bail};
 
 use super::qemu::{qemu_args, spawn_qemu};
 use super::relay::{Relay, RunDir, peak_rss_kib};
-use super::spec::{GUEST_NAMES, LINK_ADDRS, RunSpec};
+use super::spec::{GUEST_NAMES, LINK_ADDRS, RunSpec, WireSpec};
+use super::wire::Wire;
 use super::{RunArgs, image, script};
 
 /// A directory of the run directory both guests see (at $MESHLAB_VM_SHARED): rendezvous files.
@@ -69,6 +70,10 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
         cpus: args.cpus,
         rw_dirs,
         stream: true,
+        wire: args.wire_delay_us.map(|delay_us| WireSpec {
+            delay_us,
+            log: args.wire_log.clone(),
+        }),
     };
     let outcome = run_guests(&spec)?;
     let peak: u64 = outcome.guests.iter().map(|g| g.peak_rss_kib).sum();
@@ -134,6 +139,19 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
     std::fs::write(run_dir.path().join("rw-mounts"), rw_mounts)?;
     std::fs::create_dir(run_dir.path().join(SHARED_DIR))?;
 
+    // Declared after the run directory: dropped (threads joined, sockets removed) before it.
+    let _wire = match &spec.wire {
+        Some(wire) if spec.commands.len() == 2 => {
+            let shared = run_dir.path().join(SHARED_DIR);
+            Some(Wire::start(
+                run_dir.path(),
+                &shared,
+                wire.delay_us,
+                wire.log.clone(),
+            )?)
+        }
+        _ => None,
+    };
     let started = Instant::now();
     let mut guests = boot_guests(spec, &run_dir, &logs_dir)?;
     let timed_out = wait_for_guests(spec, &run_dir, &mut guests, started + spec.timeout)?;

@@ -17,6 +17,7 @@ mod spec;
 #[cfg(test)]
 mod tests;
 mod vmlinux;
+mod wire;
 
 use std::path::PathBuf;
 
@@ -85,6 +86,14 @@ pub struct RunArgs {
     /// read-only with a throw-away overlay). Repeatable.
     #[arg(long = "rw", value_name = "DIR")]
     pub rw_dirs: Vec<PathBuf>,
+    /// Two guests: join them through a host relay that delays every frame by this many
+    /// microseconds one way; a guest changes it by creating `$MESHLAB_VM_SHARED/wire.set.N.US`
+    /// (N = 1, 2, ...) and waiting for `wire.ack.N` (docs/vm.md).
+    #[arg(long, value_name = "US")]
+    pub wire_delay_us: Option<u64>,
+    /// With --wire-delay-us: write each delay's realized per-frame delays (host clock) here.
+    #[arg(long, value_name = "FILE", requires = "wire_delay_us")]
+    pub wire_log: Option<PathBuf>,
     /// Working directory of the command (default: the current directory).
     #[arg(long)]
     pub cwd: Option<PathBuf>,

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, Result};
 
 use super::spec::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, RunSpec};
+use super::wire::{link_socket, wire_socket};
 
 const QEMU: &str = "qemu-system-x86_64";
 
@@ -61,8 +62,12 @@ pub fn qemu_args(
         share(&format!("rw{i}"), dir, false);
     }
     if spec.commands.len() == 2 {
-        let socket = |i: usize| escape(&run_dir.join(format!("link-{}.sock", GUEST_NAMES[i])));
-        let (local, remote) = (socket(index), socket(1 - index));
+        // Straight to the peer's socket, or through the delaying relay (wire.rs).
+        let local = escape(&link_socket(run_dir, index));
+        let remote = match spec.wire {
+            Some(_) => escape(&wire_socket(run_dir, index)),
+            None => escape(&link_socket(run_dir, 1 - index)),
+        };
         args.push("-netdev".into());
         args.push(format!(
             "dgram,id=link,local.type=unix,local.path={local},remote.type=unix,remote.path={remote}"
@@ -145,6 +150,7 @@ mod tests {
             cpus: 1,
             rw_dirs: vec!["/out,dir".into()],
             stream: false,
+            wire: None,
         }
     }
 
@@ -187,5 +193,21 @@ mod tests {
         assert!(a.contains("meshlab.addr=10.213.0.1/24 meshlab.peer=10.213.0.2"));
         assert!(b.contains("meshlab.addr=10.213.0.2/24 meshlab.peer=10.213.0.1"));
         assert!(!a.contains("-netdev user") && !b.contains("-netdev user"));
+    }
+
+    #[test]
+    fn with_the_wire_each_guest_sends_to_the_relay() {
+        let mut spec = spec(2);
+        spec.wire = Some(crate::vm::spec::WireSpec {
+            delay_us: 100,
+            log: None,
+        });
+        let (a, b) = (args(&spec, 0).join(" "), args(&spec, 1).join(" "));
+        assert!(a.contains(
+            "local.path=/tmp/run/link-a.sock,remote.type=unix,remote.path=/tmp/run/wire-a.sock"
+        ));
+        assert!(b.contains(
+            "local.path=/tmp/run/link-b.sock,remote.type=unix,remote.path=/tmp/run/wire-b.sock"
+        ));
     }
 }

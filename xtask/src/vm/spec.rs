@@ -25,4 +25,13 @@ pub struct RunSpec {
     pub rw_dirs: Vec<PathBuf>,
     /// Relay guest output live to the host's stdout/stderr (else only captured).
     pub stream: bool,
+    /// Two guests: put the delaying relay of wire.rs between their sockets.
+    pub wire: Option<WireSpec>,
+}
+
+/// The wire relay's start delay (one way) and where it writes what the frames really took.
+#[derive(Debug, Clone)]
+pub struct WireSpec {
+    pub delay_us: u64,
+    pub log: Option<PathBuf>,
 }

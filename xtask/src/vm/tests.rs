@@ -27,6 +27,7 @@ fn spec_or_skip(label: KernelLabel, commands: Vec<String>) -> Option<RunSpec> {
             cpus: 1,
             rw_dirs: Vec::new(),
             stream: false,
+            wire: None,
         }),
         Err(why) if super::vm_required() => panic!("MESHLAB_REQUIRE_VM=1 but: {why:#}"),
         Err(why) => {

@@ -52,6 +52,8 @@ pub struct CaptureReader<R> {
     meta: Meta,
     /// Byte offset of an incomplete last record, once the reader has reached it.
     truncated_at: Option<u64>,
+    /// False: version 2 events are read past, not decoded (their payload is left empty).
+    decode_events: bool,
 }
 
 impl CaptureReader<BufReader<File>> {
@@ -85,6 +87,7 @@ impl<R: Read> CaptureReader<R> {
             words: Vec::with_capacity(EVENT_SIZE),
             meta: Meta::default(),
             truncated_at: None,
+            decode_events: true,
         };
         let file = reader.file.clone();
         let bad = |offset: u64, kind: &str, message: &str| {
@@ -119,6 +122,12 @@ impl<R: Read> CaptureReader<R> {
     /// Where an incomplete last record starts, once reading has reached the end.
     pub fn truncated_at(&self) -> Option<u64> {
         self.truncated_at
+    }
+
+    /// Reads version 2 event records past without decoding them (their payload is empty),
+    /// for a reader that only wants the other records.
+    pub fn skip_events(&mut self) {
+        self.decode_events = false;
     }
 
     /// Number of the record returned last (the meta record is 0).
@@ -241,7 +250,9 @@ impl<R: Read> CaptureReader<R> {
         let mut words = std::mem::take(&mut self.words);
         words.resize(4 * mask.count_ones() as usize, 0);
         let complete = self.read_part(&mut words, start, true)?;
-        if complete {
+        if complete && !self.decode_events {
+            self.payload.clear();
+        } else if complete {
             let mut event = [0u8; EVENT_SIZE];
             self.contexts.decode(context, mask, &words, &mut event);
             self.payload.clear();

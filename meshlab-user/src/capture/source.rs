@@ -85,6 +85,7 @@ pub fn parse_json_record(raw: &RawRecord<'_>) -> Result<Record, String> {
 /// read without decoding a single event: a few records per second of recording.
 pub fn non_event_records(path: &Path) -> Result<Vec<(u64, Record)>, CaptureError> {
     let mut reader = CaptureReader::open(path)?;
+    reader.skip_events();
     let mut out = Vec::new();
     while let Some(raw) = reader.next_raw()? {
         if raw.kind == RecordKind::Event {

@@ -104,7 +104,7 @@ impl Chain {
     ) -> Self {
         let Findings { missing, errors } = found;
         let node = names.nodes[usize::from(half.node.0)].clone();
-        let mut kept: Vec<Kept> = Vec::new();
+        let mut kept: Vec<Kept> = Vec::with_capacity(points.len());
         let last_seen = points.iter().rposition(|p| p.stamp.is_some());
         for (pos, p) in points.iter().enumerate() {
             let Some(stamp) = p.stamp else {
@@ -154,7 +154,8 @@ impl Chain {
 
     /// Segments between consecutive kept points in `kept[range]`.
     fn segments<'n>(&self, names: &Names, clock: &NodeClock<'n>, kept: &[Kept]) -> Vec<Segment> {
-        let mut out = Vec::with_capacity(kept.len().saturating_sub(1));
+        // Room for the spans and a few split ones (a split adds a run-queue wait and a rest).
+        let mut out = Vec::with_capacity(kept.len().saturating_sub(1) + 8);
         for w in kept.windows(2) {
             let span = span(clock, &w[0], &w[1]);
             let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
@@ -205,7 +206,7 @@ impl Chain {
         let end = start + seg.dur_ns;
         // Running, blocked (the process waiting on something of its own) and unknown all stay
         // the span's time: only the run-queue wait is cut out.
-        let mut parts: Vec<(u64, u64, bool)> = Vec::new();
+        let mut parts: Vec<(u64, u64, bool)> = Vec::with_capacity(4);
         for (at, dur, state) in thread.split(start, end) {
             let waiting = state == ReaderState::Runnable;
             match parts.last_mut() {

@@ -400,6 +400,7 @@ impl NodeIndex {
     /// stages of the first transmission of the skb carrying byte `end - 1`.
     pub fn tx_stages(&self, cookie: u64, start: u64, end: u64) -> Stages {
         let mut out = Stages::default();
+        out.points.reserve_exact(TX_KERNEL.len());
         let last = end.saturating_sub(1);
         for id in TX_KERNEL {
             let (ev, retrans) = match id {

@@ -42,7 +42,7 @@ pub fn to_item(
                     format!("\"{}\" in the recording of node \"{node_name}\"", k.node),
                 ));
             }
-            kernel_item(plan, node, origin, skew, k)
+            kernel_item(plan, node, origin, skew, &k)
                 .map(Some)
                 .map_err(|(field, what)| bad("kernel", field, what))
         }
@@ -79,7 +79,7 @@ fn kernel_item(
     node: NodeId,
     origin: Origin,
     skew: i64,
-    k: KernelEvent,
+    k: &KernelEvent,
 ) -> Result<Item, FieldError> {
     let moved = |field: &'static str, v: u64| {
         shift(v, skew).ok_or_else(|| (field, format!("--inject-skew {skew} moves {v} below zero")))
@@ -87,7 +87,7 @@ fn kernel_item(
     let hook = k.hook;
     let ts = moved("ts_ns", k.ts_ns)?;
     let established = if hook == Hook::SockEstablished {
-        Some(Box::new(established(&k)?))
+        Some(Box::new(established(k)?))
     } else {
         None
     };
@@ -113,7 +113,7 @@ fn kernel_item(
             error_ns: 0,
             sample: u32::MAX,
             origin,
-            place: plan.nics[usize::from(node.0)].place(&k),
+            place: plan.nics[usize::from(node.0)].place(k),
         },
         tid: k.tid,
         cookie: k.cookie,

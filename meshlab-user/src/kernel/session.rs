@@ -51,6 +51,13 @@ impl DrainPace {
         std::mem::replace(&mut self.0, DRAIN_EVERY) != DRAIN_EVERY
     }
 
+    /// [`Self::busy`], and the pending drain moved to the busy pace when it was further away.
+    fn wakeup(&mut self, drain: std::pin::Pin<&mut tokio::time::Sleep>) {
+        if self.busy() {
+            drain.reset(tokio::time::Instant::now() + DRAIN_EVERY);
+        }
+    }
+
     fn next(&mut self, found: bool) -> Duration {
         self.0 = if found {
             DRAIN_EVERY
@@ -259,9 +266,7 @@ impl Session {
                     if drain_batch(guard.get_inner_mut(), &mut self.out)? {
                         guard.clear_ready();
                     }
-                    if pace.busy() {
-                        drain.as_mut().reset(tokio::time::Instant::now() + DRAIN_EVERY);
-                    }
+                    pace.wakeup(drain.as_mut());
                 }
                 _ = &mut drain => {
                     // Events submitted without a wakeup (below the wakeup threshold).

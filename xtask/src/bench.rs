@@ -38,6 +38,9 @@ pub enum BenchTask {
     /// Per-program BPF cost of two recorder builds, alternated round by round
     /// (bench_kernel.rs).
     KernelAb(crate::bench_kernel::KernelAbArgs),
+    /// The pieces of a traced event (ring reserve/submit by size, clock, pid, counters, kernel
+    /// read) as raw programs side by side on one tracepoint (bench_helpers.rs).
+    Helpers(crate::bench_helpers::HelpersArgs),
     /// The lab's userland probes: off / on but not sampling / sampling all (bench_probes.rs).
     Probes(crate::bench_probes::ProbeBenchArgs),
     /// Records lab RPC load for N minutes, sampling the recorder's RSS, descriptors and BPF
@@ -84,6 +87,7 @@ pub fn run(task: BenchTask) -> Result<()> {
         BenchTask::Merge(args) => return crate::bench_merge::run(args),
         BenchTask::RecorderCpu(args) => return crate::bench_recorder::run(args),
         BenchTask::KernelAb(args) => return crate::bench_kernel::run(args),
+        BenchTask::Helpers(args) => return crate::bench_helpers::run(args),
         other => other,
     };
     if let BenchTask::Decode = task {
@@ -110,7 +114,8 @@ pub fn run(task: BenchTask) -> Result<()> {
         BenchTask::Decode
         | BenchTask::Merge(_)
         | BenchTask::RecorderCpu(_)
-        | BenchTask::KernelAb(_) => Ok(()),
+        | BenchTask::KernelAb(_)
+        | BenchTask::Helpers(_) => Ok(()),
         BenchTask::Probes(args) => crate::bench_probes::run(&exe, args),
         BenchTask::Overhead {
             rounds,

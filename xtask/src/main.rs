@@ -2,11 +2,13 @@
 //! both install what is missing first (`setup`), so a fresh machine needs nothing else.
 
 mod bench;
+mod bench_helpers;
 mod bench_kernel;
 mod bench_merge;
 mod bench_probes;
 mod bench_recorder;
 mod bpffloor;
+mod bpfraw;
 mod bpfstats;
 mod fuzz;
 mod ladder;

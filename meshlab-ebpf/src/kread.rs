@@ -1,6 +1,6 @@
 //! Kernel memory reads through BTF-resolved offsets, and TCP/IP header parsing of an skb.
 
-use aya_ebpf::helpers::bpf_probe_read_kernel;
+use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_skc_to_tcp_sock};
 use meshlab_common::ConnInfo;
 
 use crate::globals::offset;
@@ -12,17 +12,23 @@ use crate::turn::turn_sampled;
 /// tp_btf, fentry and fexit programs receive BTF-typed pointers: the verifier checks a plain
 /// load from them against vmlinux BTF (the offsets are frozen read-only globals, so it sees
 /// constants) and JITs it as a fault-tolerant load, a few instructions instead of a
-/// bpf_probe_read_kernel helper call (~20-30 ns each here, most of a traced event's cost).
+/// bpf_probe_read_kernel helper call (~65 ns each here, `cargo xtask bench helpers`).
 /// raw_tp and kprobe programs get untyped integers and must use the helper.
 ///
 /// Direct loads only work on a typed pointer (an argument, or a struct pointer loaded
-/// directly from one) and only within the struct's BTF type: fields of a containing struct
-/// (tcp_sock behind a `struct sock *`), bytes behind a `char *` (skb->head) and char arrays
-/// (skb->cb) stay [`read`]s.
+/// directly from one) and only within the struct's BTF type: bytes behind a `char *`
+/// (skb->head) and char arrays (skb->cb) stay [`read`]s. Fields of the `struct tcp_sock` a
+/// `struct sock *` points to are outside `struct sock`: [`KernelRead::tcp_load`] retypes the
+/// pointer first.
 pub trait KernelRead {
     /// A load is an inlined instruction, not a helper call.
     const DIRECT: bool;
     fn load<T: Copy>(base: u64, off: usize) -> Option<T>;
+    /// A field at `off` of the `struct tcp_sock` that socket `sk` is; `None` if it is not a
+    /// full TCP socket (BtfLoad) or the read fails. With BtfLoad `sk` must be the program's
+    /// own argument: a pointer loaded from a field (skb->sk, socket->sk) is not trusted, and
+    /// the verifier refuses it as bpf_skc_to_tcp_sock's argument (`R1 type=rcu_ptr_`).
+    fn tcp_load<T: Copy>(sk: u64, off: usize) -> Option<T>;
 }
 
 /// Direct loads from BTF-typed pointers (tp_btf, fentry, fexit).
@@ -39,6 +45,21 @@ impl KernelRead for BtfLoad {
         // the JIT makes fault-tolerant (a bad address reads as zero instead of faulting).
         Some(unsafe { core::ptr::read_volatile((base as usize + off) as *const T) })
     }
+
+    /// bpf_skc_to_tcp_sock returns `sk` typed as `struct tcp_sock *` (NULL unless it is a full
+    /// TCP socket), so the field is a direct load. That helper is a few checks (trivial
+    /// helpers such as bpf_get_current_pid_tgid cost 6-10 ns here) where
+    /// bpf_probe_read_kernel costs ~65 ns (`cargo xtask bench helpers`,
+    /// docs/benchmarks-kernel.md).
+    #[inline(always)]
+    fn tcp_load<T: Copy>(sk: u64, off: usize) -> Option<T> {
+        if sk == 0 {
+            return None;
+        }
+        // SAFETY: the helper accepts any BTF socket pointer and checks the socket itself.
+        let tp = unsafe { bpf_skc_to_tcp_sock(sk as *mut core::ffi::c_void) };
+        Self::load(tp as u64, off)
+    }
 }
 
 /// bpf_probe_read_kernel (raw_tp, kprobe).
@@ -49,6 +70,12 @@ impl KernelRead for ProbeRead {
     #[inline(always)]
     fn load<T: Copy>(base: u64, off: usize) -> Option<T> {
         read(base, off)
+    }
+
+    /// raw_tp and kprobe programs may not call bpf_skc_to_tcp_sock (a BTF-typed helper).
+    #[inline(always)]
+    fn tcp_load<T: Copy>(sk: u64, off: usize) -> Option<T> {
+        read(sk, off)
     }
 }
 

@@ -7,8 +7,8 @@ use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
-    BtfLoad, KernelRead, addr_bytes, parse_tcp, read, sampled_sock, skb_ifindex, tcp_skb_cb_range,
-    traced_sock,
+    BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, sampled_sock, skb_ifindex,
+    tcp_skb_cb_range, traced_sock,
 };
 use crate::maps::CPU_STATE;
 use crate::prefilter::{no_socket_traced, nothing_traced, rx_conn};
@@ -119,7 +119,7 @@ fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
     let Some((cookie, info)) = sampled_sock::<C::Mem>(sk) else {
         return crate::unix::on_unix(Hook::SkDataReady, sk, 0);
     };
-    let Some(rcv_nxt) = read::<u32>(sk, offset!(tcp_sock_rcv_nxt)) else {
+    let Some(rcv_nxt) = C::Mem::tcp_load::<u32>(sk, offset!(tcp_sock_rcv_nxt)) else {
         diag_warn!(
             "sk_data_ready",
             "traced connection {}: reading tcp_sock.rcv_nxt failed",
@@ -161,7 +161,8 @@ fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
     let sk: u64 = C::Mem::load(skb, offset!(sk_buff_sk))?;
     let (cookie, info) = sampled_sock::<C::Mem>(sk)?;
-    let seq = read::<u32>(sk, offset!(tcp_sock_copied_seq))
+    // skb->sk is an RCU pointer, which bpf_skc_to_tcp_sock refuses: a helper read.
+    let seq = ProbeRead::tcp_load::<u32>(sk, offset!(tcp_sock_copied_seq))
         .or_else(|| tcp_skb_cb_range(skb).map(|(seq, _)| seq))
         .unwrap_or(0);
     let len = ctx.arg_u64(1) as u32;
@@ -184,7 +185,7 @@ tp_entries!(
 
 /// sock:sock_recv_length(sk, ret, flags): the recv syscall returns.
 fn try_recv_return<C: TpArgs>(ctx: &C) -> Option<()> {
-    on_recv_return::<C::Mem>(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
+    on_recv_return::<C::Mem, C::Mem>(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
 }
 
 /// fexit sock_recvmsg(struct socket *sock, struct msghdr *msg, int flags) = ret: the same
@@ -193,20 +194,22 @@ fn try_recv_return<C: TpArgs>(ctx: &C) -> Option<()> {
 pub fn recv_return_fexit(ctx: aya_ebpf::programs::FExitContext) -> i32 {
     let sock: u64 = ctx.arg(0);
     if let Some(sk) = BtfLoad::load::<u64>(sock, offset!(socket_sk)) {
-        let _ = on_recv_return::<BtfLoad>(sk, ctx.arg::<u64>(3) as i32);
+        // `sk` was loaded from a field: see KernelRead::tcp_load.
+        let _ = on_recv_return::<BtfLoad, ProbeRead>(sk, ctx.arg::<u64>(3) as i32);
     }
     0
 }
 
+/// `Tcp` reads the socket's tcp_sock fields: `M` where `sk` is the program's argument.
 #[inline(always)]
-fn on_recv_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
+fn on_recv_return<M: KernelRead, Tcp: KernelRead>(sk: u64, ret: i32) -> Option<()> {
     if no_socket_traced() {
         return None;
     }
     let Some((cookie, info)) = sampled_sock::<M>(sk) else {
         return crate::unix::on_unix(Hook::RecvReturn, sk, ret);
     };
-    let Some(copied_seq) = read::<u32>(sk, offset!(tcp_sock_copied_seq)) else {
+    let Some(copied_seq) = Tcp::tcp_load::<u32>(sk, offset!(tcp_sock_copied_seq)) else {
         diag_warn!(
             "recv_return",
             "traced connection {}: reading tcp_sock.copied_seq failed",

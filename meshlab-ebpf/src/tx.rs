@@ -9,7 +9,7 @@ use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
-    BtfLoad, KernelRead, ProbeRead, parse_tcp, read, sampled_sock, skb_ifindex, traced_sock,
+    BtfLoad, KernelRead, ProbeRead, parse_tcp, sampled_sock, skb_ifindex, traced_sock,
 };
 use crate::maps::{
     INFLIGHT_TX, INFLIGHT_TX_USED, NIC_IFINDEXES, TRACEPOINT_PROBE_HITS, TRACKED_THREADS,
@@ -57,7 +57,7 @@ fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -
     if unsampled_turn_continues(info, TURN_TX) {
         return None;
     }
-    let Some(write_seq) = read::<u32>(sk, offset!(tcp_sock_write_seq)) else {
+    let Some(write_seq) = M::tcp_load::<u32>(sk, offset!(tcp_sock_write_seq)) else {
         diag_warn!(
             "tcp_sendmsg",
             "traced connection {}: reading tcp_sock.write_seq failed",
@@ -101,7 +101,7 @@ pub fn tcp_sendmsg_kprobe(ctx: ProbeContext) -> u32 {
 fn try_tcp_sendmsg_locked<C: TpArgs>(ctx: &C) -> Option<()> {
     let msg = ctx.arg_u64(1);
     on_tcp_sendmsg::<C::Mem>(ctx.arg_u64(0), || {
-        read(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))
+        C::Mem::load(msg, offset!(msghdr_msg_iter) + offset!(iov_iter_count))
     })
 }
 tp_entries!(
@@ -113,7 +113,7 @@ tp_entries!(
 
 /// sock:sock_send_length(sk, ret, flags): the send syscall returns.
 fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
-    on_send_return::<C::Mem>(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
+    on_send_return::<C::Mem, C::Mem>(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
 }
 
 /// fexit sock_sendmsg(struct socket *sock, struct msghdr *msg) = ret: the same point on
@@ -122,13 +122,16 @@ fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
 pub fn send_return_fexit(ctx: FExitContext) -> i32 {
     let sock: u64 = ctx.arg(0);
     if let Some(sk) = BtfLoad::load::<u64>(sock, offset!(socket_sk)) {
-        let _ = on_send_return::<BtfLoad>(sk, ctx.arg::<u64>(2) as i32);
+        // `sk` was loaded from a field, not passed in: ProbeRead for its tcp_sock fields
+        // (see KernelRead::tcp_load).
+        let _ = on_send_return::<BtfLoad, ProbeRead>(sk, ctx.arg::<u64>(2) as i32);
     }
     0
 }
 
+/// `Tcp` reads the socket's tcp_sock fields: `M` where `sk` is the program's argument.
 #[inline(always)]
-fn on_send_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
+fn on_send_return<M: KernelRead, Tcp: KernelRead>(sk: u64, ret: i32) -> Option<()> {
     if no_socket_traced() {
         return None;
     }
@@ -138,7 +141,7 @@ fn on_send_return<M: KernelRead>(sk: u64, ret: i32) -> Option<()> {
     emit(Hook::SendReturn, |ev| {
         ev.cookie = cookie;
         ev.value = ret;
-        let Some(write_seq) = read::<u32>(sk, offset!(tcp_sock_write_seq)) else {
+        let Some(write_seq) = Tcp::tcp_load::<u32>(sk, offset!(tcp_sock_write_seq)) else {
             diag_warn!(
                 "send_return",
                 "traced connection {}: reading tcp_sock.write_seq failed",

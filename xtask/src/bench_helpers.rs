@@ -6,7 +6,8 @@
 //! always first after the dispatch. ns/run comes from the kernel's BPF statistics, as for the
 //! recorder's programs (crate::bpfstats); `mb_empty` is the floor and each program's cost above
 //! it is the median of its per-round differences. The workload is 1-byte UDP datagrams to a
-//! loopback socket: each one passes netif_receive_skb once.
+//! loopback socket: each one passes netif_receive_skb once. `--senders 2` sends from both
+//! CPUs at once, so two CPUs write each ring, as the recorder's one shared ring sees.
 //!
 //! The ring buffers are drained (consumer moved to the producer) every [`DRAIN_EVERY`] sends,
 //! so reservations never fail; the report says how full they got.
@@ -28,9 +29,13 @@ use crate::machine_cpu::loadavg;
 pub struct HelpersArgs {
     #[arg(long, default_value_t = 9)]
     rounds: usize,
-    /// UDP datagrams sent per round.
+    /// UDP datagrams sent per round by each sender.
     #[arg(long, default_value_t = 200_000)]
     packets: u64,
+    /// Sender threads, thread k pinned to CPU k. With 2, both CPUs write the same rings at
+    /// once, as the recorder's programs do when client and server run on different CPUs.
+    #[arg(long, default_value_t = 1)]
+    senders: usize,
 }
 
 const TRACEPOINT: &str = "netif_receive_skb";
@@ -296,7 +301,7 @@ pub fn run(args: HelpersArgs) -> Result<()> {
             .map(|k| attach_raw_tp(&loaded[(round + k) % n].program, TRACEPOINT))
             .collect::<Result<Vec<_>>>()?;
         let costs = bpfstats::costs_over(std::process::id(), || {
-            ring_full |= send_datagrams(args.packets, &mut loaded)?;
+            ring_full |= send_datagrams(args.packets, args.senders, &mut loaded)?;
             Ok(())
         })?;
         drop(links);
@@ -313,9 +318,39 @@ pub fn run(args: HelpersArgs) -> Result<()> {
     Ok(())
 }
 
-/// Sends `packets` 1-byte UDP datagrams over loopback, draining the rings every DRAIN_EVERY;
-/// returns whether a ring may have filled up (reservations failing would skew its figure).
-fn send_datagrams(packets: u64, loaded: &mut [Loaded]) -> Result<bool> {
+/// Sends `packets` 1-byte UDP datagrams over loopback from each of `senders` threads (thread
+/// k pinned to CPU k), thread 0 draining the rings every DRAIN_EVERY of its sends; returns
+/// whether a ring may have filled up (reservations failing would skew its figure).
+fn send_datagrams(packets: u64, senders: usize, loaded: &mut [Loaded]) -> Result<bool> {
+    // Every sender is a spawned thread, so pinning never narrows this process's own CPU set
+    // (machine() and bpftool run from it).
+    std::thread::scope(|scope| {
+        let first = scope.spawn(move || send_pinned(0, packets, loaded));
+        let others: Vec<_> = (1..senders)
+            .map(|cpu| scope.spawn(move || send_pinned(cpu, packets, &mut [])))
+            .collect();
+        let mut full = false;
+        for sender in std::iter::once(first).chain(others) {
+            full |= sender
+                .join()
+                .map_err(|_| anyhow::anyhow!("a sender thread panicked"))??;
+        }
+        Ok(full)
+    })
+}
+
+fn send_pinned(cpu: usize, packets: u64, loaded: &mut [Loaded]) -> Result<bool> {
+    // SAFETY: sched_setaffinity of the calling thread with a zero-initialised cpu_set_t.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            anyhow::bail!(
+                "pinning a sender to CPU {cpu}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
     let receiver = std::net::UdpSocket::bind("127.0.0.1:0")?;
     let sender = std::net::UdpSocket::bind("127.0.0.1:0")?;
     sender.connect(receiver.local_addr()?)?;
@@ -366,13 +401,15 @@ fn report(
         .unwrap_or_default();
     let mut text = format!(
         "Raw-instruction programs side by side on raw_tp {TRACEPOINT} ({} rounds of {} loopback \
-         UDP datagrams, attach order rotated per round; `kernel.bpf_stats_enabled`). On {}, \
+         UDP datagrams from each of {} sender threads pinned to CPUs 0..; attach order rotated \
+         per round; `kernel.bpf_stats_enabled`). On {}, \
          load average {load}. Rings: {RING_BYTES} B each, at most {backlog} B unconsumed at a \
          drain{}.\n\n\
          | program | what it runs | runs per round | ns/run median (min-max) | above {FLOOR} ns (median of per-round differences) |\n\
          |---|---|---|---|---|\n",
         args.rounds,
         args.packets,
+        args.senders,
         machine(),
         if full {
             " (A RING MAY HAVE FILLED: its reservations failed)"
@@ -437,6 +474,7 @@ mod tests {
         let args = HelpersArgs {
             rounds: 3,
             packets: 1,
+            senders: 1,
         };
         let text = report(&args, &rounds, "0 0 0", 0, false);
         let row = text.lines().find(|l| l.starts_with("| mb_ktime")).unwrap();

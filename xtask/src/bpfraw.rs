@@ -329,6 +329,10 @@ impl RingDrain {
     }
 }
 
+// SAFETY: the two pointers refer to this ring's own mappings, valid until drop wherever the
+// value lives; only the thread holding `&mut RingDrain` writes through them.
+unsafe impl Send for RingDrain {}
+
 impl Drop for RingDrain {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the two pages mapped in `new`.

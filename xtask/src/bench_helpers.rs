@@ -290,7 +290,7 @@ fn load_all(counters: &OwnedFd) -> Result<Vec<Loaded>> {
 pub fn run(args: HelpersArgs) -> Result<()> {
     let load_before = loadavg();
     let counters = map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 8, 2, "mb_counters")?;
-    let mut loaded = load_all(&counters)?;
+    let loaded = load_all(&counters)?;
     let _stats = StatsEnabled::on()?;
     let mut rounds: Vec<Vec<ProgramCost>> = Vec::new();
     let mut ring_full = false;
@@ -301,7 +301,7 @@ pub fn run(args: HelpersArgs) -> Result<()> {
             .map(|k| attach_raw_tp(&loaded[(round + k) % n].program, TRACEPOINT))
             .collect::<Result<Vec<_>>>()?;
         let costs = bpfstats::costs_over(std::process::id(), || {
-            ring_full |= send_datagrams(args.packets, args.senders, &mut loaded)?;
+            ring_full |= send_datagrams(args.packets, args.senders, &loaded)?;
             Ok(())
         })?;
         drop(links);
@@ -310,7 +310,7 @@ pub fn run(args: HelpersArgs) -> Result<()> {
     }
     let backlog = loaded
         .iter()
-        .filter_map(|l| l.ring.as_ref().map(|r| r.max_backlog))
+        .filter_map(|l| l.ring.as_ref().map(|r| r.max_backlog()))
         .max()
         .unwrap_or(0);
     let load = format!("{load_before} before, {} after", loadavg());
@@ -319,18 +319,18 @@ pub fn run(args: HelpersArgs) -> Result<()> {
 }
 
 /// Sends `packets` 1-byte UDP datagrams over loopback from each of `senders` threads (thread
-/// k pinned to CPU k), thread 0 draining the rings every DRAIN_EVERY of its sends; returns
-/// whether a ring may have filled up (reservations failing would skew its figure).
-fn send_datagrams(packets: u64, senders: usize, loaded: &mut [Loaded]) -> Result<bool> {
+/// k pinned to CPU k), each draining the rings every DRAIN_EVERY of its sends (a sender
+/// preempted on this busy machine must not let the rings fill); returns whether a ring may
+/// have filled up (reservations failing would skew its figure).
+fn send_datagrams(packets: u64, senders: usize, loaded: &[Loaded]) -> Result<bool> {
     // Every sender is a spawned thread, so pinning never narrows this process's own CPU set
     // (machine() and bpftool run from it).
     std::thread::scope(|scope| {
-        let first = scope.spawn(move || send_pinned(0, packets, loaded));
-        let others: Vec<_> = (1..senders)
-            .map(|cpu| scope.spawn(move || send_pinned(cpu, packets, &mut [])))
+        let threads: Vec<_> = (0..senders)
+            .map(|cpu| scope.spawn(move || send_pinned(cpu, packets, loaded)))
             .collect();
         let mut full = false;
-        for sender in std::iter::once(first).chain(others) {
+        for sender in threads {
             full |= sender
                 .join()
                 .map_err(|_| anyhow::anyhow!("a sender thread panicked"))??;
@@ -339,7 +339,7 @@ fn send_datagrams(packets: u64, senders: usize, loaded: &mut [Loaded]) -> Result
     })
 }
 
-fn send_pinned(cpu: usize, packets: u64, loaded: &mut [Loaded]) -> Result<bool> {
+fn send_pinned(cpu: usize, packets: u64, loaded: &[Loaded]) -> Result<bool> {
     // SAFETY: sched_setaffinity of the calling thread with a zero-initialised cpu_set_t.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -361,7 +361,7 @@ fn send_pinned(cpu: usize, packets: u64, loaded: &mut [Loaded]) -> Result<bool> 
         // while the receiver is bound.
         sender.send(&[0])?;
         if i % DRAIN_EVERY == 0 {
-            for ring in loaded.iter_mut().filter_map(|l| l.ring.as_mut()) {
+            for ring in loaded.iter().filter_map(|l| l.ring.as_ref()) {
                 full |= ring.drain();
             }
         }

@@ -268,7 +268,7 @@ pub struct RingDrain {
     producer: *const u64,
     page: usize,
     /// Highest number of unconsumed bytes seen at a drain.
-    pub max_backlog: u64,
+    max_backlog: std::sync::atomic::AtomicU64,
 }
 
 impl RingDrain {
@@ -304,12 +304,13 @@ impl RingDrain {
             consumer: consumer.cast(),
             producer: producer.cast(),
             page,
-            max_backlog: 0,
+            max_backlog: 0.into(),
         })
     }
 
     /// Consumes everything produced so far; returns whether the ring may have been full.
-    pub fn drain(&mut self) -> bool {
+    /// Several threads may drain at once: the consumer position only ever moves forward.
+    pub fn drain(&self) -> bool {
         use std::sync::atomic::{AtomicU64, Ordering};
         // SAFETY: both positions are 8-byte aligned u64s at the start of mapped pages that
         // live as long as `self`; the kernel updates them atomically.
@@ -320,18 +321,23 @@ impl RingDrain {
             )
         };
         let p = prod.load(Ordering::Acquire);
-        let backlog = p - cons.load(Ordering::Relaxed);
-        self.max_backlog = self.max_backlog.max(backlog);
-        cons.store(p, Ordering::Release);
+        let backlog = p.saturating_sub(cons.fetch_max(p, Ordering::AcqRel));
+        self.max_backlog.fetch_max(backlog, Ordering::Relaxed);
         // A reservation fails once the next record would not fit; 4 KiB covers any record
         // the benchmark writes.
         backlog + 4096 > self.bytes
     }
+
+    pub fn max_backlog(&self) -> u64 {
+        self.max_backlog.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 // SAFETY: the two pointers refer to this ring's own mappings, valid until drop wherever the
-// value lives; only the thread holding `&mut RingDrain` writes through them.
+// value lives; they are only accessed atomically (drain).
 unsafe impl Send for RingDrain {}
+// SAFETY: as above.
+unsafe impl Sync for RingDrain {}
 
 impl Drop for RingDrain {
     fn drop(&mut self) {

@@ -12,7 +12,7 @@ use crate::turn::turn_sampled;
 /// tp_btf, fentry and fexit programs receive BTF-typed pointers: the verifier checks a plain
 /// load from them against vmlinux BTF (the offsets are frozen read-only globals, so it sees
 /// constants) and JITs it as a fault-tolerant load, a few instructions instead of a
-/// bpf_probe_read_kernel helper call (~65 ns each here, `cargo xtask bench helpers`).
+/// bpf_probe_read_kernel helper call (~60 ns each here, `cargo xtask bench helpers`).
 /// raw_tp and kprobe programs get untyped integers and must use the helper.
 ///
 /// Direct loads only work on a typed pointer (an argument, or a struct pointer loaded
@@ -48,8 +48,8 @@ impl KernelRead for BtfLoad {
 
     /// bpf_skc_to_tcp_sock returns `sk` typed as `struct tcp_sock *` (NULL unless it is a full
     /// TCP socket), so the field is a direct load. That helper is a few checks (trivial
-    /// helpers such as bpf_get_current_pid_tgid cost 6-10 ns here) where
-    /// bpf_probe_read_kernel costs ~65 ns (`cargo xtask bench helpers`,
+    /// helpers such as bpf_get_current_pid_tgid cost 4-8 ns here) where
+    /// bpf_probe_read_kernel costs ~60 ns (`cargo xtask bench helpers`,
     /// docs/benchmarks-kernel.md).
     #[inline(always)]
     fn tcp_load<T: Copy>(sk: u64, off: usize) -> Option<T> {

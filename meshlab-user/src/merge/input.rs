@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use crate::capture::source::non_event_records;
 use crate::ndjson::{Lines, NdjsonError};
 use crate::records::{file_is_capture, first_record};
-use crate::schema::{ClockId, ClockSample, InputKind, Record, SelfCost, Startup};
+use crate::schema::{
+    ClockId, ClockSample, HotHooks, HotHooksChange, InputKind, Record, SelfCost, Startup,
+};
 
 use super::MergeError;
 use super::clock::ClockTable;
@@ -356,7 +358,8 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
         )
     })?;
     plan.clocks[usize::from(node.0)].push(first);
-    let (clocks, dropped, self_cost) = scan_clocks_and_drops(&path, &display, skew)?;
+    let (clocks, dropped, self_cost, hot_hooks) = scan_clocks_and_drops(&path, &display, skew)?;
+    warn_hot_hooks(&node_name, &hot_hooks);
     clocks
         .into_iter()
         .for_each(|c| plan.clocks[usize::from(node.0)].push(c));
@@ -367,13 +370,38 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
     Ok(())
 }
 
+/// `record --attach on-demand`: says, per window without hot-hook events, that requests which
+/// started before the hooks were attached are incomplete for that reason (their kernel stages
+/// are missing), so a reader of the merge output does not take them for lost events.
+fn warn_hot_hooks(node: &str, records: &[HotHooks]) {
+    for r in records
+        .iter()
+        .filter(|r| r.change == HotHooksChange::Attached)
+    {
+        let since = r.missing_since_ns.unwrap_or(0);
+        let delay = r.delay_ns.map_or(String::new(), |d| {
+            format!(
+                ", {:.3} ms after the first traced connection",
+                d as f64 / 1e6
+            )
+        });
+        log::warn!(
+            "node {node}: recorded with --attach on-demand: hot hooks attached at {} ns{delay}; \
+             requests between {since} ns and then are incomplete: their kernel events were not \
+             recorded (hooks detached)",
+            r.ts_ns
+        );
+    }
+}
+
+/// What the pre-pass over a kernel recording found: clock samples, drop total, self-cost and
+/// the `hot_hooks` records.
+type KernelScan = (Vec<ClockSample>, u64, Option<SelfCost>, Vec<HotHooks>);
+
 /// The clock samples (shifted by `skew`) of a kernel recording (capture or NDJSON), its drop
-/// total (the summary's, else the last drops record's) and the summary's self-accounting.
-fn scan_clocks_and_drops(
-    path: &Path,
-    display: &str,
-    skew: i64,
-) -> Result<(Vec<ClockSample>, u64, Option<SelfCost>), MergeError> {
+/// total (the summary's, else the last drops record's), the summary's self-accounting and
+/// its `hot_hooks` records.
+fn scan_clocks_and_drops(path: &Path, display: &str, skew: i64) -> Result<KernelScan, MergeError> {
     let mut clocks = Vec::new();
     let records = if file_is_capture(path)? {
         non_event_records(path).map_err(NdjsonError::from)?
@@ -381,6 +409,7 @@ fn scan_clocks_and_drops(
         ndjson_clock_and_drop_records(path, display)?
     };
     let (mut summary_drops, mut drops_total, mut self_cost) = (None, 0u64, None);
+    let mut hot_hooks = Vec::new();
     for (line_no, record) in records {
         match record {
             Record::Clock(mut s) => {
@@ -394,10 +423,12 @@ fn scan_clocks_and_drops(
                 self_cost = s.self_cost;
             }
             Record::Drops(d) => drops_total = drops_total.max(d.total),
+            Record::HotHooks(h) => hot_hooks.push(h),
             _ => {}
         }
     }
-    Ok((clocks, summary_drops.unwrap_or(drops_total), self_cost))
+    let dropped = summary_drops.unwrap_or(drops_total);
+    Ok((clocks, dropped, self_cost, hot_hooks))
 }
 
 /// The clock, summary and drops lines of an NDJSON recording, with their line numbers.
@@ -419,7 +450,8 @@ fn ndjson_clock_and_drop_records(
         })?;
         if !(line.contains("\"clock\"")
             || line.contains("\"summary\"")
-            || line.contains("\"drops\""))
+            || line.contains("\"drops\"")
+            || line.contains("\"hot_hooks\""))
         {
             continue;
         }

@@ -94,6 +94,7 @@ impl OnDemand {
     }
 
     fn attach(&mut self, ebpf: &mut Ebpf, trigger_ns: Option<u64>) -> HotHooks {
+        let started = Instant::now();
         let mut names = Vec::with_capacity(self.hooks.len());
         for &(hook, spec) in &self.hooks {
             // It attached at start; a failure now is the kernel's (out of memory, a module
@@ -110,13 +111,15 @@ impl OnDemand {
         self.idle_since = None;
         let ts_ns = sample_clocks(None).monotonic_ns;
         let delay_ns = trigger_ns.map(|t| ts_ns.saturating_sub(t));
+        // The attach calls' own share of the delay; the rest is the wakeup reaching the reader.
         log::info!(
-            "hot hooks attached: a connection is traced{}; events of the {} hot hooks before this are missing",
+            "hot hooks attached: a connection is traced{}; {} hooks attached in {:.3} ms; their events before this are missing",
             delay_ns.map_or(String::new(), |d| format!(
                 ", {:.3} ms after its sock_established",
                 d as f64 / 1e6
             )),
-            names.len()
+            names.len(),
+            started.elapsed().as_secs_f64() * 1e3
         );
         HotHooks {
             node: self.node.clone(),

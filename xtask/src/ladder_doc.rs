@@ -246,7 +246,12 @@ fn rate_targets(md: &mut String, r: &LadderReport) {
 fn floor_rows(md: &mut String, r: &LadderReport, redis: &str, noise: Option<f64>) {
     let empty = r.ratios_to(redis, Rung::EmptyPrograms, Rung::Off);
     let above = r.ratios_to(redis, Rung::FilteredOut, Rung::EmptyPrograms);
+    let on_demand = r.ratios_to(redis, Rung::OnDemandIdle, Rung::Off);
     let rows = [
+        (
+            "redis throughput, attached on demand with nothing traced / none (`record --attach on-demand`: only sock_ops attached; no target)",
+            on_demand,
+        ),
         (
             "redis throughput, empty programs on the recorder's hooks / none (the dispatch floor; no target)",
             empty,

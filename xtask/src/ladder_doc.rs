@@ -134,8 +134,17 @@ fn markdown(r: &LadderReport) -> String {
     );
     targets(&mut md, r);
     ladder_tables(&mut md, r);
-    cost_tables(&mut md, r);
-    rate_table(&mut md, r);
+    // A partial run (`--rungs`, `--redis-only`, `--rounds`) measures the ladder only.
+    if r.costs.is_empty() && r.rate_steps.is_empty() {
+        let _ = writeln!(
+            md,
+            "Partial run: no per-program costs, event rate or merge figures (run `cargo xtask \
+             bench` without --rungs/--redis-only/--rounds for them).\n"
+        );
+    } else {
+        cost_tables(&mut md, r);
+        rate_table(&mut md, r);
+    }
     profiling_notes(&mut md);
     let _ = writeln!(
         md,

@@ -20,12 +20,20 @@ use meshlab_common::{Event, Hook};
 
 use super::clock::sample_clocks;
 use super::loader::{self, TierLink};
-use super::plan::{HookSpec, TierSpec};
+use super::plan::{HookSpec, Tier, TierSpec};
 use crate::schema::{HotHooks, HotHooksChange};
 
 /// How long no connection must be traced before the hot hooks are detached: long enough that
 /// a client reconnecting at once (one connection per request) keeps them attached.
 pub const DETACH_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether a tier's program can be attached again after the recorder gave up its
+/// capabilities (kernel/privilege.rs): a BPF link of a loaded program needs none; kprobes and
+/// classic tracepoints go through perf_event_open (CAP_PERFMON, tracefs), so hooks on those
+/// tiers stay attached for the whole recording.
+pub fn reattachable(tier: Tier) -> bool {
+    matches!(tier, Tier::Fentry | Tier::Fexit | Tier::TpBtf | Tier::RawTp)
+}
 
 /// The hot hooks of an on-demand recording and whether they are attached now.
 pub struct OnDemand {
@@ -203,6 +211,19 @@ impl EstablishedWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_bpf_link_tiers_are_attached_on_demand() {
+        let on_demand: Vec<Tier> = Tier::ALL
+            .iter()
+            .copied()
+            .filter(|t| reattachable(*t))
+            .collect();
+        assert_eq!(
+            on_demand,
+            [Tier::Fentry, Tier::Fexit, Tier::TpBtf, Tier::RawTp]
+        );
+    }
 
     fn raw(hook: Hook, ts_ns: u64) -> Vec<u8> {
         let mut bytes = vec![0u8; std::mem::size_of::<Event>()];

@@ -11,7 +11,7 @@ use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
 use super::loader::{HookAttach, TierLink};
-use super::ondemand::OnDemand;
+use super::ondemand::{self, OnDemand};
 use super::output::{OutputFormat, RecordingOutput};
 use super::plan::{Family, HOOKS, HookSpec, TX_TIMESTAMPS_HOOK, Tier, TierSpec};
 use super::{clock, diag, loader, nic, privilege, selfcost, session, setup, sysinfo};
@@ -280,8 +280,16 @@ fn attach_all(
             Some((spec, link)) => {
                 out.tiers.push(spec);
                 if mode == AttachMode::OnDemand && hook.on_demand() {
-                    park(ebpf, spec, link, &mut entries)?;
-                    out.parked.push((hook, spec));
+                    if ondemand::reattachable(spec.tier) {
+                        park(ebpf, spec, link, &mut entries)?;
+                        out.parked.push((hook, spec));
+                    } else {
+                        log::warn!(
+                            "{}: attached for the whole recording: its tier {} cannot be attached again once capabilities are dropped",
+                            hook.name,
+                            spec.tier
+                        );
+                    }
                 }
             }
             None if hook.family == Family::SockOps => {

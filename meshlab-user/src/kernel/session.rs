@@ -265,12 +265,7 @@ impl Session {
         clock_every: Duration,
         ready_file: Option<&std::path::Path>,
     ) -> anyhow::Result<StopReason> {
-        let ring = self.ring.take().context("ring buffer already taken")?;
-        // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
-        // into_inner() below hands the EventRing back.
-        let mut ring =
-            unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-                .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
+        let mut ring = register(self.ring.take().context("ring buffer already taken")?)?;
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
         // A closed terminal or `kill -HUP` stops like SIGTERM, with the final accounting.
@@ -404,6 +399,14 @@ impl Session {
         self.write_record(&Record::Drops(record))?;
         Ok(())
     }
+}
+
+/// The ring buffer registered with tokio for readability; `into_inner()` hands it back.
+fn register(ring: EventRing) -> anyhow::Result<AsyncFd<EventRing>> {
+    // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
+    // into_inner() hands the EventRing back.
+    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))
 }
 
 /// Writes every pending record; whether there was any.

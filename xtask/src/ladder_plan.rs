@@ -135,3 +135,33 @@ pub const QUICK: Sizes = Sizes {
         Workload::Redis { clients: 1 },
     ],
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_run_keeps_the_baseline_and_the_asked_rungs_in_ladder_order() {
+        let partial = PartialArgs {
+            rungs: vec![Rung::OnDemandIdle, Rung::FilteredOut],
+            redis_only: true,
+            rounds: Some(3),
+        };
+        assert!(partial.is_partial());
+        assert_eq!(
+            partial.rungs(),
+            [Rung::Off, Rung::FilteredOut, Rung::OnDemandIdle]
+        );
+        let sizes = partial.sizes();
+        assert_eq!(sizes.rounds, 3);
+        assert!(matches!(sizes.workloads, [Workload::Redis { clients: 1 }]));
+        assert_eq!(sizes.redis_requests, FULL.redis_requests);
+    }
+
+    #[test]
+    fn without_partial_flags_every_rung_runs() {
+        let all = PartialArgs::default();
+        assert!(!all.is_partial());
+        assert_eq!(all.rungs(), Rung::ALL);
+    }
+}

@@ -49,6 +49,10 @@ pub struct Plan {
     pub kernel_recorded: Vec<bool>,
     /// Per node: the clocks its probe lines declare.
     pub probe_clocks: Vec<Vec<ClockId>>,
+    /// Per node name: the spans (start, end; node time, skew applied) in which its recording
+    /// had its hot hooks detached (`record --attach on-demand`): its kernel events are missing
+    /// there, which the requests touching them say in a note.
+    pub detached: BTreeMap<String, Vec<(u64, u64)>>,
 }
 
 impl Plan {
@@ -360,6 +364,10 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
     plan.clocks[usize::from(node.0)].push(first);
     let (clocks, dropped, self_cost, hot_hooks) = scan_clocks_and_drops(&path, &display, skew)?;
     warn_hot_hooks(&node_name, &hot_hooks);
+    let spans = detached_spans(&hot_hooks, skew);
+    if !spans.is_empty() {
+        plan.detached.insert(node_name.clone(), spans);
+    }
     clocks
         .into_iter()
         .for_each(|c| plan.clocks[usize::from(node.0)].push(c));
@@ -392,6 +400,27 @@ fn warn_hot_hooks(node: &str, records: &[HotHooks]) {
             r.ts_ns
         );
     }
+}
+
+/// The spans without hot-hook events of an on-demand recording, shifted by `skew`: before
+/// every attachment (from the start or the previous detach), and after a detach that was not
+/// followed by another attachment, to the end.
+fn detached_spans(records: &[HotHooks], skew: i64) -> Vec<(u64, u64)> {
+    let moved = |ns: u64| shift(ns, skew).unwrap_or(ns);
+    let mut spans = Vec::new();
+    let mut open = None;
+    for r in records {
+        match r.change {
+            HotHooksChange::Attached => {
+                let since = r.missing_since_ns.unwrap_or(0);
+                spans.push((moved(since), moved(r.ts_ns)));
+                open = None;
+            }
+            HotHooksChange::Detached => open = Some(moved(r.ts_ns)),
+        }
+    }
+    spans.extend(open.map(|from| (from, u64::MAX)));
+    spans
 }
 
 /// What the pre-pass over a kernel recording found: clock samples, drop total, self-cost and
@@ -478,4 +507,36 @@ fn shift_sample(s: &mut ClockSample, skew: i64) -> Result<(), String> {
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(change: HotHooksChange, ts_ns: u64, since: Option<u64>) -> HotHooks {
+        HotHooks {
+            node: "A".into(),
+            ts_ns,
+            change,
+            hooks: Vec::new(),
+            missing_since_ns: since,
+            trigger_ns: None,
+            delay_ns: None,
+        }
+    }
+
+    #[test]
+    fn detached_spans_cover_before_each_attach_and_after_the_last_detach() {
+        let records = [
+            record(HotHooksChange::Attached, 100, Some(10)),
+            record(HotHooksChange::Detached, 200, None),
+            record(HotHooksChange::Attached, 300, Some(200)),
+            record(HotHooksChange::Detached, 400, None),
+        ];
+        assert_eq!(
+            detached_spans(&records, 5),
+            [(15, 105), (205, 305), (405, u64::MAX)]
+        );
+        assert!(detached_spans(&[], 0).is_empty());
+    }
 }

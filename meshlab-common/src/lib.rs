@@ -92,6 +92,11 @@ pub struct Config {
     /// NIC hardware, ACK) of sampled sends on traced connections. Set only when the loader
     /// resolved the kfuncs this needs ([`KFUNC_CALL_PLACEHOLDERS`]).
     pub tx_timestamps: u32,
+    /// Non-zero (`record --attach on-demand`): sock_ops forces a reader wakeup with the
+    /// `sock_established` event of every newly traced connection, so the recorder attaches its
+    /// hot hooks within a wakeup of the first one instead of at its next timed drain.
+    pub wake_on_traced: u32,
+    pub _pad: u32,
 }
 
 /// `Config::filter_flags`: the PORTS map restricts traced connections.
@@ -237,7 +242,7 @@ mod pod {
     unsafe impl aya::Pod for super::Event {}
 }
 
-const _: () = assert!(core::mem::size_of::<Config>() == 40);
+const _: () = assert!(core::mem::size_of::<Config>() == 48);
 const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 29 * 4);
 const _: () = assert!(core::mem::size_of::<TupleKey>() == 40);
 const _: () = assert!(core::mem::size_of::<ConnInfo>() == 56);

@@ -23,21 +23,34 @@ pub fn now_ns() -> u64 {
 /// every event either reaches the buffer or is counted in DROPS, and both count in HITS.
 #[inline(always)]
 pub fn emit(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
-    emit_impl(hook, Task::Current, fill)
+    emit_impl(hook, Task::Current, Wakeup::Paced, fill)
 }
 
 /// [`emit`] for program types that may not ask for the current task (sock_ops: kernels before
 /// 6.x reject `bpf_get_current_pid_tgid` there); pid and tid stay 0.
 #[inline(always)]
 pub fn emit_without_task(hook: Hook, fill: impl FnOnce(&mut Event) -> Option<()>) {
-    emit_impl(hook, Task::Unknown, fill)
+    emit_impl(hook, Task::Unknown, Wakeup::Paced, fill)
+}
+
+/// [`emit_without_task`] that wakes the reader at once when `now` is set (sock_ops, a newly
+/// traced connection under `record --attach on-demand`: the reader attaches the hot hooks on
+/// that wakeup, so every event it waits for is a traced event missed).
+#[inline(always)]
+pub fn emit_without_task_waking(
+    hook: Hook,
+    now: bool,
+    fill: impl FnOnce(&mut Event) -> Option<()>,
+) {
+    let wakeup = if now { Wakeup::Now } else { Wakeup::Paced };
+    emit_impl(hook, Task::Unknown, wakeup, fill)
 }
 
 /// [`emit`] for an event about a task the hook has already identified (the scheduler hooks):
 /// no `bpf_get_current_pid_tgid` call.
 #[inline(always)]
 pub fn emit_for_task(hook: Hook, pid: u32, tid: u32, fill: impl FnOnce(&mut Event) -> Option<()>) {
-    emit_impl(hook, Task::Given { pid, tid }, fill)
+    emit_impl(hook, Task::Given { pid, tid }, Wakeup::Paced, fill)
 }
 
 /// Whose pid and tid an event carries.
@@ -48,8 +61,15 @@ enum Task {
     Given { pid: u32, tid: u32 },
 }
 
+/// When the reader learns of an event: at its paced wakeups ([`wakeup_flag`]), or now.
+#[derive(Clone, Copy)]
+enum Wakeup {
+    Paced,
+    Now,
+}
+
 #[inline(always)]
-fn emit_impl(hook: Hook, task: Task, fill: impl FnOnce(&mut Event) -> Option<()>) {
+fn emit_impl(hook: Hook, task: Task, wakeup: Wakeup, fill: impl FnOnce(&mut Event) -> Option<()>) {
     let index = u32::from(hook as u16);
     let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
         bump(&HITS, index);
@@ -82,7 +102,11 @@ fn emit_impl(hook: Hook, task: Task, fill: impl FnOnce(&mut Event) -> Option<()>
     ev.queue = u32::MAX;
     if fill(ev).is_some() {
         bump(&HITS, index);
-        entry.submit(wakeup_flag());
+        let flag = match wakeup {
+            Wakeup::Paced => wakeup_flag(),
+            Wakeup::Now => u64::from(BPF_RB_FORCE_WAKEUP),
+        };
+        entry.submit(flag);
     } else {
         entry.discard(0);
     }

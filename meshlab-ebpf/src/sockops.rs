@@ -11,7 +11,7 @@ use meshlab_common::{
 };
 
 use crate::diag::{diag_error, diag_warn};
-use crate::emit::{emit_without_task, set_conn_tuple};
+use crate::emit::{emit_without_task, emit_without_task_waking, set_conn_tuple};
 use crate::globals::config;
 use crate::kread::ipv4_mapped;
 use crate::maps::{FILTER_ADDR_SET, FILTER_PORT_SET, SCRATCH_CONN, TRACED_CONNS, TUPLES};
@@ -190,7 +190,8 @@ fn try_established(ctx: &SockOpsContext, active: bool) -> Option<()> {
     request_callbacks(ctx);
 
     // Passive opens complete in softirq context: the current task would be unrelated anyway.
-    emit_without_task(Hook::SockEstablished, |ev| {
+    let wake = config!(wake_on_traced) != 0;
+    emit_without_task_waking(Hook::SockEstablished, wake, |ev| {
         ev.cookie = cookie;
         ev.seq = snd_nxt;
         ev.aux = u64::from(rcv_nxt);

@@ -40,6 +40,7 @@ pub enum Record {
     Kernel(KernelEvent),
     Drops(Drops),
     Summary(Summary),
+    HotHooks(HotHooks),
     Probe(ProbeEvent),
     MergeInfo(MergeInfo),
     Request(MergedRequest),
@@ -55,6 +56,7 @@ impl Record {
             Record::Kernel(_) => "kernel",
             Record::Drops(_) => "drops",
             Record::Summary(_) => "summary",
+            Record::HotHooks(_) => "hot_hooks",
             Record::Probe(_) => "probe",
             Record::MergeInfo(_) => "merge_info",
             Record::Request(_) => "request",
@@ -86,7 +88,76 @@ pub struct Startup {
     /// Settings of each traced network device at start-up, so an A/B run shows what differed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceContext>,
+    /// `record --attach`: absent = `always`; with `on_demand` the hooks whose plan status is
+    /// `on_demand` are attached only between `hot_hooks` records.
+    #[serde(default, skip_serializing_if = "AttachMode::is_always")]
+    pub attach_mode: AttachMode,
 }
+
+/// When `record` attaches its hot hooks (every hook but sock_ops: tracepoints, scheduler,
+/// IRQ and softirq).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachMode {
+    /// At start, for the whole recording.
+    #[default]
+    Always,
+    /// Only sock_ops at start; the hot hooks when the first connection is traced, detached
+    /// again after no connection has been traced for a while (`hot_hooks` records say when).
+    /// While nothing is traced the recorder costs the traffic nothing.
+    OnDemand,
+}
+
+wire_names!(AttachMode {
+    Always => "always",
+    OnDemand => "on_demand",
+});
+
+impl AttachMode {
+    fn is_always(&self) -> bool {
+        *self == AttachMode::Always
+    }
+}
+
+/// `record --attach on-demand`: the hot hooks were attached or detached at `ts_ns`. Their
+/// events are missing outside the attached windows, so stages of requests that started
+/// before an `attached` record's `ts_ns` are incomplete for that reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HotHooks {
+    pub node: String,
+    /// When the change was complete (CLOCK_MONOTONIC of `node`).
+    pub ts_ns: u64,
+    pub change: HotHooksChange,
+    /// The attach-plan hooks attached or detached.
+    pub hooks: Vec<String>,
+    /// `attached`: the start of the window in which their events are missing (the recording's
+    /// start or the previous `detached` record), ending at `ts_ns`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_since_ns: Option<u64>,
+    /// `attached`: the `sock_established` event of the first connection traced in that window,
+    /// which triggered the attachment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_ns: Option<u64>,
+    /// `attached`: `ts_ns - trigger_ns`, the reaction delay; the traced connection's events in
+    /// it are missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ns: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HotHooksChange {
+    /// A connection is traced: the hot hooks were attached.
+    Attached,
+    /// No connection has been traced for a while: the hot hooks were detached.
+    Detached,
+}
+
+wire_names!(HotHooksChange {
+    Attached => "attached",
+    Detached => "detached",
+});
 
 /// How one hook was attached (or why it was not).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,13 +179,25 @@ pub enum AttachStatus {
     Failed,
     /// Not tried: a faster tier already attached, or the hook was not requested.
     Skipped,
+    /// `record --attach on-demand`: this tier attached at start (so it can) and was detached
+    /// again with its program kept loaded; it is attached while a connection is traced
+    /// (`hot_hooks` records).
+    OnDemand,
 }
 
 wire_names!(AttachStatus {
     Attached => "attached",
     Failed => "failed",
     Skipped => "skipped",
+    OnDemand => "on_demand",
 });
+
+impl AttachStatus {
+    /// The tier the recorder uses for its hook: attached for the whole recording or on demand.
+    pub fn is_chosen(self) -> bool {
+        matches!(self, AttachStatus::Attached | AttachStatus::OnDemand)
+    }
+}
 
 /// How a program is attached to the kernel (kernel/plan.rs lists each hook's tiers, fastest
 /// first).
@@ -885,6 +968,8 @@ mod tests {
         assert_wire_names(Tier::ALL, Tier::as_str);
         assert_wire_names(StopReason::ALL, StopReason::as_str);
         assert_wire_names(BpfStatsState::ALL, BpfStatsState::as_str);
+        assert_wire_names(AttachMode::ALL, AttachMode::as_str);
+        assert_wire_names(HotHooksChange::ALL, HotHooksChange::as_str);
         assert_wire_names(Hook::ALL.as_slice(), Hook::name);
     }
 
@@ -925,6 +1010,23 @@ mod tests {
             .to_string();
         assert!(err.contains("unknown field `extra`"), "{err}");
         let extra = line.replace(r#""run_cnt":3"#, r#""run_cnt":3,"extra":1"#);
+        let err = serde_json::from_str::<Record>(&extra)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `extra`"), "{err}");
+    }
+
+    #[test]
+    fn hot_hooks_round_trips_and_rejects_unknown_fields() {
+        let line = r#"{"type":"hot_hooks","node":"A","ts_ns":900,"change":"attached","hooks":["tcp_probe","sched_switch"],"missing_since_ns":100,"trigger_ns":700,"delay_ns":200}"#;
+        let record: Record = serde_json::from_str(line).unwrap();
+        assert_eq!(record.type_name(), "hot_hooks");
+        assert_eq!(serde_json::to_string(&record).unwrap(), line);
+        let detached =
+            r#"{"type":"hot_hooks","node":"A","ts_ns":5,"change":"detached","hooks":[]}"#;
+        let record: Record = serde_json::from_str(detached).unwrap();
+        assert_eq!(serde_json::to_string(&record).unwrap(), detached);
+        let extra = line.replace(r#""delay_ns":200"#, r#""delay_ns":200,"extra":1"#);
         let err = serde_json::from_str::<Record>(&extra)
             .unwrap_err()
             .to_string();

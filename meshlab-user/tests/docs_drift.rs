@@ -11,8 +11,8 @@ use meshlab_user::merge::segments::{
 };
 use meshlab_user::report::own_cost::STAGE_PROGRAMS;
 use meshlab_user::schema::{
-    BpfStatsState, ClockId, ClockSample, ConnRef, Direction, Hook, KernelEvent, ProbeEvent,
-    ProgramRuns, Record, SelfCost,
+    BpfStatsState, ClockId, ClockSample, ConnRef, Direction, Hook, HotHooks, HotHooksChange,
+    KernelEvent, ProbeEvent, ProgramRuns, Record, SelfCost,
 };
 
 fn doc(name: &str) -> String {
@@ -216,6 +216,18 @@ fn full_kernel_event() -> KernelEvent {
     }
 }
 
+fn full_hot_hooks() -> HotHooks {
+    HotHooks {
+        node: "A".into(),
+        ts_ns: 3,
+        change: HotHooksChange::Attached,
+        hooks: vec!["tcp_probe".into()],
+        missing_since_ns: Some(1),
+        trigger_ns: Some(2),
+        delay_ns: Some(1),
+    }
+}
+
 fn full_probe_event() -> ProbeEvent {
     ProbeEvent {
         node: Some("A".into()),
@@ -250,6 +262,7 @@ fn schema_md_lists_exactly_the_fields_the_schema_writes() {
     for (section, record) in [
         ("kernel", Record::Kernel(full_kernel_event())),
         ("clock", Record::Clock(clock)),
+        ("hot_hooks", Record::HotHooks(full_hot_hooks())),
     ] {
         assert_eq!(
             schema_fields(&text, section),

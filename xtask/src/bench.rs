@@ -61,7 +61,7 @@ pub const PORT_OTHER: u16 = 47_301;
 
 /// The cost ladder (crate::ladder): release build into docs/, or `quick` with the debug build
 /// `cargo test` already made into target/bench-quick/.
-pub fn ladder(quick: bool) -> Result<()> {
+pub fn ladder(quick: bool, partial: &crate::ladder_plan::PartialArgs) -> Result<()> {
     let profile = if quick { "debug" } else { "release" };
     let mut build = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     build.args(["build", "--bin", "meshlab"]);
@@ -71,14 +71,20 @@ pub fn ladder(quick: bool) -> Result<()> {
     run_cmd(&mut build)?;
     let root = workspace_root();
     let exe = root.join("target").join(profile).join("meshlab");
+    let full = crate::ladder::Scope::full;
     if quick {
-        crate::ladder::run(
-            &exe,
-            crate::ladder_plan::QUICK,
-            &root.join("target/bench-quick"),
-        )
+        let out = root.join("target/bench-quick");
+        crate::ladder::run(&exe, crate::ladder_plan::QUICK, &out, full())
+    } else if partial.is_partial() {
+        // A part of the ladder is no replacement for docs/benchmarks.md.
+        let scope = crate::ladder::Scope {
+            rungs: partial.rungs(),
+            everything: false,
+        };
+        let out = root.join("target/bench-partial");
+        crate::ladder::run(&exe, partial.sizes(), &out, scope)
     } else {
-        crate::ladder::run(&exe, crate::ladder_plan::FULL, &root.join("docs"))
+        crate::ladder::run(&exe, crate::ladder_plan::FULL, &root.join("docs"), full())
     }
 }
 

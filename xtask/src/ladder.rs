@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: the recorder's cost ladder (issue 10, item 5 a-c).
 //!
-//! Rungs: no recorder / recorder attached but filtering this traffic out / sampling 1/100 of
-//! messages / tracing everything. Workloads: the lab echo RPC on loopback (c=1, c=32, unlimited
+//! Rungs: no recorder / empty programs on the recorder's tracepoints / recorder attached but
+//! filtering this traffic out / recorder attached on demand with nothing traced / sampling
+//! 1/100 of messages / tracing everything. Workloads: the lab echo RPC on loopback (c=1, c=32, unlimited
 //! rate) and redis-benchmark PING against redis-server across two network namespaces. Rungs
 //! are interleaved round by round (rotated order) and compared by medians. While a recorder
 //! runs, the kernel's BPF statistics give each of its programs' ns/run. Finally the highest
@@ -30,6 +31,12 @@ pub fn record_args(rung: Rung, port: u16) -> Option<Vec<String>> {
     let args = match rung {
         Rung::Off | Rung::EmptyPrograms => return None,
         Rung::FilteredOut => vec!["--port".into(), other.to_string()],
+        Rung::OnDemandIdle => vec![
+            "--port".into(),
+            other.to_string(),
+            "--attach".into(),
+            "on-demand".into(),
+        ],
         Rung::Sampled => vec![
             "--port".into(),
             port.to_string(),
@@ -49,14 +56,31 @@ fn workload_port(workload: Workload) -> u16 {
     }
 }
 
-pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path) -> Result<()> {
+/// What one bench run covers: `rungs` (of [`Rung::ALL`]), and with `everything` also the
+/// per-program costs, the rate search and the merge (a partial run has only the ladder).
+pub struct Scope {
+    pub rungs: Vec<Rung>,
+    pub everything: bool,
+}
+
+impl Scope {
+    pub fn full() -> Scope {
+        Scope {
+            rungs: Rung::ALL.to_vec(),
+            everything: true,
+        }
+    }
+}
+
+pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path, scope: Scope) -> Result<()> {
     let dir = tempdir()?;
     let _echo = spawn_echo_server(exe, &dir)?;
     let redis = RedisLab::start()?;
     let sampling = record_supports(exe, "--sample-messages")?;
-    let rungs: Vec<Rung> = Rung::ALL
-        .into_iter()
+    let on_demand = record_supports(exe, "--attach")?;
+    let rungs: Vec<Rung> = (scope.rungs.into_iter())
         .filter(|r| *r != Rung::Sampled || sampling)
+        .filter(|r| *r != Rung::OnDemandIdle || on_demand)
         .collect();
     let tracepoints = recorder_tracepoints(exe, &dir)?;
     eprintln!("bench: the recorder attaches to {tracepoints:?}");
@@ -71,9 +95,14 @@ pub fn run(exe: &Path, sizes: Sizes, out_dir: &Path) -> Result<()> {
         results.extend(ladder(exe, &dir, &redis, &plan, sizes)?);
     }
     let costs_workload = Workload::Redis { clients: 1 };
-    let costs = program_costs(exe, &dir, &redis, costs_workload, &rungs, sizes)?;
-    let rate_steps = rate_search(exe, &dir, sizes)?;
-    let merge_events_per_cpu_s = Some(merge_rate(exe, &dir, &rate_steps)?);
+    let (costs, rate_steps, merge_events_per_cpu_s) = if scope.everything {
+        let costs = program_costs(exe, &dir, &redis, costs_workload, &rungs, sizes)?;
+        let rate_steps = rate_search(exe, &dir, sizes)?;
+        let merge = merge_rate(exe, &dir, &rate_steps)?;
+        (costs, rate_steps, Some(merge))
+    } else {
+        (Vec::new(), Vec::new(), None)
+    };
     let report = LadderReport {
         sizes,
         results,
@@ -190,7 +219,8 @@ fn program_costs(
     // process, so its statistics are read through our own pid.
     let _floor = bpffloor::attach_empty("netif_receive_skb")?;
     let mut out = Vec::new();
-    for &rung in rungs {
+    // The idle on-demand recorder's hot programs never run: nothing to measure per program.
+    for &rung in rungs.iter().filter(|r| **r != Rung::OnDemandIdle) {
         let Some(args) = record_args(rung, workload_port(workload)) else {
             continue;
         };

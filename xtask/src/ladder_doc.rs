@@ -134,8 +134,17 @@ fn markdown(r: &LadderReport) -> String {
     );
     targets(&mut md, r);
     ladder_tables(&mut md, r);
-    cost_tables(&mut md, r);
-    rate_table(&mut md, r);
+    // A partial run (`--rungs`, `--redis-only`, `--rounds`) measures the ladder only.
+    if r.costs.is_empty() && r.rate_steps.is_empty() {
+        let _ = writeln!(
+            md,
+            "Partial run: no per-program costs, event rate or merge figures (run `cargo xtask \
+             bench` without --rungs/--redis-only/--rounds for them).\n"
+        );
+    } else {
+        cost_tables(&mut md, r);
+        rate_table(&mut md, r);
+    }
     profiling_notes(&mut md);
     let _ = writeln!(
         md,
@@ -247,7 +256,12 @@ fn rate_targets(md: &mut String, r: &LadderReport) {
 fn floor_rows(md: &mut String, r: &LadderReport, redis: &str, noise: Option<f64>) {
     let empty = r.ratios_to(redis, Rung::EmptyPrograms, Rung::Off);
     let above = r.ratios_to(redis, Rung::FilteredOut, Rung::EmptyPrograms);
+    let on_demand = r.ratios_to(redis, Rung::OnDemandIdle, Rung::Off);
     let rows = [
+        (
+            "redis throughput, attached on demand with nothing traced / none (`record --attach on-demand`: only sock_ops attached; no target)",
+            on_demand,
+        ),
         (
             "redis throughput, empty programs on the recorder's hooks / none (the dispatch floor; no target)",
             empty,

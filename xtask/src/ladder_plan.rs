@@ -2,22 +2,31 @@
 //! workloads and the sizes of a full and a quick run. Kept apart so that the runner and the
 //! report both depend on it and not on each other.
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Rung {
+    #[value(name = "off")]
     Off,
     /// Empty programs (`r0 = 0; exit`) on every tracepoint the recorder attaches to, and no
     /// recorder: the dispatch floor any tracer on these hooks pays.
+    #[value(name = "empty")]
     EmptyPrograms,
+    #[value(name = "filtered-out")]
     FilteredOut,
+    /// `record --attach on-demand` whose filters match nothing: only sock_ops is attached.
+    #[value(name = "on-demand")]
+    OnDemandIdle,
+    #[value(name = "sampled")]
     Sampled,
+    #[value(name = "all")]
     TracingAll,
 }
 
 impl Rung {
-    pub const ALL: [Rung; 5] = [
+    pub const ALL: [Rung; 6] = [
         Rung::Off,
         Rung::EmptyPrograms,
         Rung::FilteredOut,
+        Rung::OnDemandIdle,
         Rung::Sampled,
         Rung::TracingAll,
     ];
@@ -27,9 +36,52 @@ impl Rung {
             Rung::Off => "no recorder",
             Rung::EmptyPrograms => "empty programs, same hooks",
             Rung::FilteredOut => "attached, filtering out",
+            Rung::OnDemandIdle => "attached on demand, nothing traced",
             Rung::Sampled => "sampling 1/100 messages",
             Rung::TracingAll => "tracing all",
         }
+    }
+}
+
+/// `cargo xtask bench --rungs ... --redis-only --rounds N`: a part of the ladder only (no
+/// per-program costs, rate search or merge), written to target/bench-partial/, never docs/.
+#[derive(clap::Args, Debug, Default)]
+pub struct PartialArgs {
+    /// Only these rungs (comma-separated; `off`, the baseline of every ratio, is always run).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub rungs: Vec<Rung>,
+    /// Only the redis workload.
+    #[arg(long)]
+    pub redis_only: bool,
+    /// Interleaved rounds (default: the full run's).
+    #[arg(long)]
+    pub rounds: Option<usize>,
+}
+
+impl PartialArgs {
+    pub fn is_partial(&self) -> bool {
+        !self.rungs.is_empty() || self.redis_only || self.rounds.is_some()
+    }
+
+    /// The full run's sizes cut down to what was asked for.
+    pub fn sizes(&self) -> Sizes {
+        Sizes {
+            rounds: self.rounds.unwrap_or(FULL.rounds),
+            workloads: if self.redis_only {
+                &[Workload::Redis { clients: 1 }]
+            } else {
+                FULL.workloads
+            },
+            ..FULL
+        }
+    }
+
+    /// The rungs to run, `off` first and always.
+    pub fn rungs(&self) -> Vec<Rung> {
+        Rung::ALL
+            .into_iter()
+            .filter(|r| *r == Rung::Off || self.rungs.is_empty() || self.rungs.contains(r))
+            .collect()
     }
 }
 
@@ -83,3 +135,33 @@ pub const QUICK: Sizes = Sizes {
         Workload::Redis { clients: 1 },
     ],
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_run_keeps_the_baseline_and_the_asked_rungs_in_ladder_order() {
+        let partial = PartialArgs {
+            rungs: vec![Rung::OnDemandIdle, Rung::FilteredOut],
+            redis_only: true,
+            rounds: Some(3),
+        };
+        assert!(partial.is_partial());
+        assert_eq!(
+            partial.rungs(),
+            [Rung::Off, Rung::FilteredOut, Rung::OnDemandIdle]
+        );
+        let sizes = partial.sizes();
+        assert_eq!(sizes.rounds, 3);
+        assert!(matches!(sizes.workloads, [Workload::Redis { clients: 1 }]));
+        assert_eq!(sizes.redis_requests, FULL.redis_requests);
+    }
+
+    #[test]
+    fn without_partial_flags_every_rung_runs() {
+        let all = PartialArgs::default();
+        assert!(!all.is_partial());
+        assert_eq!(all.rungs(), Rung::ALL);
+    }
+}

@@ -74,6 +74,8 @@ enum Task {
         /// target/bench-quick/ instead of docs/.
         #[arg(long)]
         quick: bool,
+        #[command(flatten)]
+        partial: ladder_plan::PartialArgs,
     },
     /// Inject known causes into a two-namespace lab; print where the attribution puts them.
     Truth(truth::TruthArgs),
@@ -104,11 +106,15 @@ fn main() -> Result<()> {
             setup::run()?;
             fuzz::run(&args)
         }
-        Task::Bench { task, quick } => {
+        Task::Bench {
+            task,
+            quick,
+            partial,
+        } => {
             setup::run()?;
             match task {
                 Some(task) => bench::run(task),
-                None => bench::ladder(quick),
+                None => bench::ladder(quick, &partial),
             }
         }
         Task::Truth(args) => {

@@ -54,6 +54,8 @@ pub enum RecordKind {
     Drops = 5,
     /// The JSON of the final `summary` NDJSON line.
     Summary = 6,
+    /// The JSON of a `hot_hooks` NDJSON line (only `record --attach on-demand` writes them).
+    HotHooks = 7,
 }
 
 impl RecordKind {
@@ -65,6 +67,7 @@ impl RecordKind {
             4 => RecordKind::Clock,
             5 => RecordKind::Drops,
             6 => RecordKind::Summary,
+            7 => RecordKind::HotHooks,
             _ => return None,
         })
     }
@@ -77,6 +80,7 @@ impl RecordKind {
             RecordKind::Clock => "clock",
             RecordKind::Drops => "drops",
             RecordKind::Summary => "summary",
+            RecordKind::HotHooks => "hot_hooks",
         }
     }
 }

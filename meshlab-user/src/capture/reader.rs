@@ -169,7 +169,7 @@ impl<R: Read> CaptureReader<R> {
                 start,
                 number,
                 "?",
-                format!("field `kind`: {kind_id} is not a record kind (1-6)"),
+                format!("field `kind`: {kind_id} is not a record kind (1-7)"),
             )
         })
     }

@@ -71,6 +71,7 @@ pub fn parse_json_record(raw: &RawRecord<'_>) -> Result<Record, String> {
             | (RecordKind::Clock, Record::Clock(_))
             | (RecordKind::Drops, Record::Drops(_))
             | (RecordKind::Summary, Record::Summary(_))
+            | (RecordKind::HotHooks, Record::HotHooks(_))
     );
     if !matches {
         return Err(format!(
@@ -81,7 +82,8 @@ pub fn parse_json_record(raw: &RawRecord<'_>) -> Result<Record, String> {
     Ok(record)
 }
 
-/// The non-event records of a capture (startup, clock, drops, summary) with their numbers,
+/// The non-event records of a capture (startup, clock, drops, summary, hot_hooks) with their
+/// numbers,
 /// read without decoding a single event: a few records per second of recording.
 pub fn non_event_records(path: &Path) -> Result<Vec<(u64, Record)>, CaptureError> {
     let mut reader = CaptureReader::open(path)?;

@@ -57,17 +57,18 @@ impl<W: Write> CaptureWriter<W> {
         Ok(())
     }
 
-    /// A startup, clock, drops or summary record as the JSON of its NDJSON line.
+    /// A startup, clock, drops, summary or hot_hooks record as the JSON of its NDJSON line.
     pub fn write_record(&mut self, record: &Record) -> io::Result<()> {
         let kind = match record {
             Record::Startup(_) => RecordKind::Startup,
             Record::Clock(_) => RecordKind::Clock,
             Record::Drops(_) => RecordKind::Drops,
             Record::Summary(_) => RecordKind::Summary,
+            Record::HotHooks(_) => RecordKind::HotHooks,
             _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    "a capture holds only events and startup, clock, drops and summary records",
+                    "a capture holds only events and startup, clock, drops, summary and hot_hooks records",
                 ));
             }
         };

@@ -183,13 +183,9 @@ fn probe_tiers(report: &mut DoctorReport) -> anyhow::Result<()> {
     let cgroup = loader::open_cgroup(&cgroup_path)
         .with_context(|| format!("opening {}", cgroup_path.display()))?;
     for hook in HOOKS {
-        report.tiers.extend(loader::attach_hook(
-            &mut ebpf,
-            &btf,
-            hook,
-            Some(&cgroup),
-            true,
-        ));
+        report
+            .tiers
+            .extend(loader::attach_hook(&mut ebpf, &btf, hook, Some(&cgroup), true).entries);
     }
     let probe = super::plan::HookSpec {
         name: "net_dev_queue",
@@ -199,7 +195,7 @@ fn probe_tiers(report: &mut DoctorReport) -> anyhow::Result<()> {
     };
     report
         .tiers
-        .extend(loader::attach_hook(&mut ebpf, &btf, &probe, None, true));
+        .extend(loader::attach_hook(&mut ebpf, &btf, &probe, None, true).entries);
     Ok(())
 }
 

@@ -3,9 +3,16 @@
 use std::fs::File;
 use std::path::Path;
 
+use aya::programs::fentry::FEntryLinkId;
+use aya::programs::fexit::FExitLinkId;
+use aya::programs::kprobe::KProbeLinkId;
+use aya::programs::raw_trace_point::RawTracePointLinkId;
+use aya::programs::sock_ops::SockOpsLinkId;
+use aya::programs::tp_btf::BtfTracePointLinkId;
+use aya::programs::trace_point::TracePointLinkId;
 use aya::programs::{
-    BtfTracePoint, CgroupAttachMode, FEntry, FExit, KProbe, ProgramError, RawTracePoint, SockOps,
-    TracePoint,
+    BtfTracePoint, CgroupAttachMode, FEntry, FExit, KProbe, Program, ProgramError, RawTracePoint,
+    SockOps, TracePoint,
 };
 use aya::{Btf, Ebpf, EbpfLoader};
 use meshlab_common::{Config, KernelOffsets, names};
@@ -67,6 +74,13 @@ pub fn kernel_btf() -> Result<Btf, LoadError> {
     Ok(Btf::from_sys_fs()?)
 }
 
+/// What [`attach_hook`] did: the attach-plan entries of every tier, and the tier that stays
+/// attached with its link (none with `try_all`, or when no tier attached).
+pub struct HookAttach {
+    pub entries: Vec<AttachEntry>,
+    pub chosen: Option<(&'static TierSpec, TierLink)>,
+}
+
 /// Attaches `hook`: tiers are tried fastest first. With `try_all` (doctor) every tier is
 /// tried and detached again; otherwise the first that attaches stays and the rest are skipped.
 pub fn attach_hook(
@@ -75,8 +89,9 @@ pub fn attach_hook(
     hook: &HookSpec,
     cgroup: Option<&File>,
     try_all: bool,
-) -> Vec<AttachEntry> {
+) -> HookAttach {
     let mut entries = Vec::with_capacity(hook.tiers.len());
+    let mut chosen = None;
     let mut attached = false;
     for spec in hook.tiers {
         if attached && !try_all {
@@ -84,11 +99,13 @@ pub fn attach_hook(
             continue;
         }
         match attach_tier(ebpf, btf, spec, cgroup) {
-            Ok(()) => {
+            Ok(link) => {
                 attached = true;
                 entries.push(entry(hook.name, spec.tier, AttachStatus::Attached, None));
                 if try_all {
                     let _ = detach_tier(ebpf, spec);
+                } else {
+                    chosen = Some((spec, link));
                 }
             }
             Err(e) => {
@@ -97,7 +114,7 @@ pub fn attach_hook(
             }
         }
     }
-    entries
+    HookAttach { entries, chosen }
 }
 
 fn entry(hook: &str, tier: Tier, status: AttachStatus, error: Option<String>) -> AttachEntry {
@@ -109,6 +126,20 @@ fn entry(hook: &str, tier: Tier, status: AttachStatus, error: Option<String>) ->
     }
 }
 
+/// One link of a loaded program, by program type: [`detach_link`] removes just it and keeps
+/// the program loaded, so `record --attach on-demand` can attach it again without loading
+/// (and verifying) it again.
+#[derive(Debug)]
+pub enum TierLink {
+    Fentry(FEntryLinkId),
+    Fexit(FExitLinkId),
+    Kprobe(KProbeLinkId),
+    TpBtf(BtfTracePointLinkId),
+    RawTp(RawTracePointLinkId),
+    Tracepoint(TracePointLinkId),
+    SockOps(SockOpsLinkId),
+}
+
 /// Loads and attaches one program. The error is the kernel's reason, with the verifier log's
 /// tail when the verifier refused the program.
 pub fn attach_tier(
@@ -116,55 +147,89 @@ pub fn attach_tier(
     btf: &Btf,
     spec: &TierSpec,
     cgroup: Option<&File>,
-) -> Result<(), String> {
-    let program = ebpf
-        .program_mut(spec.program)
-        .ok_or_else(|| format!("program {} missing from the embedded object", spec.program))?;
-    let result: Result<(), ProgramError> = (|| {
-        match spec.tier {
-            Tier::Fentry => {
-                let p: &mut FEntry = program.try_into()?;
-                p.load(spec.target, btf)?;
-                p.attach()?;
-            }
-            Tier::Fexit => {
-                let p: &mut FExit = program.try_into()?;
-                p.load(spec.target, btf)?;
-                p.attach()?;
-            }
+) -> Result<TierLink, String> {
+    require_program(ebpf, spec)?;
+    load_tier(ebpf, btf, spec).map_err(describe_program_error)?;
+    attach_loaded(ebpf, spec, cgroup)
+}
+
+/// A program missing from the embedded object is a build mismatch: said by name here, since
+/// aya has no error of its own for it.
+fn require_program(ebpf: &Ebpf, spec: &TierSpec) -> Result<(), String> {
+    match ebpf.program(spec.program) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "program {} missing from the embedded object",
+            spec.program
+        )),
+    }
+}
+
+/// The tier's program; callers checked [`require_program`] (or got a loaded one from it).
+fn program<'a>(ebpf: &'a mut Ebpf, spec: &TierSpec) -> Result<&'a mut Program, ProgramError> {
+    ebpf.program_mut(spec.program)
+        .ok_or(ProgramError::UnexpectedProgramType)
+}
+
+/// Loads (verifies) one tier's program without attaching it.
+fn load_tier(ebpf: &mut Ebpf, btf: &Btf, spec: &TierSpec) -> Result<(), ProgramError> {
+    let program = program(ebpf, spec)?;
+    match spec.tier {
+        Tier::Fentry => <&mut FEntry>::try_from(program)?.load(spec.target, btf),
+        Tier::Fexit => <&mut FExit>::try_from(program)?.load(spec.target, btf),
+        Tier::Kprobe => <&mut KProbe>::try_from(program)?.load(),
+        Tier::TpBtf => <&mut BtfTracePoint>::try_from(program)?.load(spec.target, btf),
+        Tier::RawTp => <&mut RawTracePoint>::try_from(program)?.load(),
+        Tier::Tracepoint => <&mut TracePoint>::try_from(program)?.load(),
+        Tier::SockOps => <&mut SockOps>::try_from(program)?.load(),
+    }
+}
+
+/// Attaches one loaded tier's program (again).
+pub fn attach_loaded(
+    ebpf: &mut Ebpf,
+    spec: &TierSpec,
+    cgroup: Option<&File>,
+) -> Result<TierLink, String> {
+    require_program(ebpf, spec)?;
+    let result: Result<TierLink, ProgramError> = (|| {
+        let program = program(ebpf, spec)?;
+        Ok(match spec.tier {
+            Tier::Fentry => TierLink::Fentry(<&mut FEntry>::try_from(program)?.attach()?),
+            Tier::Fexit => TierLink::Fexit(<&mut FExit>::try_from(program)?.attach()?),
             Tier::Kprobe => {
-                let p: &mut KProbe = program.try_into()?;
-                p.load()?;
-                p.attach(spec.target, 0)?;
+                TierLink::Kprobe(<&mut KProbe>::try_from(program)?.attach(spec.target, 0)?)
             }
-            Tier::TpBtf => {
-                let p: &mut BtfTracePoint = program.try_into()?;
-                p.load(spec.target, btf)?;
-                p.attach()?;
-            }
+            Tier::TpBtf => TierLink::TpBtf(<&mut BtfTracePoint>::try_from(program)?.attach()?),
             Tier::RawTp => {
-                let p: &mut RawTracePoint = program.try_into()?;
-                p.load()?;
-                p.attach(spec.target)?;
+                TierLink::RawTp(<&mut RawTracePoint>::try_from(program)?.attach(spec.target)?)
             }
             Tier::Tracepoint => {
-                let p: &mut TracePoint = program.try_into()?;
                 let (category, name) = spec.target.split_once(':').unwrap_or(("", spec.target));
-                p.load()?;
-                p.attach(category, name)?;
+                TierLink::Tracepoint(<&mut TracePoint>::try_from(program)?.attach(category, name)?)
             }
             Tier::SockOps => {
-                let Some(cgroup) = cgroup else {
-                    return Err(ProgramError::UnexpectedProgramType);
-                };
-                let p: &mut SockOps = program.try_into()?;
-                p.load()?;
-                p.attach(cgroup, CgroupAttachMode::Single)?;
+                let cgroup = cgroup.ok_or(ProgramError::UnexpectedProgramType)?;
+                let p = <&mut SockOps>::try_from(program)?;
+                TierLink::SockOps(p.attach(cgroup, CgroupAttachMode::Single)?)
             }
-        }
-        Ok(())
+        })
     })();
     result.map_err(describe_program_error)
+}
+
+/// Detaches one link of a tier's program; the program stays loaded.
+pub fn detach_link(ebpf: &mut Ebpf, spec: &TierSpec, link: TierLink) -> Result<(), ProgramError> {
+    let program = program(ebpf, spec)?;
+    match link {
+        TierLink::Fentry(id) => <&mut FEntry>::try_from(program)?.detach(id),
+        TierLink::Fexit(id) => <&mut FExit>::try_from(program)?.detach(id),
+        TierLink::Kprobe(id) => <&mut KProbe>::try_from(program)?.detach(id),
+        TierLink::TpBtf(id) => <&mut BtfTracePoint>::try_from(program)?.detach(id),
+        TierLink::RawTp(id) => <&mut RawTracePoint>::try_from(program)?.detach(id),
+        TierLink::Tracepoint(id) => <&mut TracePoint>::try_from(program)?.detach(id),
+        TierLink::SockOps(id) => <&mut SockOps>::try_from(program)?.detach(id),
+    }
 }
 
 /// Detaches and unloads one tier's program (all its links).

@@ -7,6 +7,7 @@ pub mod doctor;
 pub(crate) mod kfunc;
 pub(crate) mod loader;
 pub mod nic;
+pub(crate) mod ondemand;
 pub mod output;
 pub mod plan;
 pub mod privilege;

@@ -58,6 +58,16 @@ pub struct HookSpec {
     pub raw_stream_only: bool,
 }
 
+impl HookSpec {
+    /// Whether `record --attach on-demand` attaches this hook only while a connection is
+    /// traced. sock_ops is the one hook that notices a connection becoming traced; every other
+    /// hook only ever emits for traced connections (or --raw-irq, --unix, which on-demand
+    /// refuses), so nothing is lost by leaving them detached while none is.
+    pub fn on_demand(&self) -> bool {
+        self.family != Family::SockOps
+    }
+}
+
 const fn tp(
     program_btf: &'static str,
     program_raw: &'static str,

@@ -2,9 +2,10 @@
 //! program is attached (docs/security.md has the table and the test that holds it).
 //!
 //! After attaching, the recorder only reads maps and the ring buffer through descriptors it
-//! already holds, writes to an output it already opened, and detaches by closing links: none
-//! of that needs a capability, so all of them are given up (effective, permitted,
-//! inheritable, ambient) and no_new_privs is set.
+//! already holds, writes to an output it already opened, detaches by closing links, and (with
+//! `--attach on-demand`) creates BPF links of programs it already loaded: none of that needs a
+//! capability, so all of them are given up (effective, permitted, inheritable, ambient) and
+//! no_new_privs is set.
 
 use std::io;
 

@@ -10,13 +10,15 @@ use anyhow::{Context, bail};
 use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, DEFAULT_RING_BYTES, FILTER_ADDRS, FILTER_PORTS};
 
+use super::loader::{HookAttach, TierLink};
+use super::ondemand::{self, OnDemand};
 use super::output::{OutputFormat, RecordingOutput};
 use super::plan::{Family, HOOKS, HookSpec, TX_TIMESTAMPS_HOOK, Tier, TierSpec};
 use super::{clock, diag, loader, nic, privilege, selfcost, session, setup, sysinfo};
 use crate::ndjson::is_broken_pipe;
 use crate::output::{Policy, create_output};
 use crate::schema::{
-    AttachEntry, AttachStatus, Filters, NicIrqInfo, Record, SCHEMA_VERSION, Startup,
+    AttachEntry, AttachMode, AttachStatus, Filters, NicIrqInfo, Record, SCHEMA_VERSION, Startup,
 };
 use crate::units::{parse_duration, parse_sample_rate};
 
@@ -70,6 +72,12 @@ pub struct RecordArgs {
     /// hardware, ACK) through sock_ops; needs the kfunc bpf_sock_ops_enable_tx_tstamp (6.15+).
     #[arg(long)]
     pub tx_timestamps: bool,
+    /// When the hot hooks (every hook but sock_ops) are attached. on-demand: only while a
+    /// connection is traced, so a recorder whose filters match nothing costs the traffic
+    /// nothing; `hot_hooks` records say when they were attached, and events before that are
+    /// missing (not with --unix or --raw-irq, which need the hot hooks to notice anything).
+    #[arg(long, value_enum, default_value_t = AttachMode::Always, value_name = "MODE")]
+    pub attach: AttachMode,
     /// Created once every program is attached and the startup record is written.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
@@ -123,7 +131,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let cgroup_path = setup::cgroup_dir(args.cgroup.as_deref())?;
     // Before the first program is loaded: their run counters then start with them.
     let stats = selfcost::StatsSwitch::new(args.bpf_stats)?;
-    let (mut attach_plan, attached) = attach_all(&mut ebpf, &cgroup_path, args.raw_irq)?;
+    let hooks = attach_all(&mut ebpf, &cgroup_path, args.raw_irq, args.attach)?;
+    let (mut attach_plan, attached) = (hooks.plan, hooks.tiers);
     attach_plan.push(tx_timestamps_entry(args.tx_timestamps));
     let kernel_log = match args.verbose {
         true => Some(diag::KernelLog::start(&mut ebpf, &attached)?),
@@ -134,7 +143,20 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let sink = open_capture_output(&args.output)?;
     let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)
         .with_context(|| format!("writing {}", args.output.display()))?;
+    let start_ns = startup.clock.monotonic_ns;
+    let on_demand = match args.attach {
+        AttachMode::OnDemand => Some(OnDemand::new(
+            &mut ebpf,
+            node.clone(),
+            hooks.parked,
+            start_ns,
+        )?),
+        AttachMode::Always => None,
+    };
     let mut session = session::Session::new(ebpf, attached, own, node, out, kernel_log)?;
+    if let Some(on_demand) = on_demand {
+        session = session.with_on_demand(on_demand);
+    }
     session.write_record(&Record::Startup(startup))?;
     session.flush()?;
     let run = session.run(
@@ -151,6 +173,12 @@ fn check_args(args: &RecordArgs) -> anyhow::Result<()> {
     privilege::require("meshlab record", privilege::RECORD_NEEDS)?;
     if args.netns.is_some() {
         privilege::require("meshlab record --netns", privilege::NETNS_NEEDS)?;
+    }
+    if args.attach == AttachMode::OnDemand && (args.unix || args.raw_irq) {
+        bail!(
+            "--attach on-demand cannot be combined with --unix or --raw-irq: their events come \
+             from the hot hooks themselves, with no traced TCP connection to attach them for"
+        );
     }
     if !args.ring_bytes.is_power_of_two() || args.ring_bytes < 4096 {
         bail!(
@@ -207,35 +235,63 @@ fn kernel_config(args: &RecordArgs, netns: &setup::NetnsFacts) -> anyhow::Result
         wakeup_events: wakeup_events(args.ring_bytes),
         sample_messages_every: args.sample_messages,
         tx_timestamps: u32::from(args.tx_timestamps),
+        wake_on_traced: u32::from(args.attach == AttachMode::OnDemand),
+        _pad: 0,
     })
 }
 
-/// Attaches every hook of the plan, fastest tier first. Returns the attach plan for the
-/// startup record and the tier that attached per hook. sock_ops is the one hook without which
-/// nothing is traced, so its failure is an error; any other missing hook is a warning.
+/// What [`attach_all`] attached.
+struct AttachedHooks {
+    /// The attach plan for the startup record.
+    plan: Vec<AttachEntry>,
+    /// The tier chosen per hook (programs loaded; attached unless parked).
+    tiers: Vec<&'static TierSpec>,
+    /// `--attach on-demand`: the hot hooks, detached again with their programs loaded.
+    parked: Vec<(&'static HookSpec, &'static TierSpec)>,
+}
+
+/// Attaches every hook of the plan, fastest tier first; with `--attach on-demand` the hot
+/// hooks are detached again at once ([`park`]). sock_ops is the one hook without which nothing
+/// is traced, so its failure is an error; any other missing hook is a warning.
 fn attach_all(
     ebpf: &mut aya::Ebpf,
     cgroup_path: &std::path::Path,
     raw_irq: bool,
-) -> anyhow::Result<(Vec<AttachEntry>, Vec<&'static TierSpec>)> {
+    mode: AttachMode,
+) -> anyhow::Result<AttachedHooks> {
     let cgroup = loader::open_cgroup(cgroup_path)
         .with_context(|| format!("opening cgroup2 directory {}", cgroup_path.display()))?;
     let btf = loader::kernel_btf()?;
-    let mut attach_plan: Vec<AttachEntry> = Vec::new();
-    let mut attached: Vec<&'static TierSpec> = Vec::new();
+    let mut out = AttachedHooks {
+        plan: Vec::new(),
+        tiers: Vec::new(),
+        parked: Vec::new(),
+    };
     for hook in HOOKS {
         if hook.raw_stream_only && !raw_irq {
-            attach_plan.push(not_requested(hook));
+            out.plan.push(not_requested(hook));
             continue;
         }
-        let entries = loader::attach_hook(ebpf, &btf, hook, Some(&cgroup), false);
-        match hook
-            .tiers
-            .iter()
-            .zip(&entries)
-            .find(|(_, e)| e.status == AttachStatus::Attached)
-        {
-            Some((spec, _)) => attached.push(spec),
+        let HookAttach {
+            mut entries,
+            chosen,
+        } = loader::attach_hook(ebpf, &btf, hook, Some(&cgroup), false);
+        match chosen {
+            Some((spec, link)) => {
+                out.tiers.push(spec);
+                if mode == AttachMode::OnDemand && hook.on_demand() {
+                    if ondemand::reattachable(spec.tier) {
+                        park(ebpf, spec, link, &mut entries)?;
+                        out.parked.push((hook, spec));
+                    } else {
+                        log::warn!(
+                            "{}: attached for the whole recording: its tier {} cannot be attached again once capabilities are dropped",
+                            hook.name,
+                            spec.tier
+                        );
+                    }
+                }
+            }
             None if hook.family == Family::SockOps => {
                 bail!(
                     "sock_ops could not attach to {}: {:?}",
@@ -248,9 +304,25 @@ fn attach_all(
                 hook.name
             ),
         }
-        attach_plan.extend(entries);
+        out.plan.extend(entries);
     }
-    Ok((attach_plan, attached))
+    Ok(out)
+}
+
+/// Detaches a hot hook's link right after it attached (so the plan's tier is one that
+/// attaches here), keeps its program loaded, and marks its plan entry `on_demand`.
+fn park(
+    ebpf: &mut aya::Ebpf,
+    spec: &'static TierSpec,
+    link: TierLink,
+    entries: &mut [AttachEntry],
+) -> anyhow::Result<()> {
+    loader::detach_link(ebpf, spec, link)
+        .with_context(|| format!("detaching {} until a connection is traced", spec.program))?;
+    for e in entries.iter_mut().filter(|e| e.tier == spec.tier) {
+        e.status = AttachStatus::OnDemand;
+    }
+    Ok(())
 }
 
 /// The first record of every recording: who recorded what, where, and with which filters.
@@ -285,6 +357,7 @@ fn startup_record(
         ring_buffer_bytes: args.ring_bytes,
         nic_irqs,
         devices: nic::device_contexts(&nic::sysfs::SysRoot::live(), args.device.as_deref()),
+        attach_mode: args.attach,
     }
 }
 

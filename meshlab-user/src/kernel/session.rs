@@ -16,6 +16,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::clock::sample_clocks;
 use super::diag::KernelLog;
 use super::loader;
+use super::ondemand::{EstablishedWatch, OnDemand};
 use super::output::RecordingOutput;
 use super::plan::TierSpec;
 use super::ring::EventRing;
@@ -80,6 +81,10 @@ pub struct Session {
     last_drops_total: u64,
     /// `record -v`: the programs' diagnostics, printed once a second and at the end.
     kernel_log: Option<KernelLog>,
+    /// `record --attach on-demand`: the hot hooks, attached while a connection is traced.
+    on_demand: Option<OnDemand>,
+    /// Armed while the hot hooks are detached: the trigger of the next attachment.
+    watch: EstablishedWatch,
 }
 
 /// Per-hook hit and drop counters, summed over CPUs, plus drops per CPU.
@@ -111,7 +116,29 @@ impl Session {
             ring: Some(ring),
             last_drops_total: 0,
             kernel_log,
+            on_demand: None,
+            watch: EstablishedWatch::default(),
         })
+    }
+
+    /// Records with the hot hooks attached on demand (they are detached now).
+    pub fn with_on_demand(mut self, on_demand: OnDemand) -> Self {
+        self.watch.arm(!on_demand.attached());
+        self.on_demand = Some(on_demand);
+        self
+    }
+
+    /// Attaches or detaches the hot hooks as the kernel's traced-connection count says, and
+    /// writes a `hot_hooks` record for a change (called after every drain and every second).
+    fn poll_on_demand(&mut self) -> anyhow::Result<()> {
+        let Some(on_demand) = self.on_demand.as_mut() else {
+            return Ok(());
+        };
+        if let Some(change) = on_demand.poll(&mut self.ebpf, self.watch.first_ns())? {
+            self.watch.arm(!on_demand.attached());
+            self.write_record(&Record::HotHooks(change))?;
+        }
+        Ok(())
     }
 
     pub fn write_record(&mut self, record: &Record) -> std::io::Result<()> {
@@ -238,12 +265,7 @@ impl Session {
         clock_every: Duration,
         ready_file: Option<&std::path::Path>,
     ) -> anyhow::Result<StopReason> {
-        let ring = self.ring.take().context("ring buffer already taken")?;
-        // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
-        // into_inner() below hands the EventRing back.
-        let mut ring =
-            unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-                .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
+        let mut ring = register(self.ring.take().context("ring buffer already taken")?)?;
         let mut sigint = signal(SignalKind::interrupt())?;
         let mut sigterm = signal(SignalKind::terminate())?;
         // A closed terminal or `kill -HUP` stops like SIGTERM, with the final accounting.
@@ -263,15 +285,17 @@ impl Session {
                     let mut guard = guard?;
                     // A bounded batch, then back to select!: a producer faster than this
                     // reader must not starve the signal and timer branches.
-                    if drain_batch(guard.get_inner_mut(), &mut self.out)? {
+                    if drain_batch(guard.get_inner_mut(), &mut self.out, &mut self.watch)? {
                         guard.clear_ready();
                     }
                     pace.wakeup(drain.as_mut());
+                    self.poll_on_demand()?;
                 }
                 _ = &mut drain => {
                     // Events submitted without a wakeup (below the wakeup threshold).
-                    let found = drain_pending(ring.get_mut(), &mut self.out)?;
+                    let found = drain_pending(ring.get_mut(), &mut self.out, &mut self.watch)?;
                     drain.as_mut().reset(tokio::time::Instant::now() + pace.next(found));
+                    self.poll_on_demand()?;
                 }
                 _ = tick.tick() => {
                     let clock_due = last_clock.elapsed() >= clock_every;
@@ -303,6 +327,7 @@ impl Session {
         if let Some(log) = &mut self.kernel_log {
             log.flush();
         }
+        self.poll_on_demand()?;
         let counters = self.read_counters()?;
         self.write_drops_if_changed(&counters, false)?;
         if clock_due {
@@ -324,7 +349,7 @@ impl Session {
 
     fn drain(&mut self) -> anyhow::Result<()> {
         let ring = self.ring.as_mut().context("ring buffer missing")?;
-        while !drain_batch(ring, &mut self.out)? {}
+        while !drain_batch(ring, &mut self.out, &mut self.watch)? {}
         Ok(())
     }
 
@@ -376,16 +401,36 @@ impl Session {
     }
 }
 
+/// The ring buffer registered with tokio for readability; `into_inner()` hands it back.
+fn register(ring: EventRing) -> anyhow::Result<AsyncFd<EventRing>> {
+    // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
+    // into_inner() hands the EventRing back.
+    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
+        .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))
+}
+
 /// Writes every pending record; whether there was any.
-fn drain_pending(ring: &mut EventRing, out: &mut RecordingOutput) -> anyhow::Result<bool> {
+fn drain_pending(
+    ring: &mut EventRing,
+    out: &mut RecordingOutput,
+    watch: &mut EstablishedWatch,
+) -> anyhow::Result<bool> {
     let before = out.received_total();
-    while !drain_batch(ring, out)? {}
+    while !drain_batch(ring, out, watch)? {}
     Ok(out.received_total() != before)
 }
 
-/// Writes at most [`BATCH`] ring buffer records; true when the buffer is now empty.
-fn drain_batch(ring: &mut EventRing, out: &mut RecordingOutput) -> anyhow::Result<bool> {
-    ring.drain(BATCH, |record| out.write_ring_record(record))
+/// Writes at most [`BATCH`] ring buffer records, shown to `watch` first; true when the buffer
+/// is now empty.
+fn drain_batch(
+    ring: &mut EventRing,
+    out: &mut RecordingOutput,
+    watch: &mut EstablishedWatch,
+) -> anyhow::Result<bool> {
+    ring.drain(BATCH, |record| {
+        watch.see(record);
+        out.write_ring_record(record)
+    })
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use crate::capture::source::non_event_records;
 use crate::ndjson::{Lines, NdjsonError};
 use crate::records::{file_is_capture, first_record};
-use crate::schema::{ClockId, ClockSample, InputKind, Record, SelfCost, Startup};
+use crate::schema::{
+    ClockId, ClockSample, HotHooks, HotHooksChange, InputKind, Record, SelfCost, Startup,
+};
 
 use super::MergeError;
 use super::clock::ClockTable;
@@ -47,6 +49,10 @@ pub struct Plan {
     pub kernel_recorded: Vec<bool>,
     /// Per node: the clocks its probe lines declare.
     pub probe_clocks: Vec<Vec<ClockId>>,
+    /// Per node name: the spans (start, end; node time, skew applied) in which its recording
+    /// had its hot hooks detached (`record --attach on-demand`): its kernel events are missing
+    /// there, which the requests touching them say in a note.
+    pub detached: BTreeMap<String, Vec<(u64, u64)>>,
 }
 
 impl Plan {
@@ -356,7 +362,12 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
         )
     })?;
     plan.clocks[usize::from(node.0)].push(first);
-    let (clocks, dropped, self_cost) = scan_clocks_and_drops(&path, &display, skew)?;
+    let (clocks, dropped, self_cost, hot_hooks) = scan_clocks_and_drops(&path, &display, skew)?;
+    warn_hot_hooks(&node_name, &hot_hooks);
+    let spans = detached_spans(&hot_hooks, skew);
+    if !spans.is_empty() {
+        plan.detached.insert(node_name.clone(), spans);
+    }
     clocks
         .into_iter()
         .for_each(|c| plan.clocks[usize::from(node.0)].push(c));
@@ -367,13 +378,59 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
     Ok(())
 }
 
+/// `record --attach on-demand`: says, per window without hot-hook events, that requests which
+/// started before the hooks were attached are incomplete for that reason (their kernel stages
+/// are missing), so a reader of the merge output does not take them for lost events.
+fn warn_hot_hooks(node: &str, records: &[HotHooks]) {
+    for r in records
+        .iter()
+        .filter(|r| r.change == HotHooksChange::Attached)
+    {
+        let since = r.missing_since_ns.unwrap_or(0);
+        let delay = r.delay_ns.map_or(String::new(), |d| {
+            format!(
+                ", {:.3} ms after the first traced connection",
+                d as f64 / 1e6
+            )
+        });
+        log::warn!(
+            "node {node}: recorded with --attach on-demand: hot hooks attached at {} ns{delay}; \
+             requests between {since} ns and then are incomplete: their kernel events were not \
+             recorded (hooks detached)",
+            r.ts_ns
+        );
+    }
+}
+
+/// The spans without hot-hook events of an on-demand recording, shifted by `skew`: before
+/// every attachment (from the start or the previous detach), and after a detach that was not
+/// followed by another attachment, to the end.
+fn detached_spans(records: &[HotHooks], skew: i64) -> Vec<(u64, u64)> {
+    let moved = |ns: u64| shift(ns, skew).unwrap_or(ns);
+    let mut spans = Vec::new();
+    let mut open = None;
+    for r in records {
+        match r.change {
+            HotHooksChange::Attached => {
+                let since = r.missing_since_ns.unwrap_or(0);
+                spans.push((moved(since), moved(r.ts_ns)));
+                open = None;
+            }
+            HotHooksChange::Detached => open = Some(moved(r.ts_ns)),
+        }
+    }
+    spans.extend(open.map(|from| (from, u64::MAX)));
+    spans
+}
+
+/// What the pre-pass over a kernel recording found: clock samples, drop total, self-cost and
+/// the `hot_hooks` records.
+type KernelScan = (Vec<ClockSample>, u64, Option<SelfCost>, Vec<HotHooks>);
+
 /// The clock samples (shifted by `skew`) of a kernel recording (capture or NDJSON), its drop
-/// total (the summary's, else the last drops record's) and the summary's self-accounting.
-fn scan_clocks_and_drops(
-    path: &Path,
-    display: &str,
-    skew: i64,
-) -> Result<(Vec<ClockSample>, u64, Option<SelfCost>), MergeError> {
+/// total (the summary's, else the last drops record's), the summary's self-accounting and
+/// its `hot_hooks` records.
+fn scan_clocks_and_drops(path: &Path, display: &str, skew: i64) -> Result<KernelScan, MergeError> {
     let mut clocks = Vec::new();
     let records = if file_is_capture(path)? {
         non_event_records(path).map_err(NdjsonError::from)?
@@ -381,6 +438,7 @@ fn scan_clocks_and_drops(
         ndjson_clock_and_drop_records(path, display)?
     };
     let (mut summary_drops, mut drops_total, mut self_cost) = (None, 0u64, None);
+    let mut hot_hooks = Vec::new();
     for (line_no, record) in records {
         match record {
             Record::Clock(mut s) => {
@@ -394,10 +452,12 @@ fn scan_clocks_and_drops(
                 self_cost = s.self_cost;
             }
             Record::Drops(d) => drops_total = drops_total.max(d.total),
+            Record::HotHooks(h) => hot_hooks.push(h),
             _ => {}
         }
     }
-    Ok((clocks, summary_drops.unwrap_or(drops_total), self_cost))
+    let dropped = summary_drops.unwrap_or(drops_total);
+    Ok((clocks, dropped, self_cost, hot_hooks))
 }
 
 /// The clock, summary and drops lines of an NDJSON recording, with their line numbers.
@@ -419,7 +479,8 @@ fn ndjson_clock_and_drop_records(
         })?;
         if !(line.contains("\"clock\"")
             || line.contains("\"summary\"")
-            || line.contains("\"drops\""))
+            || line.contains("\"drops\"")
+            || line.contains("\"hot_hooks\""))
         {
             continue;
         }
@@ -446,4 +507,36 @@ fn shift_sample(s: &mut ClockSample, skew: i64) -> Result<(), String> {
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(change: HotHooksChange, ts_ns: u64, since: Option<u64>) -> HotHooks {
+        HotHooks {
+            node: "A".into(),
+            ts_ns,
+            change,
+            hooks: Vec::new(),
+            missing_since_ns: since,
+            trigger_ns: None,
+            delay_ns: None,
+        }
+    }
+
+    #[test]
+    fn detached_spans_cover_before_each_attach_and_after_the_last_detach() {
+        let records = [
+            record(HotHooksChange::Attached, 100, Some(10)),
+            record(HotHooksChange::Detached, 200, None),
+            record(HotHooksChange::Attached, 300, Some(200)),
+            record(HotHooksChange::Detached, 400, None),
+        ];
+        assert_eq!(
+            detached_spans(&records, 5),
+            [(15, 105), (205, 305), (405, u64::MAX)]
+        );
+        assert!(detached_spans(&[], 0).is_empty());
+    }
 }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use super::HashMap;
 
-use crate::schema::{ClockId, MergeSummary, ProbeEvent, Record};
+use crate::schema::{ClockId, MergeSummary, MergedRequest, ProbeEvent, Record};
 
 use super::MergeError;
 use super::attribution::{Names, attribute};
@@ -180,6 +180,42 @@ struct State {
     summary: MergeSummary,
     extra_errors: u64,
     timeline: bool,
+    /// [`Plan::detached`]: spans without kernel events, per node.
+    detached: BTreeMap<String, Vec<(u64, u64)>>,
+}
+
+/// A note per node whose recording had its hot hooks detached (`record --attach on-demand`)
+/// when the request started there or one of its segments did: its kernel stages there are
+/// missing for that reason, not lost.
+fn note_detached(req: &mut MergedRequest, detached: &BTreeMap<String, Vec<(u64, u64)>>) {
+    if detached.is_empty() {
+        return;
+    }
+    let starts = std::iter::once((req.client_node.as_str(), Some(req.start_ns)));
+    let starts =
+        starts.chain((req.segments.iter()).map(|s| (s.node.as_deref().unwrap_or(""), s.start_ns)));
+    let mut hit: Vec<(String, (u64, u64))> = Vec::new();
+    for (node, start) in starts {
+        let Some(start) = start else { continue };
+        let Some(spans) = detached.get(node) else {
+            continue;
+        };
+        if let Some(span) = spans.iter().find(|(a, b)| (*a..*b).contains(&start))
+            && !hit.iter().any(|(n, s)| n == node && s == span)
+        {
+            hit.push((node.to_owned(), *span));
+        }
+    }
+    for (node, (from, to)) in hit {
+        let to = if to == u64::MAX {
+            "the end".to_owned()
+        } else {
+            format!("{to} ns")
+        };
+        req.notes.push(format!(
+            "hooks detached: {node} recorded with --attach on-demand had no kernel hooks attached from {from} ns to {to}; its kernel stages in that span are missing"
+        ));
+    }
 }
 
 fn first_seen(points: &[Point], last: bool) -> Option<u64> {
@@ -207,6 +243,7 @@ impl State {
             },
             extra_errors: 0,
             timeline,
+            detached: plan.detached.clone(),
         }
     }
 
@@ -306,7 +343,8 @@ impl State {
         for e in attributed.errors {
             self.error(e);
         }
-        let req = attributed.request;
+        let mut req = attributed.request;
+        note_detached(&mut req, &self.detached);
         self.summary.requests += 1;
         if req.complete {
             self.summary.complete += 1;
@@ -436,4 +474,64 @@ pub fn per_node(map: &BTreeMap<String, u64>) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{JoinMethod, Kind, Layer, Segment};
+
+    fn segment(node: &str, start_ns: u64) -> Segment {
+        Segment {
+            name: "tx_qdisc".into(),
+            node: Some(node.into()),
+            layer: Layer::Kernel,
+            unit: "qdisc".into(),
+            kind: Kind::Queue,
+            start_ns: Some(start_ns),
+            dur_ns: 1,
+            error_ns: None,
+            derived: None,
+            place: None,
+        }
+    }
+
+    fn request(start_ns: u64, segments: Vec<Segment>) -> MergedRequest {
+        MergedRequest {
+            trace_id: "t".into(),
+            client_node: "A".into(),
+            server_node: Some("B".into()),
+            join: JoinMethod::KernelOnly,
+            start_ns,
+            e2e_ns: 1,
+            complete: false,
+            missing: Vec::new(),
+            segments,
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn requests_touching_a_detached_span_say_so_once_per_node_and_span() {
+        let detached: BTreeMap<String, Vec<(u64, u64)>> = [
+            ("A".to_owned(), vec![(0, 100)]),
+            ("B".to_owned(), vec![(500, u64::MAX)]),
+        ]
+        .into_iter()
+        .collect();
+        let mut early = request(50, vec![segment("A", 60), segment("B", 20)]);
+        note_detached(&mut early, &detached);
+        assert_eq!(early.notes.len(), 1, "{:?}", early.notes);
+        assert!(early.notes[0].contains("A recorded with --attach on-demand"));
+        assert!(early.notes[0].contains("from 0 ns to 100 ns"));
+
+        let mut late = request(200, vec![segment("B", 600)]);
+        note_detached(&mut late, &detached);
+        assert_eq!(late.notes.len(), 1, "{:?}", late.notes);
+        assert!(late.notes[0].contains("B recorded") && late.notes[0].contains("to the end"));
+
+        let mut inside = request(200, vec![segment("A", 300), segment("B", 400)]);
+        note_detached(&mut inside, &detached);
+        assert!(inside.notes.is_empty(), "{:?}", inside.notes);
+    }
 }

@@ -282,7 +282,8 @@ fn write_attach_plan(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
         let mut row = vec![hook.to_owned()];
         for n in &r.nodes {
             let entries: Vec<_> = n.attach_plan.iter().filter(|e| e.hook == hook).collect();
-            let cell = match entries.iter().find(|e| e.status == AttachStatus::Attached) {
+            let cell = match entries.iter().find(|e| e.status.is_chosen()) {
+                Some(e) if e.status == AttachStatus::OnDemand => format!("{} on demand", e.tier),
                 Some(e) => e.tier.as_str().to_owned(),
                 None if entries.iter().any(|e| e.status == AttachStatus::Failed) => {
                     for e in entries.iter().filter(|e| e.status == AttachStatus::Failed) {

@@ -301,6 +301,7 @@ fn startup(node: usize, nic_irq: bool) -> Startup {
             Vec::new()
         },
         devices: Vec::new(),
+        attach_mode: Default::default(),
     }
 }
 

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use meshlab_user::records::RecordSource;
-use meshlab_user::schema::{Hook, KernelEvent, Record, Startup, Summary};
+use meshlab_user::schema::{Hook, HotHooks, KernelEvent, Record, Startup, Summary};
 
 pub use meshlab_testkit::privileged::privileged_or_skip;
 
@@ -107,10 +107,12 @@ impl Drop for Recorder {
     }
 }
 
-/// A parsed recording: startup, kernel events, summary.
+/// A parsed recording: startup, kernel events, `hot_hooks` records (`--attach on-demand`),
+/// summary.
 pub struct Recording {
     pub startup: Startup,
     pub events: Vec<KernelEvent>,
+    pub hot_hooks: Vec<HotHooks>,
     pub summary: Summary,
 }
 
@@ -124,10 +126,12 @@ impl Recording {
             other => panic!("first record is not startup: {other:?}"),
         };
         let mut events = Vec::new();
+        let mut hot_hooks = Vec::new();
         let mut summary = None;
         for record in records {
             match record {
                 Record::Kernel(k) => events.push(k),
+                Record::HotHooks(h) => hot_hooks.push(h),
                 Record::Summary(s) => summary = Some(s),
                 _ => {}
             }
@@ -135,6 +139,7 @@ impl Recording {
         Recording {
             startup,
             events,
+            hot_hooks,
             summary: summary.expect("summary record at the end"),
         }
     }

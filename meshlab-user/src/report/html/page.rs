@@ -308,6 +308,10 @@ fn attach_plan(out: &mut String, r: &RunReport) {
 fn attach_cell(e: &AttachEntry) -> String {
     match e.status {
         AttachStatus::Attached => format!("<span class=\"ok\">{}</span>", escape(e.tier.as_str())),
+        AttachStatus::OnDemand => format!(
+            "<span class=\"ok\" title=\"attached while a connection is traced\">{} on demand</span>",
+            escape(e.tier.as_str())
+        ),
         AttachStatus::Failed => format!(
             "<span class=\"failed\" title=\"{}\">{} failed</span>",
             escape(e.error.as_deref().unwrap_or("")),

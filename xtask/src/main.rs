@@ -21,6 +21,8 @@ mod truth;
 mod truth_breakdown;
 mod truth_lab;
 mod truth_reference;
+mod truth_vm;
+mod truth_vm_script;
 mod vm;
 mod vm_irq_counts;
 mod vm_scenarios;

@@ -134,7 +134,7 @@ impl Cause {
             Cause::CpuHogsEcho => "3 CPU hogs, echo server",
             Cause::SlowHandler => "server handler spins 200us",
             Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
-            Cause::NetemDelay => "netem delay 1ms on A's NIC",
+            Cause::NetemDelay => "netem delay 5ms on A's NIC",
             Cause::NetemLoss => "netem loss 1% on A's NIC",
             Cause::IrqBusyCpu => "B's NIC IRQ on a busy CPU",
         }

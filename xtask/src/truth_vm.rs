@@ -13,7 +13,9 @@ use std::process::Command;
 use anyhow::{Context, Result, ensure};
 
 use crate::truth::{self, Cause, RunStats, TableSetting, VM_CAUSES};
-use crate::truth_vm_script::{self, GUEST_CPUS, HOG_CPU, IDLE_IRQ_CPU, PlannedRun, cause_slug};
+use crate::truth_vm_script::{
+    self, HOG_CPU, IDLE_IRQ_CPU, IRQ_GUEST_CPUS, PlannedRun, cause_slug, guest_cpus,
+};
 use crate::{read_ndjson, run_cmd, workspace_root};
 
 /// The guests' kernel: 6.12 has every tier the merge needs for complete requests (6.1 has no
@@ -43,36 +45,41 @@ pub fn run(args: VmTruth) -> Result<()> {
     };
     let meshlab = truth::build_meshlab(args.debug)?;
     let dir = RunDir::new(args.keep.clone())?;
-    let runs = truth_vm_script::plan(&causes, args.rounds);
-    let started = std::time::Instant::now();
-    boot_and_run(&meshlab, &dir.path, &runs, args.seconds)?;
-    eprintln!(
-        "truth --vm: guests done in {:.0} s",
-        started.elapsed().as_secs_f64()
+    let mut boots = Vec::new();
+    for (index, (cpus, group)) in boot_groups(&causes).into_iter().enumerate() {
+        let boot_dir = dir.path.join(format!("boot{index}"));
+        std::fs::create_dir_all(&boot_dir)?;
+        boots.push(Boot::run(
+            &meshlab,
+            &boot_dir,
+            group,
+            cpus,
+            args.rounds,
+            args.seconds,
+        )?);
+    }
+    let mut results: BTreeMap<(Cause, bool), Vec<RunStats>> = BTreeMap::new();
+    for boot in &boots {
+        for (key, stats) in round_stats(&boot.requests, &boot.rounds)? {
+            results.entry(key).or_default().extend(stats);
+        }
+    }
+    let title = format!(
+        "kernel-only recording, two qemu guests (kernel {KERNEL}, TCG, 1 vCPU each, \
+         {IRQ_GUEST_CPUS} for the IRQ cause), c=1, {} interleaved round(s) x {}s per run",
+        args.rounds, args.seconds
     );
-    let requests = merge(&meshlab, &dir.path)?;
-    let rounds = read_rounds(&dir.path.join("rounds"))?;
-    ensure!(
-        rounds.len() == runs.len(),
-        "{} rounds in the rounds file, {} planned",
-        rounds.len(),
-        runs.len()
-    );
-    let results = round_stats(&requests, &rounds)?;
-    truth::print_table(
-        &results,
-        &TableSetting {
-            title: format!(
-                "kernel-only recording, two qemu guests (kernel {KERNEL}, TCG, {GUEST_CPUS} vCPUs \
-                 each), c=1, {} interleaved round(s) x {}s per run",
-                args.rounds, args.seconds
-            ),
-            self_cost: false,
-        },
-    );
-    print_retransmissions(&requests, &rounds, &causes);
-    if causes.contains(&Cause::IrqBusyCpu) {
-        print_irq_placement(&dir.path)?;
+    let setting = TableSetting {
+        title,
+        self_cost: false,
+    };
+    truth::print_table(&results, &setting);
+    print_retransmissions(&boots);
+    for boot in boots
+        .iter()
+        .filter(|b| b.causes.contains(&Cause::IrqBusyCpu))
+    {
+        print_irq_placement(&boot.dir)?;
     }
     if args.breakdown {
         truth::print_breakdowns(&results);
@@ -81,23 +88,80 @@ pub fn run(args: VmTruth) -> Result<()> {
     Ok(())
 }
 
+/// The causes grouped by the vCPUs their guests need, one boot per group, in table order.
+fn boot_groups(causes: &[Cause]) -> Vec<(usize, Vec<Cause>)> {
+    let mut groups: Vec<(usize, Vec<Cause>)> = Vec::new();
+    for &cause in causes {
+        let cpus = guest_cpus(cause);
+        match groups.iter_mut().find(|(c, _)| *c == cpus) {
+            Some((_, group)) => group.push(cause),
+            None => groups.push((cpus, vec![cause])),
+        }
+    }
+    groups
+}
+
+/// One boot of both guests: its causes, its directory, the merged requests and the rounds.
+struct Boot {
+    causes: Vec<Cause>,
+    dir: PathBuf,
+    requests: Vec<serde_json::Value>,
+    rounds: Vec<GuestRound>,
+}
+
+impl Boot {
+    fn run(
+        meshlab: &Path,
+        dir: &Path,
+        causes: Vec<Cause>,
+        cpus: usize,
+        rounds: usize,
+        seconds: u64,
+    ) -> Result<Self> {
+        let runs = truth_vm_script::plan(&causes, rounds);
+        // The guests append: a kept directory's earlier run must not mix into this one.
+        for appended in ["rounds", "b.irq-log"] {
+            let _ = std::fs::remove_file(dir.join(appended));
+        }
+        let started = std::time::Instant::now();
+        boot_and_run(meshlab, dir, &runs, seconds, cpus)?;
+        eprintln!(
+            "truth --vm: guests ({cpus} vCPU(s) each) done in {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+        let requests = merge(meshlab, dir)?;
+        let rounds = read_rounds(&dir.join("rounds"))?;
+        ensure!(
+            rounds.len() == runs.len(),
+            "{} rounds in the rounds file, {} planned",
+            rounds.len(),
+            runs.len()
+        );
+        Ok(Self {
+            causes,
+            dir: dir.to_owned(),
+            requests,
+            rounds,
+        })
+    }
+}
+
 /// Boots both guests (`xtask vm run`: its guards stop the guests on every exit path, the
 /// qdiscs and the hog live and die inside them) and waits for both scripts.
-fn boot_and_run(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> Result<()> {
+fn boot_and_run(
+    meshlab: &Path,
+    dir: &Path,
+    runs: &[PlannedRun],
+    seconds: u64,
+    cpus: usize,
+) -> Result<()> {
     let scripts = truth_vm_script::guest_scripts(meshlab, dir, runs, seconds);
     // Boot and recorder start-up (~30 s under TCG), then per run its seconds plus the client's
     // start and the cause's switch.
     let timeout = 180 + runs.len() as u64 * (seconds + 15);
     run_cmd(
         Command::new(std::env::current_exe()?)
-            .args([
-                "vm",
-                "run",
-                "--kernel",
-                KERNEL,
-                "--cpus",
-                &GUEST_CPUS.to_string(),
-            ])
+            .args(["vm", "run", "--kernel", KERNEL, "--cpus", &cpus.to_string()])
             .args(["--memory", GUEST_MEMORY_MIB])
             .args(["--timeout", &timeout.to_string(), "--rw"])
             .arg(dir)
@@ -248,31 +312,37 @@ pub fn retransmissions<'a>(
 
 /// Per cause and condition: how many requests the merge marked retransmitted, and for the
 /// complete ones their mean e2e and the share of it in the cause's target segments.
-fn print_retransmissions(requests: &[serde_json::Value], rounds: &[GuestRound], causes: &[Cause]) {
+fn print_retransmissions(boots: &[Boot]) {
     println!(
         "\nretransmissions (requests the merge notes `retransmitted:`, all rounds of the \
          condition; mean e2e and target over the complete ones)"
     );
-    for &cause in causes {
-        for on in [false, true] {
-            let of_condition = rounds.iter().filter(|r| r.cause == cause && r.on == on);
-            let counts = retransmissions(of_condition.flat_map(|r| inside(requests, r)), cause);
-            let mean = |ns: u64| ns as f64 / counts.noted_complete.max(1) as f64 / 1e3;
-            println!(
-                "{:<28} {:<7} {:>4} of {:>6} requests retransmitted ({} complete): mean e2e \
-                 {:>9.1} us, in {} {:>9.1} us ({:.0} %)",
-                cause.name(),
-                if on { "cause" } else { "without" },
-                counts.noted,
-                counts.requests,
-                counts.noted_complete,
-                mean(counts.e2e_ns),
-                cause.target_name(),
-                mean(counts.target_ns),
-                counts.target_ns as f64 / counts.e2e_ns.max(1) as f64 * 100.0
-            );
+    for boot in boots {
+        for &cause in &boot.causes {
+            for on in [false, true] {
+                let of_condition = (boot.rounds.iter()).filter(|r| r.cause == cause && r.on == on);
+                let requests = of_condition.flat_map(|r| inside(&boot.requests, r));
+                print_retransmission_row(cause, on, &retransmissions(requests, cause));
+            }
         }
     }
+}
+
+fn print_retransmission_row(cause: Cause, on: bool, counts: &Retransmissions) {
+    let mean = |ns: u64| ns as f64 / counts.noted_complete.max(1) as f64 / 1e3;
+    println!(
+        "{:<28} {:<7} {:>4} of {:>6} requests retransmitted ({} complete): mean e2e \
+         {:>9.1} us, in {} {:>9.1} us ({:.0} %)",
+        cause.name(),
+        if on { "cause" } else { "without" },
+        counts.noted,
+        counts.requests,
+        counts.noted_complete,
+        mean(counts.e2e_ns),
+        cause.target_name(),
+        mean(counts.target_ns),
+        counts.target_ns as f64 / counts.e2e_ns.max(1) as f64 * 100.0
+    );
 }
 
 /// One line of b.irq-log: the state B switched to and the IRQ's counts per CPU right after.
@@ -292,7 +362,7 @@ fn parse_irq_switch(line: &str) -> Result<IrqSwitch> {
     );
     let counts: Vec<u64> = words.map_while(|w| w.parse().ok()).collect();
     ensure!(
-        counts.len() == GUEST_CPUS,
+        counts.len() == IRQ_GUEST_CPUS,
         "{} CPU counts in {line:?}",
         counts.len()
     );
@@ -309,7 +379,7 @@ fn irqs_per_state(switches: &[IrqSwitch]) -> BTreeMap<String, Vec<u64>> {
         }
         let sums = per_state
             .entry(pair[0].state.clone())
-            .or_insert_with(|| vec![0; GUEST_CPUS]);
+            .or_insert_with(|| vec![0; IRQ_GUEST_CPUS]);
         for (cpu, sum) in sums.iter_mut().enumerate() {
             *sum += pair[1].counts[cpu].saturating_sub(pair[0].counts[cpu]);
         }
@@ -340,13 +410,16 @@ fn print_irq_placement(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// All but a handful of the IRQs on `cpu` (an IRQ in flight while the affinity changed may
-/// still land on the old CPU).
+/// IRQs that may land on the old CPU per switch: one in flight while the affinity changed
+/// (a quick run had 1 of 58).
+const STRAY_IRQS: u64 = 2;
+
+/// All but 1 % (at least `STRAY_IRQS`) of the IRQs on `cpu`.
 fn check_pinned(per_cpu: &[u64], cpu: usize) -> Result<()> {
     let total: u64 = per_cpu.iter().sum();
     let on_cpu = per_cpu.get(cpu).copied().unwrap_or(0);
     ensure!(
-        total > 0 && total - on_cpu <= total / 100,
+        total > 0 && total - on_cpu <= (total / 100).max(STRAY_IRQS),
         "B's NIC IRQ was not pinned to CPU {cpu}: {per_cpu:?}"
     );
     Ok(())
@@ -372,8 +445,6 @@ impl RunDir {
         std::fs::create_dir_all(&path).with_context(|| format!("mkdir {}", path.display()))?;
         // The guests see the host's paths: an absolute one works from any working directory.
         let path = path.canonicalize()?;
-        // A kept directory from an earlier run must not mix its rounds into this one.
-        let _ = std::fs::remove_file(path.join("rounds"));
         Ok(Self {
             path,
             keep,
@@ -400,6 +471,18 @@ impl Drop for RunDir {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_the_irq_cause_boots_guests_with_more_vcpus() {
+        let groups = boot_groups(&[Cause::NetemDelay, Cause::IrqBusyCpu, Cause::NetemLoss]);
+        assert_eq!(
+            groups,
+            [
+                (1, vec![Cause::NetemDelay, Cause::NetemLoss]),
+                (IRQ_GUEST_CPUS, vec![Cause::IrqBusyCpu])
+            ]
+        );
+    }
 
     #[test]
     fn rounds_are_read_back_and_bad_lines_named() {

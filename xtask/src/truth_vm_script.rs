@@ -106,10 +106,28 @@ pub fn guest_scripts(
     seconds: u64,
 ) -> GuestScripts {
     let irq = runs.iter().any(|r| r.cause == Cause::IrqBusyCpu);
+    let mut a = guest_a(meshlab, dir, runs, seconds);
+    if irq {
+        // A needs one CPU; the others stay offline for the whole run.
+        a = format!("{}{a}", cpus_online(false));
+    }
     GuestScripts {
-        a: guest_a(meshlab, dir, runs, seconds),
+        a,
         b: guest_b(meshlab, dir, irq),
     }
+}
+
+/// Takes the extra vCPUs of the IRQ boot off- or online. Under multi-threaded TCG a guest
+/// kernel patching its text (static keys flipped when the recorder attaches or detaches its
+/// programs: text_poke_bp's int3) while another vCPU runs can hit a stale int3: a full run's
+/// guest A died with "Oops: int3" in try_to_wake_up during the recorder's start. With one
+/// vCPU online nothing else runs kernel text.
+fn cpus_online(online: bool) -> String {
+    format!(
+        "for c in $(seq 1 {last}); do echo {flag} > /sys/devices/system/cpu/cpu$c/online || exit 1; done; ",
+        last = IRQ_GUEST_CPUS - 1,
+        flag = u8::from(online),
+    )
 }
 
 /// `now`: CLOCK_MONOTONIC in ns, the clock of the recorder's timestamps and so of the merged
@@ -180,8 +198,14 @@ fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
     } else {
         String::new()
     };
+    // The recorder attaches and detaches its programs with the extra vCPUs offline.
+    let (offline, online) = if irq {
+        (cpus_online(false), cpus_online(true))
+    } else {
+        (String::new(), String::new())
+    };
     format!(
-        "{record}{irq_setup}\
+        "{offline}{record}{online}{irq_setup}\
          taskset -c {APP_CPU} {m} lab server --listen {SERVER_ADDR}:{PORT} & SRV=$!; \
          until grep -q ':{PORT:04X} 00000000:0000 0A' /proc/net/tcp; do sleep 0.1; done; \
          touch \"{shared}/b.ready\"; HOG=; n=0; \
@@ -195,7 +219,7 @@ fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
            echo \"$state $(grep \"^ *$irq:\" /proc/interrupts)\" >> {d}/b.irq-log; \
            n=$next; touch \"{shared}/irq.ack.$n\"; \
          done; [ -z \"$HOG\" ] || kill $HOG; \
-         kill -INT $SRV; wait $SRV; kill -INT $REC; wait $REC",
+         kill -INT $SRV; wait $SRV; {offline}kill -INT $REC; wait $REC",
         record = record(meshlab, dir, "B"),
     )
 }
@@ -267,6 +291,20 @@ mod tests {
         assert!(b.contains("taskset -c 1 sh -c"), "{b}");
         assert!(b.contains(":2328 00000000:0000 0A"), "{b}");
         assert!(b.contains(">> /d/b.irq-log"), "{b}");
+        // The recorder starts and stops with CPUs 1 and 2 offline, the runs have them online.
+        let offline = "for c in $(seq 1 2); do echo 0 > /sys/devices/system/cpu/cpu$c/online";
+        let online = "for c in $(seq 1 2); do echo 1 > /sys/devices/system/cpu/cpu$c/online";
+        let starts = b.find(" record -o ").expect("recorder");
+        let stops = b.find("kill -INT $REC").expect("recorder stop");
+        assert!(b.starts_with(offline), "{b}");
+        assert!(
+            b.find(online).is_some_and(|i| i > starts && i < stops),
+            "{b}"
+        );
+        assert!(
+            b.rfind(offline).is_some_and(|i| i > starts && i < stops),
+            "{b}"
+        );
         // One vCPU (the netem boots): no IRQ to move.
         let one_cpu = guest_b(Path::new("/m"), Path::new("/d"), false);
         assert!(!one_cpu.contains("smp_affinity > "), "{one_cpu}");

@@ -160,13 +160,29 @@ fn boot_and_run(
     // start and the cause's switch.
     let timeout = 180 + runs.len() as u64 * (seconds + 15);
     run_cmd(
-        Command::new(std::env::current_exe()?)
+        dies_with_parent(&mut Command::new(std::env::current_exe()?))
             .args(["vm", "run", "--kernel", KERNEL, "--cpus", &cpus.to_string()])
             .args(["--memory", GUEST_MEMORY_MIB])
             .args(["--timeout", &timeout.to_string(), "--rw"])
             .arg(dir)
             .args(["--a", &scripts.a, "--b", &scripts.b]),
     )
+}
+
+/// SIGTERM to `cmd`'s process when this one dies, also without unwinding (SIGKILL): `vm run`
+/// then stops both guests and removes its run directory on its SIGTERM path (docs/vm.md,
+/// Cleanup) instead of running on until its timeout.
+fn dies_with_parent(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
 }
 
 /// `meshlab merge` of both guests' recordings; the merged requests.
@@ -557,6 +573,21 @@ mod tests {
             .map(|r| r["start_ns"].as_i64().unwrap())
             .collect();
         assert_eq!(starts, [20, 30]);
+    }
+
+    #[test]
+    fn the_irq_cause_counts_only_the_servers_irq_and_softirq_segments() {
+        let seg = |node: &str, name: &str, unit: &str, dur: u64| json!({"node": node, "name": name, "unit": unit, "kind": "compute", "dur_ns": dur});
+        let segments = json!([
+            seg("B", "rx_irq_handler", "irq", 7),
+            seg("B", "rx_softirq_delay", "softirq", 30),
+            seg("B", "rx_napi_poll", "driver", 500),
+            seg("A", "rx_softirq_delay", "softirq", 4000),
+            seg("A", "tx_qdisc", "qdisc", 60000),
+        ]);
+        let r = request(1, true, &[], segments);
+        assert_eq!(truth::target_ns(&r, Cause::IrqBusyCpu), 37);
+        assert_eq!(truth::target_ns(&r, Cause::NetemDelay), 60000);
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub enum Cause {
     /// Guests only: netem loss on guest A's NIC -> the retransmission's wait, in the same
     /// segments as the delay; retransmitted requests carry a note.
     NetemLoss,
+    /// Guests only: the host relay between the guests (vm/wire.rs) delays every frame ->
+    /// the derived network_round_trip (the wire: outside both machines).
+    WireDelay,
     /// Guests only: guest B's virtio-net RX IRQ pinned to a CPU where a hog spins (the IRQ is
     /// on that CPU with and without the hog) -> B's IRQ and softirq segments.
     IrqBusyCpu,
@@ -104,10 +107,15 @@ const CAUSES: [Cause; 4] = [
 ];
 
 /// The causes `--vm` injects (the guests' kernel has netem and a real NIC), in table order.
-pub const VM_CAUSES: [Cause; 3] = [Cause::NetemDelay, Cause::NetemLoss, Cause::IrqBusyCpu];
+pub const VM_CAUSES: [Cause; 4] = [
+    Cause::NetemDelay,
+    Cause::NetemLoss,
+    Cause::WireDelay,
+    Cause::IrqBusyCpu,
+];
 
 /// Every cause, in table order.
-const ALL_CAUSES: [Cause; 9] = [
+const ALL_CAUSES: [Cause; 10] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
@@ -116,6 +124,7 @@ const ALL_CAUSES: [Cause; 9] = [
     Cause::SmallRcvbuf,
     Cause::NetemDelay,
     Cause::NetemLoss,
+    Cause::WireDelay,
     Cause::IrqBusyCpu,
 ];
 
@@ -136,6 +145,7 @@ impl Cause {
             Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
             Cause::NetemDelay => "netem delay 5ms on A's NIC",
             Cause::NetemLoss => "netem loss 1% on A's NIC",
+            Cause::WireDelay => "wire relay 2.5ms each way",
             Cause::IrqBusyCpu => "B's NIC IRQ on a busy CPU",
         }
     }
@@ -153,6 +163,7 @@ impl Cause {
             Cause::SlowHandler => "B server_app",
             Cause::SmallRcvbuf => "A tx_socket_queue",
             Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
+            Cause::WireDelay => "network_round_trip",
             Cause::IrqBusyCpu => "B irq+softirq",
         }
     }
@@ -174,6 +185,7 @@ impl Cause {
             Cause::NetemDelay | Cause::NetemLoss => {
                 (seg.node == "A" && seg.name == "tx_qdisc") || seg.name == "network_round_trip"
             }
+            Cause::WireDelay => seg.name == "network_round_trip",
             // rx_irq_handler (unit irq) and rx_softirq_delay (unit softirq) on the server.
             Cause::IrqBusyCpu => seg.node == "B" && (seg.unit == "irq" || seg.unit == "softirq"),
         }
@@ -212,10 +224,12 @@ impl Cause {
             }
             // TCG guests on a shared 2-CPU host take milliseconds per request: at 200 req/s
             // they idle between requests instead of running back to back.
-            Cause::NetemDelay | Cause::NetemLoss | Cause::IrqBusyCpu => Workload {
-                payload: 64,
-                qps: 200,
-            },
+            Cause::NetemDelay | Cause::NetemLoss | Cause::WireDelay | Cause::IrqBusyCpu => {
+                Workload {
+                    payload: 64,
+                    qps: 200,
+                }
+            }
         }
     }
 

@@ -16,7 +16,7 @@ use crate::truth::{self, Cause, RunStats, TableSetting, VM_CAUSES};
 use crate::truth_vm_script::{
     self, HOG_CPU, IDLE_IRQ_CPU, IRQ_GUEST_CPUS, PlannedRun, cause_slug, guest_cpus,
 };
-use crate::{read_ndjson, run_cmd, workspace_root};
+use crate::{read_ndjson, run_cmd, vm_wire_rounds, workspace_root};
 
 /// The guests' kernel: 6.12 has every tier the merge needs for complete requests (6.1 has no
 /// sk_data_ready tier, vm_scenarios.rs).
@@ -75,6 +75,12 @@ pub fn run(args: VmTruth) -> Result<()> {
     };
     truth::print_table(&results, &setting);
     print_retransmissions(&boots);
+    for boot in boots
+        .iter()
+        .filter(|b| b.causes.contains(&Cause::WireDelay))
+    {
+        print_relay_delays(&boot.dir)?;
+    }
     for boot in boots
         .iter()
         .filter(|b| b.causes.contains(&Cause::IrqBusyCpu))
@@ -165,6 +171,7 @@ fn boot_and_run(
             .args(["--memory", GUEST_MEMORY_MIB])
             .args(["--timeout", &timeout.to_string(), "--rw"])
             .arg(dir)
+            .args(truth_vm_script::wire_args(runs, dir))
             .args(["--a", &scripts.a, "--b", &scripts.b]),
     )
 }
@@ -359,6 +366,32 @@ fn print_retransmission_row(cause: Cause, on: bool, counts: &Retransmissions) {
         mean(counts.target_ns),
         counts.target_ns as f64 / counts.e2e_ns.max(1) as f64 * 100.0
     );
+}
+
+/// What the relay really added per round trip (both directions' median per-frame delay, host
+/// clock, `wire.log`), in its epochs with the cause and without: the relay switches to the
+/// cause's delay before each run with it (odd epochs) and back after it (even epochs, 0 the
+/// start).
+fn print_relay_delays(dir: &Path) -> Result<()> {
+    let realized = vm_wire_rounds::realized_round_trips(&dir.join("wire.log"))?;
+    let (with, without) = split_epochs(&realized);
+    println!(
+        "\nwire relay, realized round trip per epoch (us): with the cause {:?}, without {:?}",
+        with.iter().map(|ns| ns / 1000).collect::<Vec<_>>(),
+        without.iter().map(|ns| ns / 1000).collect::<Vec<_>>()
+    );
+    ensure!(
+        !with.is_empty(),
+        "wire.log has no epoch with the cause's delay"
+    );
+    Ok(())
+}
+
+/// Odd epochs (the cause's delay) and even ones (the base delay).
+fn split_epochs(realized: &BTreeMap<u64, i64>) -> (Vec<i64>, Vec<i64>) {
+    let (odd, even): (Vec<_>, Vec<_>) = realized.iter().partition(|(epoch, _)| *epoch % 2 == 1);
+    let values = |v: Vec<(&u64, &i64)>| v.into_iter().map(|(_, ns)| *ns).collect();
+    (values(odd), values(even))
 }
 
 /// One line of b.irq-log: the state B switched to and the IRQ's counts per CPU right after.
@@ -573,6 +606,15 @@ mod tests {
             .map(|r| r["start_ns"].as_i64().unwrap())
             .collect();
         assert_eq!(starts, [20, 30]);
+    }
+
+    #[test]
+    fn relay_epochs_alternate_between_the_cause_and_the_base() {
+        let realized = BTreeMap::from([(0, 40), (1, 5_100), (2, 45), (3, 5_200), (4, 50)]);
+        assert_eq!(
+            split_epochs(&realized),
+            (vec![5_100, 5_200], vec![40, 45, 50])
+        );
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub const SERVER_ADDR: &str = "10.213.0.2";
 /// run to run (a quick run's 1 ms delay "added" 6.2 ms), so a smaller delay drowns.
 pub const NETEM_DELAY: &str = "delay 5ms";
 pub const NETEM_LOSS: &str = "loss 1%";
+/// The wire relay's one-way delay in the runs with `wire-delay` (the same round trip as the
+/// netem delay), and without it.
+pub const WIRE_DELAY_US: u64 = 2500;
+const WIRE_BASE_US: u64 = 0;
 /// Guest B: the server (and in A the client) runs on CPU 0; the hog of the `irq-busy-cpu` runs
 /// spins on CPU 1; B's NIC RX IRQ is on CPU 2 (idle) except in the runs with that cause.
 pub const APP_CPU: usize = 0;
@@ -84,8 +88,34 @@ fn around_run(cause: Cause, on: bool) -> (String, String) {
         Cause::NetemDelay => netem(NETEM_DELAY),
         Cause::NetemLoss => netem(NETEM_LOSS),
         Cause::IrqBusyCpu => (ask_b(if on { "busy" } else { "idle" }), ask_b("stop")),
+        Cause::WireDelay if on => (ask_relay(WIRE_DELAY_US), ask_relay(WIRE_BASE_US)),
+        Cause::WireDelay => (String::new(), String::new()),
         other => unreachable!("{other:?} is not a guest cause"),
     }
+}
+
+/// A asks the host's wire relay for a one-way delay (request `$wirereq`, in order: the
+/// relay's epochs, vm/wire.rs) and waits until it applies to the frames from then on.
+fn ask_relay(delay_us: u64) -> String {
+    format!(
+        "wirereq=$((wirereq+1)); touch \"$MESHLAB_VM_SHARED/wire.set.$wirereq.{delay_us}\"; \
+         for i in $(seq 1000); do [ -f \"$MESHLAB_VM_SHARED/wire.ack.$wirereq\" ] && break; sleep 0.02; done; \
+         [ -f \"$MESHLAB_VM_SHARED/wire.ack.$wirereq\" ] || exit 1; "
+    )
+}
+
+/// `vm run` options for a boot whose runs include the wire delay: the relay between the
+/// guests from the start, at the base delay, logging what each epoch's frames really took.
+pub fn wire_args(runs: &[PlannedRun], dir: &Path) -> Vec<String> {
+    if !runs.iter().any(|r| r.cause == Cause::WireDelay) {
+        return Vec::new();
+    }
+    vec![
+        "--wire-delay-us".into(),
+        WIRE_BASE_US.to_string(),
+        "--wire-log".into(),
+        dir.join("wire.log").display().to_string(),
+    ]
 }
 
 /// A asks B for an IRQ state (request `$irqreq`, in order) and waits for B's acknowledgement.
@@ -161,7 +191,7 @@ fn guest_a(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> Str
     let mut text = format!(
         "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}\
          until [ -f \"$MESHLAB_VM_SHARED/b.ready\" ]; do sleep 0.1; done; \
-         modprobe sch_netem || exit 1; irqreq=0; \
+         modprobe sch_netem || exit 1; irqreq=0; wirereq=0; \
          ok=; for i in $(seq 120); do {first} && ok=1 && break; sleep 0.5; done; [ -n \"$ok\" ] || exit 1; ",
         record = record(meshlab, dir, "A"),
         first = client(runs.first().map_or(Cause::NetemDelay, |r| r.cause), 1),
@@ -279,6 +309,25 @@ mod tests {
             "{a}"
         );
         assert!(a.ends_with("kill -INT $REC; wait $REC"), "{a}");
+    }
+
+    #[test]
+    fn the_relay_delays_only_the_runs_with_the_wire_cause() {
+        let runs = plan(&[Cause::WireDelay], 1);
+        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2);
+        let off = a.find("echo \"wire-delay off").expect("off run");
+        let set = a.find("wire.set.$wirereq.2500").expect("delay set");
+        let on = a.find("echo \"wire-delay on").expect("on run");
+        let reset = a.find("wire.set.$wirereq.0").expect("delay reset");
+        assert!(off < set && set < on && on < reset, "{a}");
+        assert_eq!(
+            a.matches("wire.ack.$wirereq\" ] || exit 1").count(),
+            2,
+            "{a}"
+        );
+        let args = wire_args(&runs, Path::new("/d"));
+        assert_eq!(args, ["--wire-delay-us", "0", "--wire-log", "/d/wire.log"]);
+        assert!(wire_args(&plan(&[Cause::NetemDelay], 1), Path::new("/d")).is_empty());
     }
 
     #[test]

@@ -113,7 +113,11 @@ fn main() -> Result<()> {
         }
         Task::Truth(args) => {
             setup::run()?;
-            truth::run(args)
+            if args.vm {
+                truth_vm::run_args(args)
+            } else {
+                truth::run(args)
+            }
         }
     }
 }

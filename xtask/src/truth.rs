@@ -38,24 +38,24 @@ pub struct TruthArgs {
     prefix: String,
     /// Keep the run directories (recordings, merged files) in this directory.
     #[arg(long)]
-    keep: Option<PathBuf>,
+    pub keep: Option<PathBuf>,
     /// Use the debug build of meshlab (quicker to build; the eBPF object is the same).
     #[arg(long)]
-    debug: bool,
+    pub debug: bool,
     /// Only these causes (repeatable; default: all).
     #[arg(long = "cause", value_enum)]
-    causes: Vec<Cause>,
+    pub causes: Vec<Cause>,
     /// Only the bpftrace reference runs (no cause), for checking the reference quickly.
     #[arg(long)]
     reference_only: bool,
     /// Also print, per cause, every segment's p50 and mean without and with it, and the CPUs
     /// it ran on: where an added latency went.
     #[arg(long)]
-    breakdown: bool,
+    pub breakdown: bool,
     /// The causes this host kernel cannot inject (netem, a real NIC IRQ), in two qemu guests
     /// (truth_vm.rs); `--cause` then names guest causes only.
     #[arg(long)]
-    vm: bool,
+    pub vm: bool,
 }
 
 /// The client runs on CPU 0, the server (and the hogs) on CPU 1.
@@ -303,37 +303,31 @@ pub struct RunStats {
     loaded_programs: Vec<String>,
 }
 
-pub fn run(args: TruthArgs) -> Result<()> {
+/// Rounds and seconds per run of `args` (`--quick`: one short round), after checking that
+/// every named cause is injected where `--vm` says (this host or the qemu guests).
+pub fn run_shape(args: &TruthArgs) -> Result<(usize, u64)> {
     if !crate::setup::is_root() {
         bail!("cargo xtask truth needs root (network namespaces, qdiscs, eBPF): run it as root");
     }
-    let (rounds, seconds) = if args.quick {
+    let misplaced = args.causes.iter().find(|c| c.in_guests() != args.vm);
+    if let Some(cause) = misplaced {
+        let (place, fix) = if args.vm {
+            ("on this host", "drop --vm")
+        } else {
+            ("in the qemu guests", "add --vm")
+        };
+        bail!("{cause:?} is injected {place}: {fix}");
+    }
+    Ok(if args.quick {
         (1, 1)
     } else {
         (args.rounds.max(1), args.seconds.max(1))
-    };
-    let misplaced = args.causes.iter().find(|c| c.in_guests() != args.vm);
-    if let Some(cause) = misplaced {
-        bail!(
-            "{cause:?} is injected {}: {}",
-            if args.vm {
-                "on this host"
-            } else {
-                "in the qemu guests"
-            },
-            if args.vm { "drop --vm" } else { "add --vm" }
-        );
-    }
-    if args.vm {
-        return crate::truth_vm::run(crate::truth_vm::VmTruth {
-            rounds,
-            seconds,
-            causes: args.causes,
-            keep: args.keep,
-            debug: args.debug,
-            breakdown: args.breakdown,
-        });
-    }
+    })
+}
+
+/// The host causes (`--vm` runs go to truth_vm::run_args instead).
+pub fn run(args: TruthArgs) -> Result<()> {
+    let (rounds, seconds) = run_shape(&args)?;
     let exe = build_meshlab(args.debug)?;
     let scratch = Scratch::new(args.keep.clone())?;
     let netns = TruthNetns::create(&args.prefix)?;

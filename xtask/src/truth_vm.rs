@@ -34,6 +34,19 @@ pub struct VmTruth {
     pub breakdown: bool,
 }
 
+/// `cargo xtask truth --vm`.
+pub fn run_args(args: truth::TruthArgs) -> Result<()> {
+    let (rounds, seconds) = truth::run_shape(&args)?;
+    run(VmTruth {
+        rounds,
+        seconds,
+        causes: args.causes,
+        keep: args.keep,
+        debug: args.debug,
+        breakdown: args.breakdown,
+    })
+}
+
 pub fn run(args: VmTruth) -> Result<()> {
     let causes = if args.causes.is_empty() {
         VM_CAUSES.to_vec()

@@ -23,6 +23,8 @@ mod truth;
 mod truth_breakdown;
 mod truth_lab;
 mod truth_reference;
+mod truth_vm;
+mod truth_vm_script;
 mod vm;
 mod vm_irq_counts;
 mod vm_scenarios;
@@ -119,7 +121,11 @@ fn main() -> Result<()> {
         }
         Task::Truth(args) => {
             setup::run()?;
-            truth::run(args)
+            if args.vm {
+                truth_vm::run_args(args)
+            } else {
+                truth::run(args)
+            }
         }
     }
 }

@@ -38,20 +38,24 @@ pub struct TruthArgs {
     prefix: String,
     /// Keep the run directories (recordings, merged files) in this directory.
     #[arg(long)]
-    keep: Option<PathBuf>,
+    pub keep: Option<PathBuf>,
     /// Use the debug build of meshlab (quicker to build; the eBPF object is the same).
     #[arg(long)]
-    debug: bool,
+    pub debug: bool,
     /// Only these causes (repeatable; default: all).
     #[arg(long = "cause", value_enum)]
-    causes: Vec<Cause>,
+    pub causes: Vec<Cause>,
     /// Only the bpftrace reference runs (no cause), for checking the reference quickly.
     #[arg(long)]
     reference_only: bool,
     /// Also print, per cause, every segment's p50 and mean without and with it, and the CPUs
     /// it ran on: where an added latency went.
     #[arg(long)]
-    breakdown: bool,
+    pub breakdown: bool,
+    /// The causes this host kernel cannot inject (netem, a real NIC IRQ), in two qemu guests
+    /// (truth_vm.rs); `--cause` then names guest causes only.
+    #[arg(long)]
+    pub vm: bool,
 }
 
 /// The client runs on CPU 0, the server (and the hogs) on CPU 1.
@@ -62,7 +66,7 @@ const PORT: u16 = 9000;
 const MIN_ADDED_FRACTION: f64 = 0.1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-enum Cause {
+pub enum Cause {
     /// TBF rate limit on the client's veth -> the client's tx_qdisc.
     TbfRateLimit,
     /// Three spinning threads pinned to the server's CPU, the echo server running SCHED_BATCH
@@ -80,6 +84,18 @@ enum Cause {
     /// A small SO_RCVBUF on the server's connection, requests larger than it -> the client's
     /// send queue (the request waits there for the server's window).
     SmallRcvbuf,
+    /// Guests only: netem delay on guest A's NIC -> A's tx_qdisc (netem is a qdisc) and the
+    /// derived network segment.
+    NetemDelay,
+    /// Guests only: netem loss on guest A's NIC -> the retransmission's wait, in the same
+    /// segments as the delay; retransmitted requests carry a note.
+    NetemLoss,
+    /// Guests only: the host relay between the guests (vm/wire.rs) delays every frame ->
+    /// the derived network_round_trip (the wire: outside both machines).
+    WireDelay,
+    /// Guests only: guest B's virtio-net RX IRQ pinned to a CPU where a hog spins (the IRQ is
+    /// on that CPU with and without the hog) -> B's IRQ and softirq segments.
+    IrqBusyCpu,
 }
 
 /// The causes a run without `--cause` injects, in table order.
@@ -90,14 +106,26 @@ const CAUSES: [Cause; 4] = [
     Cause::SmallRcvbuf,
 ];
 
+/// The causes `--vm` injects (the guests' kernel has netem and a real NIC), in table order.
+pub const VM_CAUSES: [Cause; 4] = [
+    Cause::NetemDelay,
+    Cause::NetemLoss,
+    Cause::WireDelay,
+    Cause::IrqBusyCpu,
+];
+
 /// Every cause, in table order.
-const ALL_CAUSES: [Cause; 6] = [
+const ALL_CAUSES: [Cause; 10] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
     Cause::CpuHogsEcho,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
+    Cause::NetemDelay,
+    Cause::NetemLoss,
+    Cause::WireDelay,
+    Cause::IrqBusyCpu,
 ];
 
 /// CPU time the server's handler needs per request in the busy-server CPU-hog runs (with and
@@ -107,7 +135,7 @@ const ALL_CAUSES: [Cause; 6] = [
 const HOG_RUN_HANDLER_CPU: &str = "400us";
 
 impl Cause {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Cause::TbfRateLimit => "tbf 2mbit on client veth",
             Cause::CpuHogs => "3 CPU hogs, batch server",
@@ -115,16 +143,28 @@ impl Cause {
             Cause::CpuHogsEcho => "3 CPU hogs, echo server",
             Cause::SlowHandler => "server handler spins 200us",
             Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
+            Cause::NetemDelay => "netem delay 5ms on A's NIC",
+            Cause::NetemLoss => "netem loss 1% on A's NIC",
+            Cause::WireDelay => "wire relay 2.5ms each way",
+            Cause::IrqBusyCpu => "B's NIC IRQ on a busy CPU",
         }
     }
 
+    /// Injected in the qemu guests (`--vm`), not in the namespaces.
+    pub fn in_guests(self) -> bool {
+        VM_CAUSES.contains(&self)
+    }
+
     /// Where the cause lives, as shown in the table.
-    fn target_name(self) -> &'static str {
+    pub fn target_name(self) -> &'static str {
         match self {
             Cause::TbfRateLimit => "A tx_qdisc",
             Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho => "B sched waits",
             Cause::SlowHandler => "B server_app",
             Cause::SmallRcvbuf => "A tx_socket_queue",
+            Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
+            Cause::WireDelay => "network_round_trip",
+            Cause::IrqBusyCpu => "B irq+softirq",
         }
     }
 
@@ -140,11 +180,19 @@ impl Cause {
             }
             Cause::SlowHandler => seg.node == "B" && seg.name == "server_app",
             Cause::SmallRcvbuf => seg.node == "A" && seg.name == "tx_socket_queue",
+            // netem holds (or drops, until the retransmission) A's packets between
+            // net_dev_queue and net_dev_start_xmit; what a wire adds is the derived round trip.
+            Cause::NetemDelay | Cause::NetemLoss => {
+                (seg.node == "A" && seg.name == "tx_qdisc") || seg.name == "network_round_trip"
+            }
+            Cause::WireDelay => seg.name == "network_round_trip",
+            // rx_irq_handler (unit irq) and rx_softirq_delay (unit softirq) on the server.
+            Cause::IrqBusyCpu => seg.node == "B" && (seg.unit == "irq" || seg.unit == "softirq"),
         }
     }
 
     /// The workload for this cause's runs, with and without it (the same for both).
-    fn workload(self) -> Workload {
+    pub fn workload(self) -> Workload {
         match self {
             // ~650-byte frames at 1000 req/s need more than a 2 mbit/s bucket refills between
             // two requests: every request waits for tokens.
@@ -172,6 +220,14 @@ impl Cause {
                 Workload {
                     payload: 64,
                     qps: 1000,
+                }
+            }
+            // TCG guests on a shared 2-CPU host take milliseconds per request: at 200 req/s
+            // they idle between requests instead of running back to back.
+            Cause::NetemDelay | Cause::NetemLoss | Cause::WireDelay | Cause::IrqBusyCpu => {
+                Workload {
+                    payload: 64,
+                    qps: 200,
                 }
             }
         }
@@ -202,9 +258,9 @@ enum RunKind {
 }
 
 #[derive(Clone, Copy)]
-struct Workload {
-    payload: usize,
-    qps: u64,
+pub struct Workload {
+    pub payload: usize,
+    pub qps: u64,
 }
 
 struct Segment {
@@ -218,9 +274,9 @@ struct Segment {
 }
 
 /// One run's per-request medians (complete requests only).
-struct RunStats {
-    e2e_p50_ns: f64,
-    target_p50_ns: f64,
+pub struct RunStats {
+    pub e2e_p50_ns: f64,
+    pub target_p50_ns: f64,
     /// Mean e2e time and target sum of the requests around the median (`median_band`).
     band_ns: (f64, f64),
     /// Median per (node, segment name), to name where an unrecovered share went.
@@ -232,7 +288,7 @@ struct RunStats {
     /// Median per (node, segment name) over the requests that have the segment: what the
     /// bpftrace reference measures (it times only intervals that happened).
     present_p50_ns: BTreeMap<String, f64>,
-    requests: usize,
+    pub requests: usize,
     /// Run time of both recorders' BPF programs during the run, per request of the run: the
     /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
     /// switch of every process, so a busy machine raises it.
@@ -247,15 +303,31 @@ struct RunStats {
     loaded_programs: Vec<String>,
 }
 
-pub fn run(args: TruthArgs) -> Result<()> {
+/// Rounds and seconds per run of `args` (`--quick`: one short round), after checking that
+/// every named cause is injected where `--vm` says (this host or the qemu guests).
+pub fn run_shape(args: &TruthArgs) -> Result<(usize, u64)> {
     if !crate::setup::is_root() {
         bail!("cargo xtask truth needs root (network namespaces, qdiscs, eBPF): run it as root");
     }
-    let (rounds, seconds) = if args.quick {
+    let misplaced = args.causes.iter().find(|c| c.in_guests() != args.vm);
+    if let Some(cause) = misplaced {
+        let (place, fix) = if args.vm {
+            ("on this host", "drop --vm")
+        } else {
+            ("in the qemu guests", "add --vm")
+        };
+        bail!("{cause:?} is injected {place}: {fix}");
+    }
+    Ok(if args.quick {
         (1, 1)
     } else {
         (args.rounds.max(1), args.seconds.max(1))
-    };
+    })
+}
+
+/// The host causes (`--vm` runs go to truth_vm::run_args instead).
+pub fn run(args: TruthArgs) -> Result<()> {
+    let (rounds, seconds) = run_shape(&args)?;
     let exe = build_meshlab(args.debug)?;
     let scratch = Scratch::new(args.keep.clone())?;
     let netns = TruthNetns::create(&args.prefix)?;
@@ -310,7 +382,7 @@ pub fn run(args: TruthArgs) -> Result<()> {
             )?);
         }
     }
-    print_table(&results, rounds, seconds);
+    print_table(&results, &TableSetting::namespaces(rounds, seconds));
     if args.breakdown {
         print_breakdowns(&results);
     }
@@ -318,7 +390,7 @@ pub fn run(args: TruthArgs) -> Result<()> {
     Ok(())
 }
 
-fn build_meshlab(debug: bool) -> Result<PathBuf> {
+pub fn build_meshlab(debug: bool) -> Result<PathBuf> {
     if debug {
         run_cmd(crate::cargo().args(["build", "--bin", "meshlab"]))?;
         Ok(workspace_root().join("target/debug/meshlab"))
@@ -652,17 +724,31 @@ fn parse_segment(v: &serde_json::Value) -> Option<Segment> {
     })
 }
 
+/// The sum of a merged request's segments where the cause lives.
+pub fn target_ns(request: &serde_json::Value, cause: Cause) -> u64 {
+    (request["segments"].as_array().into_iter().flatten())
+        .filter_map(parse_segment)
+        .filter(|seg| cause.is_target(seg))
+        .map(|seg| seg.dur_ns)
+        .sum()
+}
+
 /// Reads a merged file: medians over its complete requests.
 fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
-    let text =
-        std::fs::read_to_string(merged).with_context(|| format!("reading {}", merged.display()))?;
+    let records = crate::read_ndjson(merged)?;
+    request_stats(records.iter(), cause).with_context(|| merged.display().to_string())
+}
+
+/// Medians over the complete requests among `records` (other records are skipped).
+pub fn request_stats<'a>(
+    records: impl Iterator<Item = &'a serde_json::Value>,
+    cause: Cause,
+) -> Result<RunStats> {
     let (mut e2e, mut target) = (Vec::new(), Vec::new());
     let mut requests: Vec<BTreeMap<String, u64>> = Vec::new();
     let mut target_keys = BTreeSet::new();
     let mut cpus: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
-    for (i, line) in text.lines().enumerate() {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .with_context(|| format!("{}:{}: not JSON", merged.display(), i + 1))?;
+    for v in records {
         if v["type"] != "request" || v["complete"] != true {
             continue;
         }
@@ -674,7 +760,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         }
         let e2e_ns = v["e2e_ns"]
             .as_u64()
-            .with_context(|| format!("{}:{}: request without e2e_ns", merged.display(), i + 1))?;
+            .with_context(|| format!("request without e2e_ns: {}", v["trace_id"]))?;
         let segments = v["segments"].as_array().map(Vec::as_slice).unwrap_or(&[]);
         let mut sums: BTreeMap<String, u64> = BTreeMap::new();
         let mut target_ns = 0;
@@ -694,7 +780,7 @@ fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
         target.push(target_ns as f64);
     }
     if e2e.is_empty() {
-        bail!("{}: no complete request", merged.display());
+        bail!("no complete request");
     }
     let (per_segment, present) = per_segment_samples(&requests);
     let band = truth_breakdown::band_indices(&e2e);
@@ -797,11 +883,27 @@ fn largest_other_growth(without: &[RunStats], with: &[RunStats]) -> String {
         .unwrap_or_default()
 }
 
-fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, seconds: u64) {
-    println!(
-        "\nattribution truth: kernel-only recording, two namespaces, c=1, {rounds} interleaved \
-         round(s) x {seconds}s per run, medians (us)"
-    );
+/// What the table's title says about the runs, and whether the self-accounting columns were
+/// measured (the guest runs do not measure them: "-").
+pub struct TableSetting {
+    pub title: String,
+    pub self_cost: bool,
+}
+
+impl TableSetting {
+    fn namespaces(rounds: usize, seconds: u64) -> Self {
+        Self {
+            title: format!(
+                "kernel-only recording, two namespaces, c=1, {rounds} interleaved round(s) x \
+                 {seconds}s per run"
+            ),
+            self_cost: true,
+        }
+    }
+}
+
+pub fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, setting: &TableSetting) {
+    println!("\nattribution truth: {}, medians (us)", setting.title);
     println!(
         "(share: recovered / added, recovered = added median of the per-request target sums; \
          at p50: the same over the requests around the median ({:.0}-{:.0} % by e2e, the added \
@@ -851,23 +953,30 @@ fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, rounds: usize, 
         };
         let share = percent(recovered, added);
         let at_p50 = percent(band_recovered, band_added);
+        let cost = |f: fn(&RunStats) -> f64| {
+            if setting.self_cost {
+                format!("{:>8.1}", condition_median(on, f) / 1e3)
+            } else {
+                format!("{:>8}", "-")
+            }
+        };
         println!(
-            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {at_p50} {:>8.1} {:>8.1} {:>8.1}  {}",
+            "{:<28} {:>9.1} {:>9.1} {:>9.1}  {:<18} {:>9.1} {share} {at_p50} {} {} {}  {}",
             cause.name(),
             e2e(off),
             e2e(on),
             added,
             cause.target_name(),
             recovered,
-            condition_median(on, |r| r.bpf_ns_per_request) / 1e3,
-            condition_median(on, |r| r.recorder_cpu_ns_per_request.user_ns) / 1e3,
-            condition_median(on, |r| r.recorder_cpu_ns_per_request.kernel_ns) / 1e3,
+            cost(|r| r.bpf_ns_per_request),
+            cost(|r| r.recorder_cpu_ns_per_request.user_ns),
+            cost(|r| r.recorder_cpu_ns_per_request.kernel_ns),
             largest_other_growth(off, on)
         );
     }
 }
 
-fn print_breakdowns(results: &BTreeMap<(Cause, bool), Vec<RunStats>>) {
+pub fn print_breakdowns(results: &BTreeMap<(Cause, bool), Vec<RunStats>>) {
     for cause in ALL_CAUSES {
         let (Some(off), Some(on)) = (results.get(&(cause, false)), results.get(&(cause, true)))
         else {

@@ -47,7 +47,7 @@ pub fn rounds_script(dir: &Path, client: &str) -> String {
 
 /// The round trip the relay really added in each epoch (one wire delay each way): the sum of
 /// its two directions' median per-frame delays, by epoch.
-fn realized_round_trips(path: &Path) -> Result<BTreeMap<u64, i64>> {
+pub fn realized_round_trips(path: &Path) -> Result<BTreeMap<u64, i64>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut halves: BTreeMap<u64, Vec<i64>> = BTreeMap::new();

@@ -1,0 +1,363 @@
+//! The guests' shell text for `cargo xtask truth --vm`: guest A records and runs the client
+//! rounds, switching each round's cause on or off; guest B records and serves, and starts or
+//! stops the CPU hog when A asks (a file in the directory both guests share).
+
+use std::path::Path;
+
+use crate::truth::Cause;
+use crate::vm_two_machines::GuestScripts;
+
+/// The lab server's port and address in guest B (the private link, vm/spec.rs).
+pub const PORT: u16 = 9000;
+pub const SERVER_ADDR: &str = "10.213.0.2";
+/// netem's delay and loss on A's eth0 in the runs with the cause. 5 ms, not 1: requests of
+/// these TCG guests take 1-10 ms end to end and their run medians vary by milliseconds from
+/// run to run (a quick run's 1 ms delay "added" 6.2 ms), so a smaller delay drowns.
+pub const NETEM_DELAY: &str = "delay 5ms";
+pub const NETEM_LOSS: &str = "loss 1%";
+/// The wire relay's one-way delay in the runs with `wire-delay` (the same round trip as the
+/// netem delay), and without it.
+pub const WIRE_DELAY_US: u64 = 2500;
+const WIRE_BASE_US: u64 = 0;
+/// Guest B: the server (and in A the client) runs on CPU 0; the hog of the `irq-busy-cpu` runs
+/// spins on CPU 1; B's NIC RX IRQ is on CPU 2 (idle) except in the runs with that cause.
+pub const APP_CPU: usize = 0;
+pub const HOG_CPU: usize = 1;
+pub const IDLE_IRQ_CPU: usize = 2;
+/// vCPUs per guest in the boot of the IRQ cause (the `vm run` option applies to both guests).
+pub const IRQ_GUEST_CPUS: usize = 3;
+
+/// vCPUs per guest for a cause's boot: one where a second is not needed. Under TCG a wake-up
+/// on another vCPU wakes a halted host thread: with three vCPUs the same request took
+/// 3-15 ms end to end (a quick run's per-run p50s), so only the IRQ cause pays for them.
+pub fn guest_cpus(cause: Cause) -> usize {
+    if cause == Cause::IrqBusyCpu {
+        IRQ_GUEST_CPUS
+    } else {
+        1
+    }
+}
+/// How long the recorders may run; they are stopped after the last round.
+const RECORD_LIMIT: &str = "3600s";
+
+/// One client run of the plan: the cause and whether it is in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannedRun {
+    pub cause: Cause,
+    pub on: bool,
+}
+
+/// Every cause once without and once with it per round, alternating which goes first from
+/// round to round (and from cause to cause), so slow drift favours neither condition.
+pub fn plan(causes: &[Cause], rounds: usize) -> Vec<PlannedRun> {
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        for (index, &cause) in causes.iter().enumerate() {
+            for k in 0..2 {
+                let on = (round + index + k) % 2 == 1;
+                runs.push(PlannedRun { cause, on });
+            }
+        }
+    }
+    runs
+}
+
+/// The name of a cause in the rounds file (clap's value name, e.g. `netem-delay`).
+pub fn cause_slug(cause: Cause) -> String {
+    clap::ValueEnum::to_possible_value(&cause)
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_else(|| format!("{cause:?}"))
+}
+
+/// Shell text run in guest A before a run of `cause` (`on`: with it) and after it. netem:
+/// the qdisc only in the runs with the cause. The busy IRQ CPU: B spins the hog on `HOG_CPU`
+/// in both conditions (the host's CPUs carry the same load), the IRQ goes to the hog's CPU
+/// or to the idle `IDLE_IRQ_CPU`; B stops the hog after the run.
+fn around_run(cause: Cause, on: bool) -> (String, String) {
+    let netem = |params: &str| {
+        if on {
+            (
+                format!("tc qdisc replace dev eth0 root netem {params} || exit 1; "),
+                "tc qdisc del dev eth0 root || exit 1; ".to_owned(),
+            )
+        } else {
+            (String::new(), String::new())
+        }
+    };
+    match cause {
+        Cause::NetemDelay => netem(NETEM_DELAY),
+        Cause::NetemLoss => netem(NETEM_LOSS),
+        Cause::IrqBusyCpu => (ask_b(if on { "busy" } else { "idle" }), ask_b("stop")),
+        Cause::WireDelay if on => (ask_relay(WIRE_DELAY_US), ask_relay(WIRE_BASE_US)),
+        Cause::WireDelay => (String::new(), String::new()),
+        other => unreachable!("{other:?} is not a guest cause"),
+    }
+}
+
+/// A asks the host's wire relay for a one-way delay (request `$wirereq`, in order: the
+/// relay's epochs, vm/wire.rs) and waits until it applies to the frames from then on.
+fn ask_relay(delay_us: u64) -> String {
+    format!(
+        "wirereq=$((wirereq+1)); touch \"$MESHLAB_VM_SHARED/wire.set.$wirereq.{delay_us}\"; \
+         for i in $(seq 1000); do [ -f \"$MESHLAB_VM_SHARED/wire.ack.$wirereq\" ] && break; sleep 0.02; done; \
+         [ -f \"$MESHLAB_VM_SHARED/wire.ack.$wirereq\" ] || exit 1; "
+    )
+}
+
+/// `vm run` options for a boot whose runs include the wire delay: the relay between the
+/// guests from the start, at the base delay, logging what each epoch's frames really took.
+pub fn wire_args(runs: &[PlannedRun], dir: &Path) -> Vec<String> {
+    if !runs.iter().any(|r| r.cause == Cause::WireDelay) {
+        return Vec::new();
+    }
+    vec![
+        "--wire-delay-us".into(),
+        WIRE_BASE_US.to_string(),
+        "--wire-log".into(),
+        dir.join("wire.log").display().to_string(),
+    ]
+}
+
+/// A asks B for an IRQ state (request `$irqreq`, in order) and waits for B's acknowledgement.
+fn ask_b(state: &str) -> String {
+    format!(
+        "irqreq=$((irqreq+1)); touch \"$MESHLAB_VM_SHARED/irq.$irqreq.{state}\"; \
+         for i in $(seq 1000); do [ -f \"$MESHLAB_VM_SHARED/irq.ack.$irqreq\" ] && break; sleep 0.02; done; \
+         [ -f \"$MESHLAB_VM_SHARED/irq.ack.$irqreq\" ] || exit 1; "
+    )
+}
+
+/// Both guests' shell text: `meshlab` is the host-built binary (the guests see the host's
+/// root), `dir` the run directory mounted read-write in both.
+pub fn guest_scripts(
+    meshlab: &Path,
+    dir: &Path,
+    runs: &[PlannedRun],
+    seconds: u64,
+) -> GuestScripts {
+    let irq = runs.iter().any(|r| r.cause == Cause::IrqBusyCpu);
+    let mut a = guest_a(meshlab, dir, runs, seconds);
+    if irq {
+        // A needs one CPU; the others stay offline for the whole run.
+        a = format!("{}{a}", cpus_online(false));
+    }
+    GuestScripts {
+        a,
+        b: guest_b(meshlab, dir, irq),
+    }
+}
+
+/// Takes the extra vCPUs of the IRQ boot off- or online. Under multi-threaded TCG a guest
+/// kernel patching its text (static keys flipped when the recorder attaches or detaches its
+/// programs: text_poke_bp's int3) while another vCPU runs can hit a stale int3: a full run's
+/// guest A died with "Oops: int3" in try_to_wake_up during the recorder's start. With one
+/// vCPU online nothing else runs kernel text.
+fn cpus_online(online: bool) -> String {
+    format!(
+        "for c in $(seq 1 {last}); do echo {flag} > /sys/devices/system/cpu/cpu$c/online || exit 1; done; ",
+        last = IRQ_GUEST_CPUS - 1,
+        flag = u8::from(online),
+    )
+}
+
+/// `now`: CLOCK_MONOTONIC in ns, the clock of the recorder's timestamps and so of the merged
+/// requests' `start_ns` (A is the client: its clock).
+const NOW: &str = "now() { awk '/^now at/ {print $3; exit}' /proc/timer_list; }; ";
+
+fn record(meshlab: &Path, dir: &Path, node: &str) -> String {
+    format!(
+        "{NOW}{m} record -o {d}/{lower}.capture --node {node} --port {PORT} \
+         --duration {RECORD_LIMIT} --ready-file /run/rec.ready & REC=$!; \
+         while [ ! -f /run/rec.ready ]; do sleep 0.1; done; ",
+        m = meshlab.display(),
+        d = dir.display(),
+        lower = node.to_lowercase(),
+    )
+}
+
+/// A: record; once B listens, one untimed client run (the link and B's accept are up after
+/// it); then every planned run: switch the cause, run the client, note the run's span on
+/// A's monotonic clock, switch it back. A always tells B it is done, also on failure.
+fn guest_a(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> String {
+    let (m, d) = (meshlab.display(), dir.display());
+    let client = |cause: Cause, secs: u64| {
+        let workload = cause.workload();
+        format!(
+            "taskset -c {APP_CPU} {m} lab client --connect {SERVER_ADDR}:{PORT} --payload {} \
+             --qps {} --warmup 0s --duration {secs}s > /dev/null",
+            workload.payload, workload.qps
+        )
+    };
+    let mut text = format!(
+        "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}\
+         until [ -f \"$MESHLAB_VM_SHARED/b.ready\" ]; do sleep 0.1; done; \
+         modprobe sch_netem || exit 1; irqreq=0; wirereq=0; \
+         ok=; for i in $(seq 120); do {first} && ok=1 && break; sleep 0.5; done; [ -n \"$ok\" ] || exit 1; ",
+        record = record(meshlab, dir, "A"),
+        first = client(runs.first().map_or(Cause::NetemDelay, |r| r.cause), 1),
+    );
+    for run in runs {
+        let on_off = if run.on { "on" } else { "off" };
+        let (before, after) = around_run(run.cause, run.on);
+        text.push_str(&before);
+        text.push_str(&format!(
+            "start=$(now); {client} || exit 1; echo \"{slug} {on_off} $start $(now)\" >> {d}/rounds; ",
+            client = client(run.cause, seconds),
+            slug = cause_slug(run.cause),
+        ));
+        text.push_str(&after);
+    }
+    text.push_str("kill -INT $REC; wait $REC");
+    text
+}
+
+/// B: record; put the NIC's RX IRQ on the idle CPU, serve on `APP_CPU`; until A is done, set
+/// the IRQ state A asks for (`busy`/`idle`: the hog spins, the IRQ on its CPU or on the idle
+/// one; `stop`: no hog, IRQ on the idle CPU), log the IRQ's /proc/interrupts line at each
+/// switch (b.irq-log: where the IRQs of each run went) and acknowledge.
+fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
+    let (m, d) = (meshlab.display(), dir.display());
+    let (busy_mask, idle_mask) = (1u32 << HOG_CPU, 1u32 << IDLE_IRQ_CPU);
+    let shared = "$MESHLAB_VM_SHARED";
+    // Without the IRQ cause (one vCPU) A never asks for a state: the loop only waits.
+    let irq_setup = if irq {
+        format!(
+            "irq=$(awk -F: '/-input\\./ {{print $1+0; exit}}' /proc/interrupts); [ -n \"$irq\" ] || exit 1; \
+             echo {idle_mask:x} > /proc/irq/$irq/smp_affinity || exit 1; "
+        )
+    } else {
+        String::new()
+    };
+    // The recorder attaches and detaches its programs with the extra vCPUs offline.
+    let (offline, online) = if irq {
+        (cpus_online(false), cpus_online(true))
+    } else {
+        (String::new(), String::new())
+    };
+    format!(
+        "{offline}{record}{online}{irq_setup}\
+         taskset -c {APP_CPU} {m} lab server --listen {SERVER_ADDR}:{PORT} & SRV=$!; \
+         until grep -q ':{PORT:04X} 00000000:0000 0A' /proc/net/tcp; do sleep 0.1; done; \
+         touch \"{shared}/b.ready\"; HOG=; n=0; \
+         while [ ! -f \"{shared}/a.done\" ]; do next=$((n+1)); state=; \
+           for s in busy idle stop; do [ -f \"{shared}/irq.$next.$s\" ] && state=$s; done; \
+           if [ -z \"$state\" ]; then sleep 0.02; continue; fi; \
+           if [ $state = stop ]; then kill $HOG; wait $HOG; HOG=; \
+           elif [ -z \"$HOG\" ]; then taskset -c {HOG_CPU} sh -c 'while :; do :; done' & HOG=$!; fi; \
+           mask={idle_mask:x}; [ $state = busy ] && mask={busy_mask:x}; \
+           echo $mask > /proc/irq/$irq/smp_affinity || exit 1; \
+           echo \"$state $(grep \"^ *$irq:\" /proc/interrupts)\" >> {d}/b.irq-log; \
+           n=$next; touch \"{shared}/irq.ack.$n\"; \
+         done; [ -z \"$HOG\" ] || kill $HOG; \
+         kill -INT $SRV; wait $SRV; {offline}kill -INT $REC; wait $REC",
+        record = record(meshlab, dir, "B"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_interleaves_every_cause_and_alternates_the_first_condition() {
+        let runs = plan(&[Cause::NetemDelay, Cause::IrqBusyCpu], 2);
+        let conditions: Vec<(Cause, bool)> = runs.iter().map(|r| (r.cause, r.on)).collect();
+        assert_eq!(
+            conditions,
+            [
+                (Cause::NetemDelay, false),
+                (Cause::NetemDelay, true),
+                (Cause::IrqBusyCpu, true),
+                (Cause::IrqBusyCpu, false),
+                (Cause::NetemDelay, true),
+                (Cause::NetemDelay, false),
+                (Cause::IrqBusyCpu, false),
+                (Cause::IrqBusyCpu, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_switches_each_cause_on_only_around_its_own_run() {
+        // netem-loss: off then on; irq-busy-cpu: on then off.
+        let runs = plan(&[Cause::NetemLoss, Cause::IrqBusyCpu], 1);
+        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2);
+        // Without first, then with: the qdisc appears after the run without it.
+        let off = a.find("echo \"netem-loss off").expect("off run");
+        let add = a.find("netem loss 1%").expect("netem added");
+        let on = a.find("echo \"netem-loss on").expect("on run");
+        let del = a.find("tc qdisc del dev eth0 root").expect("netem removed");
+        assert!(off < add && add < on && on < del, "{a}");
+        // The IRQ cause: B is asked for each run's state (the hog spins in both) and to stop
+        // after it; every request waits for B's acknowledgement.
+        let idle = a.find("irq.$irqreq.idle").expect("idle IRQ CPU");
+        let busy = a.find("irq.$irqreq.busy").expect("busy IRQ CPU");
+        let busy_run = a.find("echo \"irq-busy-cpu on").expect("busy run");
+        let stops: Vec<usize> = a
+            .match_indices("irq.$irqreq.stop")
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(stops.len(), 2, "{a}");
+        assert!(
+            busy < busy_run && busy_run < stops[0] && stops[0] < idle,
+            "{a}"
+        );
+        assert_eq!(
+            a.matches("[ -f \"$MESHLAB_VM_SHARED/irq.ack.$irqreq\" ] || exit 1")
+                .count(),
+            4,
+            "{a}"
+        );
+        assert!(a.ends_with("kill -INT $REC; wait $REC"), "{a}");
+    }
+
+    #[test]
+    fn the_relay_delays_only_the_runs_with_the_wire_cause() {
+        let runs = plan(&[Cause::WireDelay], 1);
+        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2);
+        let off = a.find("echo \"wire-delay off").expect("off run");
+        let set = a.find("wire.set.$wirereq.2500").expect("delay set");
+        let on = a.find("echo \"wire-delay on").expect("on run");
+        let reset = a.find("wire.set.$wirereq.0").expect("delay reset");
+        assert!(off < set && set < on && on < reset, "{a}");
+        assert_eq!(
+            a.matches("wire.ack.$wirereq\" ] || exit 1").count(),
+            2,
+            "{a}"
+        );
+        let args = wire_args(&runs, Path::new("/d"));
+        assert_eq!(args, ["--wire-delay-us", "0", "--wire-log", "/d/wire.log"]);
+        assert!(wire_args(&plan(&[Cause::NetemDelay], 1), Path::new("/d")).is_empty());
+    }
+
+    #[test]
+    fn b_moves_the_nic_irq_between_the_idle_and_the_hogs_cpu() {
+        let b = guest_b(Path::new("/m"), Path::new("/d"), true);
+        // CPU 2 (mask 4) at the start and by default, CPU 1 (mask 2) only when busy.
+        assert!(b.contains("echo 4 > /proc/irq/$irq/smp_affinity"), "{b}");
+        assert!(b.contains("mask=4; [ $state = busy ] && mask=2;"), "{b}");
+        assert!(b.contains("taskset -c 0 /m lab server"), "{b}");
+        assert!(b.contains("taskset -c 1 sh -c"), "{b}");
+        assert!(b.contains(":2328 00000000:0000 0A"), "{b}");
+        assert!(b.contains(">> /d/b.irq-log"), "{b}");
+        // The recorder starts and stops with CPUs 1 and 2 offline, the runs have them online.
+        let offline = "for c in $(seq 1 2); do echo 0 > /sys/devices/system/cpu/cpu$c/online";
+        let online = "for c in $(seq 1 2); do echo 1 > /sys/devices/system/cpu/cpu$c/online";
+        let starts = b.find(" record -o ").expect("recorder");
+        let stops = b.find("kill -INT $REC").expect("recorder stop");
+        assert!(b.starts_with(offline), "{b}");
+        assert!(
+            b.find(online).is_some_and(|i| i > starts && i < stops),
+            "{b}"
+        );
+        assert!(
+            b.rfind(offline).is_some_and(|i| i > starts && i < stops),
+            "{b}"
+        );
+        // One vCPU (the netem boots): no IRQ to move.
+        let one_cpu = guest_b(Path::new("/m"), Path::new("/d"), false);
+        assert!(!one_cpu.contains("smp_affinity > "), "{one_cpu}");
+        assert!(!one_cpu.contains("echo 4 >"), "{one_cpu}");
+        assert!(one_cpu.contains("taskset -c 0 /m lab server"), "{one_cpu}");
+    }
+}

@@ -41,6 +41,9 @@ pub enum BenchTask {
     /// The pieces of a traced event (ring reserve/submit by size, clock, pid, counters, kernel
     /// read) as raw programs side by side on one tracepoint (bench_helpers.rs).
     Helpers(crate::bench_helpers::HelpersArgs),
+    /// `record --attach on-demand`: delay from a traced connection to its hot hooks attached,
+    /// over connect/close cycles (bench_attach.rs).
+    AttachDelay(crate::bench_attach::AttachDelayArgs),
     /// The lab's userland probes: off / on but not sampling / sampling all (bench_probes.rs).
     Probes(crate::bench_probes::ProbeBenchArgs),
     /// Records lab RPC load for N minutes, sampling the recorder's RSS, descriptors and BPF
@@ -94,6 +97,7 @@ pub fn run(task: BenchTask) -> Result<()> {
         BenchTask::RecorderCpu(args) => return crate::bench_recorder::run(args),
         BenchTask::KernelAb(args) => return crate::bench_kernel::run(args),
         BenchTask::Helpers(args) => return crate::bench_helpers::run(args),
+        BenchTask::AttachDelay(args) => return crate::bench_attach::run(args),
         other => other,
     };
     if let BenchTask::Decode = task {
@@ -121,7 +125,8 @@ pub fn run(task: BenchTask) -> Result<()> {
         | BenchTask::Merge(_)
         | BenchTask::RecorderCpu(_)
         | BenchTask::KernelAb(_)
-        | BenchTask::Helpers(_) => Ok(()),
+        | BenchTask::Helpers(_)
+        | BenchTask::AttachDelay(_) => Ok(()),
         BenchTask::Probes(args) => crate::bench_probes::run(&exe, args),
         BenchTask::Overhead {
             rounds,

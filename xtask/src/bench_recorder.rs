@@ -141,7 +141,7 @@ pub fn run(args: RecorderCpuArgs) -> Result<()> {
 }
 
 /// A child stopped with SIGINT and reaped on drop.
-struct Guard(Child);
+pub struct Guard(pub Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -151,7 +151,7 @@ impl Drop for Guard {
     }
 }
 
-fn spawn_ready(cmd: &mut Command, ready: &Path) -> Result<Child> {
+pub fn spawn_ready(cmd: &mut Command, ready: &Path) -> Result<Child> {
     let _ = std::fs::remove_file(ready);
     let mut child = cmd
         .arg("--ready-file")

@@ -2,6 +2,7 @@
 //! both install what is missing first (`setup`), so a fresh machine needs nothing else.
 
 mod bench;
+mod bench_attach;
 mod bench_helpers;
 mod bench_kernel;
 mod bench_merge;

@@ -298,6 +298,8 @@ impl Session {
                     self.poll_on_demand()?;
                 }
                 _ = tick.tick() => {
+                    // Pending first: an on-demand attach needs its sock_established (delay_ns).
+                    drain_pending(ring.get_mut(), &mut self.out, &mut self.watch)?;
                     let clock_due = last_clock.elapsed() >= clock_every;
                     self.each_second(clock_due, progress.then_some(&mut last_received))?;
                     if clock_due {

@@ -301,6 +301,10 @@ pub struct DeviceContext {
     pub offloads: Option<Offloads>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamping: Option<Timestamping>,
+    /// `record --hw-timestamps`: what was done to the device's hardware stamping (absent
+    /// without the flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hw_timestamps: Option<HwTimestamps>,
     /// Receive queues (sysfs `queues/rx-N`) with their RPS CPUs.
     pub rx_queues: Vec<QueueCpus>,
     /// Transmit queues (sysfs `queues/tx-N`) with their XPS CPUs.
@@ -395,6 +399,52 @@ pub struct Timestamping {
     pub tx_types: Vec<String>,
     /// Hardware RX stamping filters (`none`, `all`, `ptpv2-event`, ...).
     pub rx_filters: Vec<String>,
+}
+
+/// `record --hw-timestamps` on one device: the driver's hardware stamping config before and
+/// after meshlab set it (SIOCGHWTSTAMP / SIOCSHWTSTAMP), or why it was left alone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HwTimestamps {
+    pub outcome: HwTimestampsOutcome,
+    /// The config found at start; restored when the recorder exits (`switched_on` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<HwStampConfig>,
+    /// The config the driver reported back after the set (it may widen the RX filter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<HwStampConfig>,
+    /// Why the device was left alone (`not_capable`, `failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What `record --hw-timestamps` did to a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HwTimestampsOutcome {
+    /// TX on (and RX all where the driver offers it); the previous config is restored at exit.
+    SwitchedOn,
+    /// TSINFO says the device cannot stamp in hardware: not touched.
+    NotCapable,
+    /// Reading or setting the config failed: the device keeps the config it had.
+    Failed,
+}
+
+wire_names!(HwTimestampsOutcome {
+    SwitchedOn => "switched_on",
+    NotCapable => "not_capable",
+    Failed => "failed",
+});
+
+/// `struct hwtstamp_config` (include/uapi/linux/net_tstamp.h) with the kernel's numbers:
+/// `tx_type` 0 = HWTSTAMP_TX_OFF, 1 = HWTSTAMP_TX_ON; `rx_filter` 0 = HWTSTAMP_FILTER_NONE,
+/// 1 = HWTSTAMP_FILTER_ALL, higher = the PTP filters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HwStampConfig {
+    pub flags: i32,
+    pub tx_type: i32,
+    pub rx_filter: i32,
 }
 
 /// A queue and the CPUs steered to it by RPS (rx) or XPS (tx); empty when steering is off.

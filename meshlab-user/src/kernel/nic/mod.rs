@@ -2,6 +2,8 @@
 //! NIC IRQ map) and each device's settings at start-up (the startup record's `devices`).
 
 pub mod ethtool;
+pub mod hwstamp;
+pub mod hwstamp_ioctl;
 pub mod irq_names;
 pub mod stamping;
 pub mod sysfs;

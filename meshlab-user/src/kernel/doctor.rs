@@ -48,6 +48,8 @@ pub(crate) struct DoctorReport {
     pub tx_timestamps: TxTimestamps,
     /// Per device with a bus device: what it can stamp (ethtool TSINFO_GET), in words.
     pub nic_timestamps: BTreeMap<String, String>,
+    /// Per device: what `record --hw-timestamps` would do to its hardware stamping.
+    pub hw_timestamps: BTreeMap<String, String>,
 }
 
 /// Socket TX timestamps (sock_ops, `record --tx-timestamps`): the kfunc in vmlinux BTF, and
@@ -101,8 +103,10 @@ pub(crate) fn diagnose() -> DoctorReport {
         usable: false,
         probe_error: None,
         tx_timestamps: probe_tx_timestamps(),
-        nic_timestamps: nic_timestamps(),
+        nic_timestamps: BTreeMap::new(),
+        hw_timestamps: BTreeMap::new(),
     };
+    (report.nic_timestamps, report.hw_timestamps) = nic_timestamps();
     if let Err(e) = probe_tiers(&mut report) {
         report.probe_error = Some(format!("{e:#}"));
     }
@@ -110,11 +114,18 @@ pub(crate) fn diagnose() -> DoctorReport {
     report
 }
 
-fn nic_timestamps() -> BTreeMap<String, String> {
-    let root = nic::sysfs::SysRoot::live();
-    (nic::device_contexts(&root, None).iter())
-        .map(|ctx| (ctx.dev.clone(), nic::stamping::verdict(ctx)))
-        .collect()
+/// Per device with a bus device: what it can stamp, and what `--hw-timestamps` would do.
+fn nic_timestamps() -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let contexts = nic::device_contexts(&nic::sysfs::SysRoot::live(), None);
+    let each = |say: fn(&crate::schema::DeviceContext) -> String| {
+        (contexts.iter())
+            .map(|ctx| (ctx.dev.clone(), say(ctx)))
+            .collect()
+    };
+    (
+        each(nic::stamping::verdict),
+        each(nic::hwstamp::doctor_line),
+    )
 }
 
 /// Checks the embedded ELF with `object`: every program the hook table names must be there.
@@ -330,6 +341,9 @@ fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
     }
     for (dev, verdict) in &r.nic_timestamps {
         writeln!(out, "  {dev:<20} {verdict}")?;
+        if let Some(hw) = r.hw_timestamps.get(dev) {
+            writeln!(out, "  {:<20} record --hw-timestamps: {hw}", "")?;
+        }
     }
     writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })
 }

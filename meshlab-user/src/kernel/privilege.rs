@@ -72,8 +72,13 @@ pub(crate) fn require(what: &str, needed: &[Capability]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Gives up every capability for good, and any way back through exec.
-pub(crate) fn drop_all() -> io::Result<()> {
+/// CAP_NET_ADMIN as a mask for [`drop_all_but`].
+pub(crate) const NET_ADMIN_BIT: u64 = 1 << 12;
+
+/// Gives up every capability for good, and any way back through exec, except those in `keep`
+/// (a mask of capability bits; 0 in every recording but `--hw-timestamps`), which stay
+/// effective and permitted (never inheritable or ambient: nothing is exec'd).
+pub(crate) fn drop_all_but(keep: u64) -> io::Result<()> {
     // SAFETY: plain prctl calls without pointers.
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -93,7 +98,9 @@ pub(crate) fn drop_all() -> io::Result<()> {
     }
     // struct __user_cap_header_struct / __user_cap_data_struct[2], version 3 (64-bit sets).
     let header: [u32; 2] = [0x2008_0522, 0];
-    let data = [0u32; 6];
+    // Two __user_cap_data_struct {effective, permitted, inheritable}: bits 0-31, then 32-63.
+    let (low, high) = (keep as u32, (keep >> 32) as u32);
+    let data = [low, low, 0, high, high, 0];
     // SAFETY: header and data have the layout capset(2) expects for version 3.
     let rc = unsafe { libc::syscall(libc::SYS_capset, header.as_ptr(), data.as_ptr()) };
     if rc != 0 {

@@ -72,6 +72,12 @@ pub struct RecordArgs {
     /// hardware, ACK) through sock_ops; needs the kfunc bpf_sock_ops_enable_tx_tstamp (6.15+).
     #[arg(long)]
     pub tx_timestamps: bool,
+    /// With --tx-timestamps: switch hardware stamping on (SIOCSHWTSTAMP: TX on, RX all where
+    /// offered) on each traced device whose ethtool TSINFO says it can, and restore its
+    /// previous config when the recorder exits; a device that cannot is reported and left
+    /// alone. The NIC clock is not mapped to system time.
+    #[arg(long, requires = "tx_timestamps")]
+    pub hw_timestamps: bool,
     /// When the hot hooks (every hook but sock_ops) are attached. on-demand: only while a
     /// connection is traced, so a recorder whose filters match nothing costs the traffic
     /// nothing; `hot_hooks` records say when they were attached, and events before that are
@@ -139,7 +145,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         false => None,
     };
     let own = selfcost::OwnPrograms::start(&ebpf, &attached, stats)?;
-    let startup = startup_record(&args, &node, &cgroup_path, attach_plan, nic_irqs);
+    let mut startup = startup_record(&args, &node, &cgroup_path, attach_plan, nic_irqs);
+    // Held to the end of run(): dropping it restores the devices' previous configs.
+    let hw_switch = switch_hw_timestamps(args.hw_timestamps, &mut startup.devices)?;
     let sink = open_capture_output(&args.output)?;
     let out = RecordingOutput::new(args.format, node.clone(), netns.dev_names, sink)
         .with_context(|| format!("writing {}", args.output.display()))?;
@@ -153,7 +161,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         )?),
         AttachMode::Always => None,
     };
-    let mut session = session::Session::new(ebpf, attached, own, node, out, kernel_log)?;
+    let mut session = session::Session::new(ebpf, attached, own, node, out, kernel_log)?
+        .keep_net_admin(hw_switch.as_ref().is_some_and(|s| s.any_switched()));
     if let Some(on_demand) = on_demand {
         session = session.with_on_demand(on_demand);
     }
@@ -164,7 +173,24 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         args.clock_every.max(Duration::from_secs(1)),
         args.ready_file.as_deref(),
     );
+    drop(hw_switch);
     report_end(run, &args.output)
+}
+
+/// `--hw-timestamps`: switches the devices of the startup record that can stamp; `None`
+/// without the flag.
+fn switch_hw_timestamps(
+    requested: bool,
+    devices: &mut [crate::schema::DeviceContext],
+) -> anyhow::Result<Option<nic::hwstamp::HwStampSwitch<nic::hwstamp_ioctl::LiveIoctl>>> {
+    if !requested {
+        return Ok(None);
+    }
+    if devices.is_empty() {
+        log::warn!("--hw-timestamps: no traced device with a bus device (NIC): nothing switched");
+    }
+    let io = nic::hwstamp_ioctl::LiveIoctl::open()?;
+    Ok(Some(nic::hwstamp::HwStampSwitch::switch_on(io, devices)))
 }
 
 /// Refuses what cannot work before anything is loaded: missing privileges, a ring size the

@@ -25,12 +25,22 @@ use crate::schema::{Drops, HookCounts, Record, SelfCost, StopReason, Summary};
 
 /// Creates the ready file (signal handlers are in place) and drops every capability: everything
 /// is attached and every file is open, so nothing from here on needs one (kernel/privilege.rs).
-fn announce_ready(ready_file: Option<&std::path::Path>) -> anyhow::Result<()> {
+/// `keep_net_admin`: `record --hw-timestamps` switched a device on, and putting its config
+/// back at exit (SIOCSHWTSTAMP) needs CAP_NET_ADMIN, so that one is kept.
+fn announce_ready(
+    ready_file: Option<&std::path::Path>,
+    keep_net_admin: bool,
+) -> anyhow::Result<()> {
     if let Some(ready) = ready_file {
         crate::output::create_output(ready, crate::output::Policy::Stream)?.commit()?;
     }
-    super::privilege::drop_all().context("dropping capabilities after attaching")?;
-    log::debug!("capabilities dropped");
+    let keep = if keep_net_admin {
+        super::privilege::NET_ADMIN_BIT
+    } else {
+        0
+    };
+    super::privilege::drop_all_but(keep).context("dropping capabilities after attaching")?;
+    log::debug!("capabilities dropped (kept mask {keep:#x})");
     Ok(())
 }
 
@@ -85,6 +95,8 @@ pub struct Session {
     on_demand: Option<OnDemand>,
     /// Armed while the hot hooks are detached: the trigger of the next attachment.
     watch: EstablishedWatch,
+    /// Keep CAP_NET_ADMIN when dropping capabilities (see [`announce_ready`]).
+    keep_net_admin: bool,
 }
 
 /// Per-hook hit and drop counters, summed over CPUs, plus drops per CPU.
@@ -118,7 +130,15 @@ impl Session {
             kernel_log,
             on_demand: None,
             watch: EstablishedWatch::default(),
+            keep_net_admin: false,
         })
+    }
+
+    /// Keeps CAP_NET_ADMIN past the capability drop (`record --hw-timestamps` restores the
+    /// devices' stamping config at exit with it).
+    pub fn keep_net_admin(mut self, keep: bool) -> Self {
+        self.keep_net_admin = keep;
+        self
     }
 
     /// Records with the hot hooks attached on demand (they are detached now).
@@ -270,7 +290,7 @@ impl Session {
         let mut sigterm = signal(SignalKind::terminate())?;
         // A closed terminal or `kill -HUP` stops like SIGTERM, with the final accounting.
         let mut sighup = signal(SignalKind::hangup())?;
-        announce_ready(ready_file)?;
+        announce_ready(ready_file, self.keep_net_admin)?;
         let deadline = duration.map(|d| tokio::time::Instant::now() + d);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut pace = DrainPace(DRAIN_EVERY);

@@ -34,7 +34,7 @@ pub fn verdict(ctx: &DeviceContext) -> String {
         _ => "hardware RX only",
     };
     format!(
-        "{software}; {hardware} ({clock}): meshlab does not switch hardware stamping on (SIOCSHWTSTAMP) nor map the NIC clock to system time; tx_tstamp_hw appears only when something else switched it on"
+        "{software}; {hardware} ({clock}): tx_tstamp_hw appears only while hardware stamping is on (record --hw-timestamps switches it on, or something else did); the NIC clock is not mapped to system time"
     )
 }
 

@@ -1020,6 +1020,7 @@ mod tests {
         assert_wire_names(BpfStatsState::ALL, BpfStatsState::as_str);
         assert_wire_names(AttachMode::ALL, AttachMode::as_str);
         assert_wire_names(HotHooksChange::ALL, HotHooksChange::as_str);
+        assert_wire_names(HwTimestampsOutcome::ALL, HwTimestampsOutcome::as_str);
         assert_wire_names(Hook::ALL.as_slice(), Hook::name);
     }
 
@@ -1078,6 +1079,21 @@ mod tests {
         assert_eq!(serde_json::to_string(&record).unwrap(), detached);
         let extra = line.replace(r#""delay_ns":200"#, r#""delay_ns":200,"extra":1"#);
         let err = serde_json::from_str::<Record>(&extra)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `extra`"), "{err}");
+    }
+
+    #[test]
+    fn device_hw_timestamps_round_trip_and_reject_unknown_fields() {
+        let line = r#"{"dev":"eth0","ifindex":2,"hw_timestamps":{"outcome":"switched_on","previous":{"flags":0,"tx_type":0,"rx_filter":0},"active":{"flags":0,"tx_type":1,"rx_filter":1}},"rx_queues":[],"tx_queues":[],"irqs":[]}"#;
+        let ctx: DeviceContext = serde_json::from_str(line).unwrap();
+        let hw = ctx.hw_timestamps.clone().unwrap();
+        assert_eq!(hw.outcome, HwTimestampsOutcome::SwitchedOn);
+        assert_eq!(hw.active.map(|a| (a.tx_type, a.rx_filter)), Some((1, 1)));
+        assert_eq!(serde_json::to_string(&ctx).unwrap(), line);
+        let bad = line.replace(r#""rx_filter":1}"#, r#""rx_filter":1,"extra":1}"#);
+        let err = serde_json::from_str::<DeviceContext>(&bad)
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field `extra`"), "{err}");

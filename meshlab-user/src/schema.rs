@@ -510,6 +510,39 @@ pub struct ClockSample {
     pub tai_ns: u64,
     pub boottime_ns: u64,
     pub bracket_ns: u64,
+    /// `record --hw-timestamps`: each traced device's NIC clock (PHC) read against
+    /// CLOCK_MONOTONIC at about the same time (absent without the flag or a PHC).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nic_clocks: Vec<NicClockSample>,
+}
+
+/// A NIC's hardware clock (`/dev/ptpN`, the PHC that stamps its packets) against the node's
+/// CLOCK_MONOTONIC: the tightest of several PTP_SYS_OFFSET_EXTENDED readings (system clock,
+/// PHC, system clock). A hardware stamp `h` (the `aux` of `tx_tstamp_hw`) is at about
+/// `monotonic_ns + (h - phc_ns)` (PHC and system clocks drift apart by ppm: use the nearest
+/// sample), within `window_ns / 2`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicClockSample {
+    pub dev: String,
+    pub phc_index: u32,
+    /// The PHC's reading, ns.
+    pub phc_ns: u64,
+    /// CLOCK_MONOTONIC at the middle of the system-clock reads around it.
+    pub monotonic_ns: u64,
+    /// Distance between the two system-clock reads (plus the realtime-to-monotonic
+    /// conversion's bracket on kernels without a monotonic PTP readout): the error bound.
+    pub window_ns: u64,
+    pub sys_clock: PhcSysClock,
+}
+
+/// Which system clock the kernel read around the PHC: CLOCK_MONOTONIC (6.11+), or
+/// CLOCK_REALTIME converted to monotonic through a clock pair read right after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhcSysClock {
+    Monotonic,
+    RealtimeConverted,
 }
 
 /// A clock a userland timestamp can be declared in.
@@ -1033,6 +1066,7 @@ mod tests {
             tai_ns: 3,
             boottime_ns: 4,
             bracket_ns: 5,
+            nic_clocks: Vec::new(),
         };
         let kernel = KernelEvent::new("A".into(), Hook::TcpProbe, 1);
         for record in [Record::Clock(clock), Record::Kernel(kernel)] {

@@ -103,6 +103,7 @@ fn clock(ts: u64) -> Record {
         tai_ns: 1_700_000_037_000_000_000 + ts,
         boottime_ns: ts + 5,
         bracket_ns: 700,
+        nic_clocks: Vec::new(),
     })
 }
 

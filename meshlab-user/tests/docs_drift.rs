@@ -12,7 +12,7 @@ use meshlab_user::merge::segments::{
 use meshlab_user::report::own_cost::STAGE_PROGRAMS;
 use meshlab_user::schema::{
     BpfStatsState, ClockId, ClockSample, ConnRef, Direction, Hook, HotHooks, HotHooksChange,
-    KernelEvent, ProbeEvent, ProgramRuns, Record, SelfCost,
+    KernelEvent, NicClockSample, PhcSysClock, ProbeEvent, ProgramRuns, Record, SelfCost,
 };
 
 fn doc(name: &str) -> String {
@@ -258,6 +258,14 @@ fn schema_md_lists_exactly_the_fields_the_schema_writes() {
         tai_ns: 3,
         boottime_ns: 4,
         bracket_ns: 5,
+        nic_clocks: vec![NicClockSample {
+            dev: "eth0".into(),
+            phc_index: 0,
+            phc_ns: 6,
+            monotonic_ns: 7,
+            window_ns: 8,
+            sys_clock: PhcSysClock::Monotonic,
+        }],
     };
     for (section, record) in [
         ("kernel", Record::Kernel(full_kernel_event())),

@@ -32,6 +32,7 @@ pub fn sample_clocks(node: Option<&str>) -> ClockSample {
             tai_ns: tai,
             boottime_ns: boottime,
             bracket_ns: after - before,
+            nic_clocks: Vec::new(),
         };
         if best
             .as_ref()

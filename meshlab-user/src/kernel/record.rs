@@ -162,7 +162,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         AttachMode::Always => None,
     };
     let mut session = session::Session::new(ebpf, attached, own, node, out, kernel_log)?
-        .keep_net_admin(hw_switch.as_ref().is_some_and(|s| s.any_switched()));
+        .keep_net_admin(hw_switch.as_ref().is_some_and(|s| s.any_switched()))
+        .with_nic_clocks(open_nic_clocks(args.hw_timestamps, &startup.devices));
     if let Some(on_demand) = on_demand {
         session = session.with_on_demand(on_demand);
     }
@@ -191,6 +192,21 @@ fn switch_hw_timestamps(
     }
     let io = nic::hwstamp_ioctl::LiveIoctl::open()?;
     Ok(Some(nic::hwstamp::HwStampSwitch::switch_on(io, devices)))
+}
+
+/// `--hw-timestamps`: the NIC clocks of the devices switched on, opened before the
+/// capability drop; `None` without the flag or a clock.
+fn open_nic_clocks(
+    requested: bool,
+    devices: &[crate::schema::DeviceContext],
+) -> Option<nic::phc::PhcSampler> {
+    if !requested {
+        return None;
+    }
+    nic::phc::PhcSampler::open(devices, |index| {
+        let phc = nic::phc_ioctl::LivePhc::open(index)?;
+        Ok(Box::new(phc) as Box<dyn nic::phc::PhcReader>)
+    })
 }
 
 /// Refuses what cannot work before anything is loaded: missing privileges, a ring size the

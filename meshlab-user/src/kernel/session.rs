@@ -16,12 +16,13 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::clock::sample_clocks;
 use super::diag::KernelLog;
 use super::loader;
+use super::nic::phc::PhcSampler;
 use super::ondemand::{EstablishedWatch, OnDemand};
 use super::output::RecordingOutput;
 use super::plan::TierSpec;
 use super::ring::EventRing;
 use super::selfcost::OwnPrograms;
-use crate::schema::{Drops, HookCounts, Record, SelfCost, StopReason, Summary};
+use crate::schema::{ClockSample, Drops, HookCounts, Record, SelfCost, StopReason, Summary};
 
 /// Creates the ready file (signal handlers are in place) and drops every capability: everything
 /// is attached and every file is open, so nothing from here on needs one (kernel/privilege.rs).
@@ -97,6 +98,8 @@ pub struct Session {
     watch: EstablishedWatch,
     /// Keep CAP_NET_ADMIN when dropping capabilities (see [`announce_ready`]).
     keep_net_admin: bool,
+    /// `record --hw-timestamps`: NIC clocks read into every clock record.
+    nic_clocks: Option<PhcSampler>,
 }
 
 /// Per-hook hit and drop counters, summed over CPUs, plus drops per CPU.
@@ -131,6 +134,7 @@ impl Session {
             on_demand: None,
             watch: EstablishedWatch::default(),
             keep_net_admin: false,
+            nic_clocks: None,
         })
     }
 
@@ -139,6 +143,21 @@ impl Session {
     pub fn keep_net_admin(mut self, keep: bool) -> Self {
         self.keep_net_admin = keep;
         self
+    }
+
+    /// Reads these NIC clocks into every clock record (`record --hw-timestamps`).
+    pub fn with_nic_clocks(mut self, sampler: Option<PhcSampler>) -> Self {
+        self.nic_clocks = sampler;
+        self
+    }
+
+    /// The node's clocks now, with its NIC clocks when there are any.
+    fn clock_record(&mut self) -> ClockSample {
+        let mut sample = sample_clocks(Some(&self.node));
+        if let Some(phc) = &mut self.nic_clocks {
+            sample.nic_clocks = phc.sample();
+        }
+        sample
     }
 
     /// Records with the hot hooks attached on demand (they are detached now).
@@ -183,11 +202,16 @@ impl Session {
             .build()?;
         let started = Instant::now();
         let start_ns = sample_clocks(None).monotonic_ns;
+        if self.nic_clocks.is_some() {
+            // The startup record's clocks have no NIC clock: place the first stamps.
+            let sample = self.clock_record();
+            self.write_record(&Record::Clock(sample))?;
+        }
         let reason = runtime.block_on(self.read_loop(duration, clock_every, ready_file))?;
         self.detach_and_drain()?;
         let counters = self.read_counters()?;
         self.write_drops_if_changed(&counters, true)?;
-        let end = sample_clocks(Some(&self.node));
+        let end = self.clock_record();
         self.write_record(&Record::Clock(end.clone()))?;
         let received = self.out.received().iter().sum();
         let summary = Summary {
@@ -353,7 +377,8 @@ impl Session {
         let counters = self.read_counters()?;
         self.write_drops_if_changed(&counters, false)?;
         if clock_due {
-            self.write_record(&Record::Clock(sample_clocks(Some(&self.node))))?;
+            let sample = self.clock_record();
+            self.write_record(&Record::Clock(sample))?;
         }
         if let Some(last_received) = last_received {
             let total = self.out.received_total();

@@ -132,6 +132,7 @@ mod tests {
             tai_ns: rt + 37_000_000_000,
             boottime_ns: mono + 5,
             bracket_ns: bracket,
+            nic_clocks: Vec::new(),
         }
     }
 

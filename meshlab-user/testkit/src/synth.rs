@@ -269,6 +269,7 @@ fn sample(node: usize, mono: u64) -> ClockSample {
         tai_ns: rt + 37_000_000_000,
         boottime_ns: mono + 3_000_000,
         bracket_ns: BRACKET_NS,
+        nic_clocks: Vec::new(),
     }
 }
 

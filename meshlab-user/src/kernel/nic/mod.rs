@@ -5,6 +5,8 @@ pub mod ethtool;
 pub mod hwstamp;
 pub mod hwstamp_ioctl;
 pub mod irq_names;
+pub mod phc;
+pub mod phc_ioctl;
 pub mod stamping;
 pub mod sysfs;
 

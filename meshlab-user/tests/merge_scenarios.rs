@@ -177,6 +177,77 @@ fn late_hardware_tx_timestamp_is_not_used() {
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
 }
 
+/// `record --hw-timestamps` with the NIC's clock sampled: each hardware stamp is placed at its
+/// NIC-clock time (1000 ns after the doorbell), not where the driver reported it (99 us later,
+/// at a lazy reclaim, where the late TX completion is also left out). The NIC's send is a
+/// stage of its own and leaves the network time, and the placement's bound (half the
+/// readings' 40 ns window) travels with it.
+#[test]
+fn hardware_tx_timestamp_on_the_nic_clock_is_the_wire_time() {
+    let r = only("tx_hw_timestamp_nic_clock");
+    let mut expected = plain();
+    for node in ["A", "B"] {
+        let driver = expected
+            .iter()
+            .position(|s| s.0 == "tx_driver" && s.1 == Some(node))
+            .unwrap();
+        expected.insert(driver + 1, ("tx_nic_send", Some(node), 1_000));
+    }
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 18_000;
+    assert_request(&r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+    let bound = |name: &str| r.segments.iter().find(|s| s.name == name).unwrap().error_ns;
+    assert_eq!(bound("tx_nic_send"), Some(20));
+    assert_eq!(bound("network_round_trip"), Some(40));
+    let d = r.segments[net].derived.as_ref().unwrap();
+    assert_eq!(d.outer, ["tx_tstamp_hw", "irq_entry"]);
+    assert_eq!(d.inner, ["irq_entry", "tx_tstamp_hw"]);
+}
+
+/// The frame left (NIC clock: doorbell + 1000 ns) before the driver returned (doorbell +
+/// 3000 ns): the driver's return is no stage boundary, so the driver's time and the NIC's send
+/// are one stage up to the wire time, not an out-of-order chain.
+#[test]
+fn a_wire_time_before_the_driver_returned_leaves_the_return_out() {
+    let r = only("tx_hw_timestamp_nic_clock_before_driver_return");
+    let mut expected = plain();
+    for node in ["A", "B"] {
+        let driver = expected
+            .iter()
+            .position(|s| s.0 == "tx_driver" && s.1 == Some(node))
+            .unwrap();
+        expected[driver] = ("tx_driver+tx_driver_handoff+tx_nic_send", Some(node), 1_400);
+    }
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 18_000;
+    assert_request(&r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}
+
+/// Injected skew moves the node's clock samples, NIC-clock samples included: nothing changes.
+#[test]
+fn nic_clock_placement_ignores_injected_skew() {
+    let files = fixture_files("tx_hw_timestamp_nic_clock");
+    let plain_run = merge(&files, &[]);
+    let skewed = merge(&files, &[("B", 3_000_000_007), ("A", -500_000_003)]);
+    let durations = |o: &merge_common::Output| -> Vec<(String, u64)> {
+        o.requests[0]
+            .segments
+            .iter()
+            .map(|s| (s.name.clone(), s.dur_ns))
+            .collect()
+    };
+    assert_ne!(plain_run.requests[0].start_ns, skewed.requests[0].start_ns);
+    assert_eq!(durations(&plain_run), durations(&skewed));
+}
+
 #[test]
 fn gro_coalesced_rx_uses_the_skb_carrying_the_last_byte() {
     assert_request(&only("gro_rx"), &plain(), 82_100);

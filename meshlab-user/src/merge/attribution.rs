@@ -114,6 +114,9 @@ impl Chain {
             if reported_after_handoff(p.id) && reported_late(points, pos, stamp) {
                 continue;
             }
+            if left_before_driver_returned(kept.last(), p.id, &stamp) {
+                kept.pop();
+            }
             let pinned = pin_ends && Some(pos) == last_seen;
             while pinned && kept.len() > 1 && kept.last().is_some_and(|k| k.stamp.ns() > stamp.ns())
             {
@@ -713,6 +716,15 @@ fn restate(part: &mut Segment, d: &ReaderSegmentDef, process: &str) {
         Unit::Process => process.to_owned(),
         Unit::Fixed(u) => u.to_owned(),
     };
+}
+
+/// A hardware stamp on the NIC's clock (the frame's wire time) before the driver's return
+/// (`prev`): the doorbell inside ndo_start_xmit started the send, so the return is no stage
+/// boundary and is left out (tx_nic_send then starts where the driver's own stages end).
+fn left_before_driver_returned(prev: Option<&Kept>, id: PointId, stamp: &Stamp) -> bool {
+    id == PointId::TxTstampHw
+        && stamp.on_nic_clock()
+        && prev.is_some_and(|k| k.id == PointId::NetDevXmit && k.stamp.ns() > stamp.ns())
 }
 
 /// Points a driver reports from its TX completion path (the skb free, and the hardware TX

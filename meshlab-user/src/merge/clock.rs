@@ -10,6 +10,7 @@
 use crate::schema::{ClockId, ClockSample};
 
 use super::event::{Origin, Place, Stamp};
+use super::nic_clock::NicClockMap;
 use super::time::{NodeId, NodeTime};
 
 /// A userland timestamp converted to node monotonic time, with its error bound.
@@ -50,6 +51,7 @@ pub struct ClockTable {
     samples: Vec<ClockSample>,
     /// Per declared clock (realtime, tai, boottime): sample indices sorted by that clock.
     sorted: [Vec<usize>; 3],
+    nic: NicClockMap,
 }
 
 fn reading(s: &ClockSample, clock: ClockId) -> u64 {
@@ -64,12 +66,19 @@ fn reading(s: &ClockSample, clock: ClockId) -> u64 {
 const NON_MONOTONIC: [ClockId; 3] = [ClockId::Realtime, ClockId::Tai, ClockId::Boottime];
 
 impl ClockTable {
-    pub fn push(&mut self, sample: ClockSample) {
+    pub fn push(&mut self, mut sample: ClockSample) {
+        self.nic.extend(std::mem::take(&mut sample.nic_clocks));
         self.samples.push(sample);
+    }
+
+    /// The node's NIC clocks (`record --hw-timestamps`), sealed with the table.
+    pub fn nic(&self) -> &NicClockMap {
+        &self.nic
     }
 
     /// Sorts the per-clock indices; call once after all samples are pushed.
     pub fn seal(&mut self) {
+        self.nic.seal();
         for (slot, clock) in NON_MONOTONIC.iter().enumerate() {
             let mut idx: Vec<usize> = (0..self.samples.len()).collect();
             idx.sort_by_key(|&i| reading(&self.samples[i], *clock));

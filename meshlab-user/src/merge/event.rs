@@ -100,6 +100,12 @@ impl Stamp {
     pub fn ns(&self) -> u64 {
         self.time.absolute_ns()
     }
+
+    /// A hardware stamp placed at its NIC-clock time (merge/nic_clock.rs), not at the time
+    /// the driver reported it.
+    pub fn on_nic_clock(&self) -> bool {
+        self.sample != u32::MAX && self.sample & super::nic_clock::NIC_SAMPLE_BASE != 0
+    }
 }
 
 /// Per-CPU receive context a `netif_receive_skb` event carries (absolute node times).

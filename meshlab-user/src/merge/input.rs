@@ -506,6 +506,15 @@ fn shift_sample(s: &mut ClockSample, skew: i64) -> Result<(), String> {
             format!("field `{field}`: --inject-skew {skew} moves {v} out of range")
         })?;
     }
+    // The NIC clock is the NIC's own: only its system-clock side moves with the node's clock.
+    for nic in &mut s.nic_clocks {
+        nic.monotonic_ns = shift(nic.monotonic_ns, skew).ok_or_else(|| {
+            format!(
+                "field `nic_clocks[].monotonic_ns`: --inject-skew {skew} moves {} out of range",
+                nic.monotonic_ns
+            )
+        })?;
+    }
     Ok(())
 }
 

@@ -27,6 +27,7 @@ pub(crate) mod join;
 pub(crate) mod legs;
 pub(crate) mod message;
 pub(crate) mod nic;
+pub(crate) mod nic_clock;
 pub mod pipeline;
 pub(crate) mod reader;
 pub(crate) mod reduce;

@@ -8,6 +8,7 @@ use super::event::{
     Endpoint, Established, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp, UnixEnds,
 };
 use super::input::{Plan, parse_err, shift};
+use super::nic_clock::OnMonotonic;
 use super::time::{NodeId, NodeTime};
 
 /// Reduces one record of `file` (already parsed) to an item of `node`, or `None` when the
@@ -106,12 +107,14 @@ fn kernel_item(
     } else {
         None
     };
+    let (ts, error_ns, sample) =
+        on_nic_clock(plan, node, k).map_or((ts, 0, u32::MAX), |at| (at.ns, at.error_ns, at.sample));
     Ok(Item::Kernel(KEvent {
         hook,
         stamp: Stamp {
             time: NodeTime::new(node, ts),
-            error_ns: 0,
-            sample: u32::MAX,
+            error_ns,
+            sample,
             origin,
             place: plan.nics[usize::from(node.0)].place(k),
         },
@@ -130,6 +133,16 @@ fn kernel_item(
             peer: k.unix_peer.unwrap_or(0),
         }),
     }))
+}
+
+/// A hardware TX stamp placed at its NIC-clock time (`aux`) when the node's clock records
+/// carry its NIC clock (merge/nic_clock.rs); `None` keeps the time the kernel reported it.
+/// The samples are already moved by the node's `--inject-skew`.
+fn on_nic_clock(plan: &Plan, node: NodeId, k: &KernelEvent) -> Option<OnMonotonic> {
+    if k.hook != Hook::TxTstampHw {
+        return None;
+    }
+    plan.clocks[usize::from(node.0)].nic().to_monotonic(k.aux?)
 }
 
 /// The connection a `sock_established` event opens; every field it needs is required.

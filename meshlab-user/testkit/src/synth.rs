@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use meshlab_user::schema::{
-    ClockId, ClockSample, ConnRef, Filters, Hook, KernelEvent, NicIrqInfo, ProbeEvent, Record,
-    Startup, StopReason, Summary,
+    ClockId, ClockSample, ConnRef, Filters, Hook, KernelEvent, NicClockSample, NicIrqInfo,
+    PhcSysClock, ProbeEvent, Record, Startup, StopReason, Summary,
 };
 
 /// Durations of one request's stages, in path order (ns).
@@ -114,6 +114,11 @@ pub struct GenConfig {
     /// net_dev_xmit (a `tx_tstamp_hw` keyed by the skb's last byte); none when unset or
     /// without `nic_irq`.
     pub tx_hw_tstamp_after_ns: Option<u64>,
+    /// With `tx_hw_tstamp_after_ns`: the NIC stamped each frame this long after its doorbell
+    /// on its own clock (`PHC_MINUS_MONO` ahead of the node's monotonic clock), so the stamps
+    /// carry that time in `aux` and the clock records a `nic_clocks` sample
+    /// (`record --hw-timestamps`).
+    pub tx_hw_wire_after_doorbell_ns: Option<u64>,
     /// The driver returns (net_dev_xmit) this long after the frame left at its doorbell
     /// (net_dev_start_xmit + tx_driver), as when a virtio kick stalls the sender's vCPU; the
     /// send's return and `write_end` move with it, the frame's arrival does not.
@@ -147,6 +152,7 @@ impl Default for GenConfig {
             tx_complete_after_ns: None,
             driver_returns_after_ns: 0,
             tx_hw_tstamp_after_ns: None,
+            tx_hw_wire_after_doorbell_ns: None,
             think_ns: 20_000,
             stages: FIXED,
         }
@@ -257,6 +263,22 @@ impl SortedFile {
         }
         self.out.flush()?;
         Ok(self.events)
+    }
+}
+
+/// A NIC clock (PHC) per node, this far ahead of its monotonic clock (no drift, so the
+/// expected stage times stay whole numbers).
+pub const PHC_MINUS_MONO: [u64; 2] = [37_000_000_123, 55_000_000_777];
+
+/// `node`'s NIC clock read at monotonic time `mono`, as `record --hw-timestamps` writes it.
+fn nic_clock(node: usize, mono: u64) -> NicClockSample {
+    NicClockSample {
+        dev: "eth0".into(),
+        phc_index: 0,
+        phc_ns: mono + PHC_MINUS_MONO[node],
+        monotonic_ns: mono,
+        window_ns: 40,
+        sys_clock: PhcSysClock::Monotonic,
     }
 }
 

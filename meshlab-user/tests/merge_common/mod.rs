@@ -198,6 +198,24 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
                 ..d()
             },
         ),
+        (
+            "tx_hw_timestamp_nic_clock",
+            GenConfig {
+                tx_hw_tstamp_after_ns: Some(99_000),
+                tx_hw_wire_after_doorbell_ns: Some(1_000),
+                tx_complete_after_ns: Some(100_000),
+                ..d()
+            },
+        ),
+        (
+            "tx_hw_timestamp_nic_clock_before_driver_return",
+            GenConfig {
+                driver_returns_after_ns: 3_000,
+                tx_hw_tstamp_after_ns: Some(2_000),
+                tx_hw_wire_after_doorbell_ns: Some(1_000),
+                ..d()
+            },
+        ),
     ]
 }
 

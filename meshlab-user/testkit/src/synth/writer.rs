@@ -5,12 +5,14 @@ use std::path::PathBuf;
 
 use rand::rngs::StdRng;
 
-use meshlab_user::schema::{ConnRef, Direction, Hook, KernelEvent, ProbeEvent, Record};
+use meshlab_user::schema::{
+    ClockSample, ConnRef, Direction, Hook, KernelEvent, ProbeEvent, Record,
+};
 
 use super::{
-    CLIENT_ADDR, CLIENT_TID, CLOCK_PERIOD_NS, GenConfig, MONO_BASE, ProbeConn, SERVER_ADDR,
-    SERVER_PORT, SERVER_TID, SortedFile, Stages, client_port, conn_ref, cookie, kernel, probe,
-    rng_for, sample, stages_for, startup, summary,
+    CLIENT_ADDR, CLIENT_TID, CLOCK_PERIOD_NS, GenConfig, MONO_BASE, PHC_MINUS_MONO, ProbeConn,
+    SERVER_ADDR, SERVER_PORT, SERVER_TID, SortedFile, Stages, client_port, conn_ref, cookie,
+    kernel, nic_clock, probe, rng_for, sample, stages_for, startup, summary,
 };
 
 /// Gap between successive skbs of one message when it is not sent/received as one.
@@ -207,11 +209,21 @@ impl<'c> Writer<'c> {
         Ok(())
     }
 
+    /// `node`'s clock record at `t`, with its NIC clock when the NIC stamps on it.
+    fn clock(&self, node: usize, t: u64) -> ClockSample {
+        let mut clock = sample(node, t);
+        if self.cfg.tx_hw_wire_after_doorbell_ns.is_some() {
+            clock.nic_clocks.push(nic_clock(node, t));
+        }
+        clock
+    }
+
     fn flush(&mut self, client_cut: u64) -> io::Result<()> {
         for (node, cut) in [(0, client_cut), (1, to_server(client_cut))] {
             while self.next_clock[node] < cut {
                 let t = self.next_clock[node];
-                self.kernel[node].push(t, &Record::Clock(sample(node, t)));
+                let clock = self.clock(node, t);
+                self.kernel[node].push(t, &Record::Clock(clock));
                 self.next_clock[node] += CLOCK_PERIOD_NS;
             }
             self.kernel[node].flush_before(cut)?;
@@ -226,7 +238,8 @@ impl<'c> Writer<'c> {
         for node in 0..2 {
             // One clock sample after the last event, as the recorder writes at exit.
             let t = self.end[node] + 1_000;
-            self.kernel[node].push(t, &Record::Clock(sample(node, t)));
+            let clock = self.clock(node, t);
+            self.kernel[node].push(t, &Record::Clock(clock));
         }
         let [a, b] = self.kernel;
         let mut n = a.finish(Some(&Record::Summary(summary(
@@ -320,6 +333,8 @@ impl<'c> Writer<'c> {
             let mut ev = kernel(node, Hook::TxTstampHw, xmit + after, tid);
             (ev.cookie, ev.dir, ev.offset, ev.len) =
                 (Some(ck), Some(Direction::Tx), Some(o + l - 1), Some(1));
+            ev.aux = (self.cfg.tx_hw_wire_after_doorbell_ns)
+                .map(|wire| doorbell + wire + PHC_MINUS_MONO[node]);
             self.k(node, ev);
         }
         if let Some(after) = self.cfg.tx_complete_after_ns.filter(|_| self.cfg.nic_irq) {

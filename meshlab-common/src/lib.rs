@@ -96,7 +96,10 @@ pub struct Config {
     /// `sock_established` event of every newly traced connection, so the recorder attaches its
     /// hot hooks within a wakeup of the first one instead of at its next timed drain.
     pub wake_on_traced: u32,
-    pub _pad: u32,
+    /// Non-zero (`record --hw-timestamps`): netif_receive_skb records the skb's RX hardware
+    /// timestamp (`skb_hwtstamps(skb)->hwtstamp`, the NIC clock's time of the frame's
+    /// arrival) in `aux`. A read-only constant: without the flag the verifier removes the read.
+    pub rx_hw_timestamps: u32,
 }
 
 /// `Config::filter_flags`: the PORTS map restricts traced connections.
@@ -139,7 +142,7 @@ pub struct KernelOffsets {
     pub sock_ops_kern_skb: u32,
     pub sk_buff_end: u32,
     pub skb_shared_info_tskey: u32,
-    pub _pad: u32,
+    pub skb_shared_info_hwtstamps: u32,
 }
 
 /// Kernel functions (kfuncs) the eBPF object calls, with the placeholder each call carries.

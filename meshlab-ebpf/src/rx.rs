@@ -7,7 +7,7 @@ use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
-    BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, sampled_sock, skb_ifindex,
+    BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, read, sampled_sock, skb_ifindex,
     tcp_skb_cb_range, traced_sock,
 };
 use crate::maps::CPU_STATE;
@@ -60,6 +60,9 @@ fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
         ev.sport = seg.dport;
         ev.dport = seg.sport;
         ev.flags |= EVENT_FLAG_TUPLE;
+        if config!(rx_hw_timestamps) != 0 {
+            ev.aux = rx_hw_timestamp::<C::Mem>(skb);
+        }
         attach_cpu_context(ev);
         Some(())
     });
@@ -71,6 +74,20 @@ tp_entries!(
     "netif_receive_skb",
     try_netif_receive_skb
 );
+
+/// `skb_hwtstamps(skb)->hwtstamp`: the NIC clock's time of the frame's arrival, 0 when the
+/// driver set none. Only with `record --hw-timestamps` (`Config::rx_hw_timestamps`, a
+/// read-only constant: without it the verifier drops the reads).
+#[inline(always)]
+fn rx_hw_timestamp<M: KernelRead>(skb: u64) -> u64 {
+    let Some(head) = M::load::<u64>(skb, offset!(sk_buff_head)) else {
+        return 0;
+    };
+    // sk_buff_data_t: an offset from head on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET).
+    let end: u32 = M::load(skb, offset!(sk_buff_end)).unwrap_or(0);
+    // Behind skb->head: a plain pointer, not a BTF-typed one, so a helper read (kread.rs).
+    read(head + u64::from(end), offset!(skb_shared_info_hwtstamps)).unwrap_or(0)
+}
 
 /// tcp:tcp_probe(sk, skb): TCP processes a segment of an established socket. The range comes
 /// from TCP_SKB_CB (end_seq - seq; a FIN counts one).

@@ -175,11 +175,15 @@ fn fill_hook_fields(
         | Hook::TxTstampSched
         | Hook::TxTstampSw
         | Hook::TxTstampAck
-        | Hook::NetifReceiveSkb
         | Hook::TcpProbe
         | Hook::SkDataReady
         | Hook::SkbCopyDatagram
         | Hook::RecvReturn => fill_stream_position(conns, hook, ev, line),
+        Hook::NetifReceiveSkb => {
+            // `record --hw-timestamps`: the NIC clock's time of the frame's arrival.
+            line.aux = (ev.aux != 0).then_some(ev.aux);
+            fill_stream_position(conns, hook, ev, line);
+        }
         Hook::TxTstampHw => {
             // The NIC clock's time of the send; ts_ns is when the kernel learnt it.
             line.aux = Some(ev.aux);

@@ -231,10 +231,80 @@ fn a_wire_time_before_the_driver_returned_leaves_the_return_out() {
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
 }
 
+/// `plain()` with `rx_nic_receive` of `rx_ns` before each side's RX and, when `tx_ns` is set,
+/// `tx_nic_send` after each side's driver; the network round trip loses both.
+fn with_nic_stages(tx_ns: Option<u64>, rx_ns: u64) -> Vec<Seg> {
+    let mut expected = plain();
+    for node in ["A", "B"] {
+        if let Some(tx) = tx_ns {
+            let driver = expected
+                .iter()
+                .position(|s| s.0 == "tx_driver" && s.1 == Some(node))
+                .unwrap();
+            expected.insert(driver + 1, ("tx_nic_send", Some(node), tx));
+        }
+        let irq = expected
+            .iter()
+            .position(|s| s.0 == "rx_irq_handler" && s.1 == Some(node))
+            .unwrap();
+        expected.insert(irq, ("rx_nic_receive", Some(node), rx_ns));
+    }
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 20_000 - 2 * (tx_ns.unwrap_or(0) + rx_ns);
+    expected
+}
+
+/// The NIC stamped each received frame 700 ns before its IRQ: the frame's arrival starts the
+/// receive path (`rx_nic_receive`: coalescing and DMA), and the network time ends there.
+#[test]
+fn hardware_rx_timestamp_on_the_nic_clock_starts_the_receive_path() {
+    let r = only("rx_hw_timestamp_nic_clock");
+    assert_request(&r, &with_nic_stages(None, 700), 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+    let net = r
+        .segments
+        .iter()
+        .find(|s| s.name == "network_round_trip")
+        .unwrap();
+    let d = net.derived.as_ref().unwrap();
+    assert_eq!(d.outer, ["net_dev_xmit", "rx_tstamp_hw"]);
+    assert_eq!(d.inner, ["rx_tstamp_hw", "net_dev_xmit"]);
+}
+
+/// Both NICs stamp both ways: the network round trip is the wire alone (10000 ns each way
+/// minus 1000 ns of sending and 700 ns of receiving NIC), the NICs' parts are stages.
+#[test]
+fn hardware_stamps_both_ways_leave_only_the_wire_in_the_network() {
+    let r = only("hw_timestamps_nic_clock_both_ways");
+    assert_request(&r, &with_nic_stages(Some(1_000), 700), 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+    let net = r
+        .segments
+        .iter()
+        .find(|s| s.name == "network_round_trip")
+        .unwrap();
+    assert_eq!(net.dur_ns, 16_600);
+    let d = net.derived.as_ref().unwrap();
+    assert_eq!(d.outer, ["tx_tstamp_hw", "rx_tstamp_hw"]);
+    assert_eq!(d.inner, ["rx_tstamp_hw", "tx_tstamp_hw"]);
+    // All four ends placed through NIC clocks, each span's two ends through the same reading
+    // of its node's NIC clock: the offsets cancel within each span, no conversion bound.
+    assert_eq!(net.error_ns, None);
+    let nic_send = r.segments.iter().find(|s| s.name == "tx_nic_send").unwrap();
+    assert_eq!(
+        nic_send.error_ns,
+        Some(20),
+        "a kernel point and a NIC-clock point"
+    );
+}
+
 /// Injected skew moves the node's clock samples, NIC-clock samples included: nothing changes.
 #[test]
 fn nic_clock_placement_ignores_injected_skew() {
-    let files = fixture_files("tx_hw_timestamp_nic_clock");
+    let files = fixture_files("hw_timestamps_nic_clock_both_ways");
     let plain_run = merge(&files, &[]);
     let skewed = merge(&files, &[("B", 3_000_000_007), ("A", -500_000_003)]);
     let durations = |o: &merge_common::Output| -> Vec<(String, u64)> {

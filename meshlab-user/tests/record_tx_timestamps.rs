@@ -3,6 +3,8 @@
 //! two network namespaces joined by a veth pair, both "machines" recorded with timestamps on,
 //! merged in kernel-only mode: the timestamp stages must be there for nearly every request, on
 //! both nodes, inside the TX stages they split, and the segments must still sum to end-to-end.
+//! B also records with `--hw-timestamps`: the RX hardware-stamp read loads and runs, and veth
+//! (no NIC clock) gives no stamp, TX or RX.
 
 mod support;
 
@@ -56,12 +58,19 @@ fn check_recording(name: &str, rec: &Recording) {
             count(hook)
         );
     }
-    // veth has no NIC clock: no hardware stamp may appear.
+    // veth has no NIC clock: no hardware stamp may appear, TX or RX (B records with
+    // --hw-timestamps, so its netif_receive_skb program reads the RX stamp).
     assert_eq!(
         count(Hook::TxTstampHw),
         0,
         "{name}: hardware stamps on veth"
     );
+    let rx_stamped = rec
+        .events
+        .iter()
+        .filter(|e| e.hook == Hook::NetifReceiveSkb && e.aux.is_some())
+        .count();
+    assert_eq!(rx_stamped, 0, "{name}: RX hardware stamps on veth");
 }
 
 /// `node`'s TX stages in the request's segment list: the five timestamp-split stages,
@@ -118,7 +127,11 @@ fn tx_timestamps_split_the_tx_stages_of_nearly_every_request() {
     let rec_b = Recorder::start(
         dir.path(),
         "b",
-        &[&["--node", "B", "--netns", b_ns][..], &common].concat(),
+        &[
+            &["--node", "B", "--netns", b_ns, "--hw-timestamps"][..],
+            &common,
+        ]
+        .concat(),
     );
     let bench = in_netns(&lab.a, "redis-benchmark")
         .args(["-h", &lab.addrs.b.to_string(), "-p", PORT, "-c", "1"])

@@ -72,7 +72,7 @@ pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
         sock_ops_kern_skb: r.offset("bpf_sock_ops_kern", "skb")?,
         sk_buff_end: r.offset("sk_buff", "end")?,
         skb_shared_info_tskey: r.offset("skb_shared_info", "tskey")?,
-        _pad: 0,
+        skb_shared_info_hwtstamps: r.offset("skb_shared_info", "hwtstamps")?,
     })
 }
 
@@ -213,6 +213,12 @@ mod tests {
             off.sk_buff_end + 4,
             off.sk_buff_head,
             "end is the u32 before head"
+        );
+        // skb_shared_info: hwtstamps (8 bytes), gso_type, then tskey (the RX and TX stamps).
+        assert_eq!(
+            off.skb_shared_info_hwtstamps + 12,
+            off.skb_shared_info_tskey,
+            "hwtstamps, gso_type, tskey"
         );
         assert_ne!(off.task_struct_pid, off.task_struct_tgid);
         assert_eq!(

@@ -278,7 +278,7 @@ fn kernel_config(args: &RecordArgs, netns: &setup::NetnsFacts) -> anyhow::Result
         sample_messages_every: args.sample_messages,
         tx_timestamps: u32::from(args.tx_timestamps),
         wake_on_traced: u32::from(args.attach == AttachMode::OnDemand),
-        _pad: 0,
+        rx_hw_timestamps: u32::from(args.hw_timestamps),
     })
 }
 

@@ -38,7 +38,8 @@ pub(crate) fn tx_optional(id: PointId) -> bool {
 
 /// Kernel RX stages of a message in path order; a probe's `read_ready` goes before
 /// [`PointId::SkbCopyDatagram`] (see [`with_read_ready`]).
-pub(crate) const RX_KERNEL: [PointId; 10] = [
+pub(crate) const RX_KERNEL: [PointId; 11] = [
+    RxTstampHw,
     IrqEntry,
     SoftirqRaise,
     SoftirqEntry,
@@ -121,7 +122,7 @@ impl Stages {
                 stamp: None,
                 expected: !matches!(
                     id,
-                    IrqEntry | SoftirqRaise | SoftirqEntry | SchedWakeup | SchedSwitch
+                    RxTstampHw | IrqEntry | SoftirqRaise | SoftirqEntry | SchedWakeup | SchedSwitch
                 ) && !tx_optional(id),
                 owner: 0,
             })

@@ -3,6 +3,7 @@
 
 use crate::schema::{ConnRef, Direction, Hook};
 
+use super::nic_clock::OnMonotonic;
 use super::time::NodeTime;
 
 /// Where an event came from: index into the merge's input list, and 1-based line.
@@ -117,6 +118,8 @@ pub struct RxContext {
     /// The receiving device is a NIC with an IRQ the recorder watches (startup `nic_irqs`), so
     /// an IRQ is expected; false on veth/loopback, where there is none to observe.
     pub irq_expected: bool,
+    /// The skb's hardware RX stamp placed through the node's NIC clock (merge/nic_clock.rs).
+    pub wire: Option<OnMonotonic>,
 }
 
 /// A local/remote address pair of a TCP connection as seen on one node.

@@ -123,6 +123,8 @@ struct DirIndex {
 /// What the RX lookups found for one message, before it is laid out in chain order.
 #[derive(Default)]
 struct RxFound {
+    /// The frame's arrival at the NIC (its hardware RX stamp on the node's clock).
+    wire: Option<Stamp>,
     irq_entry: Option<Stamp>,
     softirq_raise: Option<Stamp>,
     softirq_entry: Option<Stamp>,
@@ -145,6 +147,7 @@ impl RxFound {
         let points = RX_KERNEL
             .iter()
             .map(|&id| match id {
+                PointId::RxTstampHw => point(id, self.wire, false),
                 PointId::IrqEntry => point(id, self.irq_entry, self.irq_expected),
                 PointId::SoftirqRaise => point(id, self.softirq_raise, false),
                 PointId::SoftirqEntry => point(id, self.softirq_entry, false),
@@ -198,6 +201,8 @@ impl RxFound {
         // (netif_rx), not by this skb's arrival: that raise is not a receive stage.
         let softirq_raise = in_order(rx.softirq_raise_ns.filter(|_| self.irq_expected));
         let irq_entry = in_order(rx.irq_entry_ns);
+        // The NIC stamped the frame before anything of the kernel saw it.
+        let wire = rx.wire.filter(|w| in_order(Some(w.ns)).is_some());
         // The context's IRQ (and so the RX queue) is this skb's only when its entry time is.
         if irq_entry.is_none() {
             node.place = node.place.without_irq();
@@ -212,6 +217,12 @@ impl RxFound {
         self.softirq_entry = at(softirq_entry);
         self.softirq_raise = at(softirq_raise);
         self.irq_entry = at(irq_entry);
+        self.wire = wire.map(|w| Stamp {
+            time: NodeTime::new(node.time.node(), w.ns),
+            error_ns: w.error_ns,
+            sample: w.sample,
+            ..node
+        });
         stale
     }
 }

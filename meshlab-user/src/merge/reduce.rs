@@ -96,19 +96,13 @@ fn kernel_item(
         return Err(("dir", "required when `offset` is set".into()));
     }
     let rx = if hook == Hook::NetifReceiveSkb {
-        let devs = &plan.nic_irq_devs[usize::from(node.0)];
-        let moved_opt = |field, v: Option<u64>| v.map(|v| moved(field, v)).transpose();
-        Some(Box::new(RxContext {
-            irq_entry_ns: moved_opt("irq_entry_ns", k.irq_entry_ns)?,
-            softirq_raise_ns: moved_opt("softirq_raise_ns", k.softirq_raise_ns)?,
-            softirq_entry_ns: moved_opt("softirq_entry_ns", k.softirq_entry_ns)?,
-            irq_expected: k.dev.as_ref().is_some_and(|d| devs.contains(d)),
-        }))
+        Some(Box::new(rx_context(plan, node, k, &moved)?))
     } else {
         None
     };
+    let tx_wire = on_nic_clock(plan, node, k.aux.filter(|_| hook == Hook::TxTstampHw));
     let (ts, error_ns, sample) =
-        on_nic_clock(plan, node, k).map_or((ts, 0, u32::MAX), |at| (at.ns, at.error_ns, at.sample));
+        tx_wire.map_or((ts, 0, u32::MAX), |at| (at.ns, at.error_ns, at.sample));
     Ok(Item::Kernel(KEvent {
         hook,
         stamp: Stamp {
@@ -135,14 +129,30 @@ fn kernel_item(
     }))
 }
 
-/// A hardware TX stamp placed at its NIC-clock time (`aux`) when the node's clock records
-/// carry its NIC clock (merge/nic_clock.rs); `None` keeps the time the kernel reported it.
-/// The samples are already moved by the node's `--inject-skew`.
-fn on_nic_clock(plan: &Plan, node: NodeId, k: &KernelEvent) -> Option<OnMonotonic> {
-    if k.hook != Hook::TxTstampHw {
-        return None;
-    }
-    plan.clocks[usize::from(node.0)].nic().to_monotonic(k.aux?)
+/// The receive context a `netif_receive_skb` event carries, its times moved by `moved`.
+fn rx_context(
+    plan: &Plan,
+    node: NodeId,
+    k: &KernelEvent,
+    moved: &dyn Fn(&'static str, u64) -> Result<u64, FieldError>,
+) -> Result<RxContext, FieldError> {
+    let devs = &plan.nic_irq_devs[usize::from(node.0)];
+    let moved_opt = |field, v: Option<u64>| v.map(|v| moved(field, v)).transpose();
+    Ok(RxContext {
+        irq_entry_ns: moved_opt("irq_entry_ns", k.irq_entry_ns)?,
+        softirq_raise_ns: moved_opt("softirq_raise_ns", k.softirq_raise_ns)?,
+        softirq_entry_ns: moved_opt("softirq_entry_ns", k.softirq_entry_ns)?,
+        irq_expected: k.dev.as_ref().is_some_and(|d| devs.contains(d)),
+        wire: on_nic_clock(plan, node, k.aux),
+    })
+}
+
+/// A hardware stamp (`aux` of `tx_tstamp_hw` or `netif_receive_skb`) on the node's monotonic
+/// clock when its clock records carry its NIC clock (merge/nic_clock.rs); `None` otherwise
+/// (a TX stamp then stays where the kernel reported it, an RX one is no point). The samples
+/// are already moved by the node's `--inject-skew`.
+fn on_nic_clock(plan: &Plan, node: NodeId, hw_ns: Option<u64>) -> Option<OnMonotonic> {
+    plan.clocks[usize::from(node.0)].nic().to_monotonic(hw_ns?)
 }
 
 /// The connection a `sock_established` event opens; every field it needs is required.

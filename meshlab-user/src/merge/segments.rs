@@ -43,6 +43,9 @@ pub enum PointId {
     /// The driver freed the skb after the NIC sent it (skb:consume_skb of a NIC's TX skb).
     TxComplete,
     // Kernel RX (the skb carrying the message's last byte, and its CPU's IRQ context).
+    /// The NIC's hardware RX timestamp of that skb, placed through the NIC clock: the frame's
+    /// arrival at the NIC (`record --hw-timestamps`).
+    RxTstampHw,
     IrqEntry,
     SoftirqRaise,
     SoftirqEntry,
@@ -88,6 +91,7 @@ impl PointId {
             NetDevXmit => "net_dev_xmit",
             TxTstampHw => "tx_tstamp_hw",
             TxComplete => "tx_complete",
+            RxTstampHw => "rx_tstamp_hw",
             IrqEntry => "irq_entry",
             SoftirqRaise => "softirq_raise",
             SoftirqEntry => "softirq_entry",
@@ -316,7 +320,16 @@ pub const SEGMENTS: &[SegmentDef] = &[
         Fixed("nic"),
         Queue,
     ),
-    // RX, both sides.
+    // RX, both sides. The NIC from the frame's arrival (its hardware RX stamp) to the IRQ:
+    // interrupt coalescing and the DMA of the frame.
+    def(
+        "rx_nic_receive",
+        RxTstampHw,
+        IrqEntry,
+        Kernel,
+        Fixed("nic"),
+        Queue,
+    ),
     def(
         "rx_irq_handler",
         IrqEntry,

@@ -119,6 +119,10 @@ pub struct GenConfig {
     /// carry that time in `aux` and the clock records a `nic_clocks` sample
     /// (`record --hw-timestamps`).
     pub tx_hw_wire_after_doorbell_ns: Option<u64>,
+    /// With `nic_irq`: the NIC stamped each received frame (on its clock, like
+    /// `tx_hw_wire_after_doorbell_ns`) this long before its IRQ, in the `aux` of its
+    /// `netif_receive_skb`, and the clock records carry the NIC clock.
+    pub rx_hw_stamp_before_irq_ns: Option<u64>,
     /// The driver returns (net_dev_xmit) this long after the frame left at its doorbell
     /// (net_dev_start_xmit + tx_driver), as when a virtio kick stalls the sender's vCPU; the
     /// send's return and `write_end` move with it, the frame's arrival does not.
@@ -153,6 +157,7 @@ impl Default for GenConfig {
             driver_returns_after_ns: 0,
             tx_hw_tstamp_after_ns: None,
             tx_hw_wire_after_doorbell_ns: None,
+            rx_hw_stamp_before_irq_ns: None,
             think_ns: 20_000,
             stages: FIXED,
         }

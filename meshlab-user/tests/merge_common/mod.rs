@@ -208,6 +208,23 @@ pub fn scenarios() -> Vec<(&'static str, GenConfig)> {
             },
         ),
         (
+            "rx_hw_timestamp_nic_clock",
+            GenConfig {
+                rx_hw_stamp_before_irq_ns: Some(700),
+                ..d()
+            },
+        ),
+        (
+            "hw_timestamps_nic_clock_both_ways",
+            GenConfig {
+                tx_hw_tstamp_after_ns: Some(99_000),
+                tx_hw_wire_after_doorbell_ns: Some(1_000),
+                tx_complete_after_ns: Some(100_000),
+                rx_hw_stamp_before_irq_ns: Some(700),
+                ..d()
+            },
+        ),
+        (
             "tx_hw_timestamp_nic_clock_before_driver_return",
             GenConfig {
                 driver_returns_after_ns: 3_000,

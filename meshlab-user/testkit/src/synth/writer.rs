@@ -212,7 +212,9 @@ impl<'c> Writer<'c> {
     /// `node`'s clock record at `t`, with its NIC clock when the NIC stamps on it.
     fn clock(&self, node: usize, t: u64) -> ClockSample {
         let mut clock = sample(node, t);
-        if self.cfg.tx_hw_wire_after_doorbell_ns.is_some() {
+        if self.cfg.tx_hw_wire_after_doorbell_ns.is_some()
+            || self.cfg.rx_hw_stamp_before_irq_ns.is_some()
+        {
             clock.nic_clocks.push(nic_clock(node, t));
         }
         clock
@@ -383,6 +385,9 @@ impl<'c> Writer<'c> {
                 ev.softirq_raise_ns,
                 ev.softirq_entry_ns,
             ) = (irq.map(|_| 40), irq, raise, Some(softirq));
+            ev.aux = irq
+                .zip(self.cfg.rx_hw_stamp_before_irq_ns)
+                .map(|(irq, before)| irq - before + PHC_MINUS_MONO[node]);
             self.k(node, ev);
             let mut ev = kernel(node, Hook::TcpProbe, tcp - back, 0);
             (ev.cookie, ev.dir, ev.offset, ev.len) =

@@ -79,6 +79,10 @@ pub enum Cause {
     /// The same hogs against the plain SCHED_OTHER echo server (a few us of CPU per request);
     /// not run unless named: on this VM it lowers the p50 (see docs/truth.md).
     CpuHogsEcho,
+    /// The same hogs against a SCHED_OTHER server needing 5 ms of CPU per request, longer
+    /// than a scheduler tick (4 ms at HZ=250): the tick preempts it inside its work and it
+    /// waits for the hogs' slices -> the server's `runqueue_wait`.
+    CpuHogsLongHandler,
     /// The server spins in its handler -> server_app (the server process, kernel-only mode).
     SlowHandler,
     /// A small SO_RCVBUF on the server's connection, requests larger than it -> the client's
@@ -99,9 +103,10 @@ pub enum Cause {
 }
 
 /// The causes a run without `--cause` injects, in table order.
-const CAUSES: [Cause; 4] = [
+const CAUSES: [Cause; 5] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
+    Cause::CpuHogsLongHandler,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
 ];
@@ -115,11 +120,12 @@ pub const VM_CAUSES: [Cause; 4] = [
 ];
 
 /// Every cause, in table order.
-const ALL_CAUSES: [Cause; 10] = [
+const ALL_CAUSES: [Cause; 11] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
     Cause::CpuHogsEcho,
+    Cause::CpuHogsLongHandler,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
     Cause::NetemDelay,
@@ -133,6 +139,9 @@ const ALL_CAUSES: [Cause; 10] = [
 /// SCHED_OTHER server of a few microseconds per request wins every wake-up against them
 /// (EEVDF: docs/truth.md).
 const HOG_RUN_HANDLER_CPU: &str = "400us";
+/// CPU time per request of the long-handler CPU-hog runs: longer than a tick, so a tick
+/// always falls inside the handler's work.
+const LONG_HANDLER_CPU: &str = "5ms";
 
 impl Cause {
     pub fn name(self) -> &'static str {
@@ -141,6 +150,7 @@ impl Cause {
             Cause::CpuHogs => "3 CPU hogs, batch server",
             Cause::CpuHogsBusy => "3 CPU hogs, 400us/req server",
             Cause::CpuHogsEcho => "3 CPU hogs, echo server",
+            Cause::CpuHogsLongHandler => "3 CPU hogs, 5ms/req server",
             Cause::SlowHandler => "server handler spins 200us",
             Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
             Cause::NetemDelay => "netem delay 5ms on A's NIC",
@@ -159,7 +169,10 @@ impl Cause {
     pub fn target_name(self) -> &'static str {
         match self {
             Cause::TbfRateLimit => "A tx_qdisc",
-            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho => "B sched waits",
+            Cause::CpuHogs
+            | Cause::CpuHogsBusy
+            | Cause::CpuHogsEcho
+            | Cause::CpuHogsLongHandler => "B sched waits",
             Cause::SlowHandler => "B server_app",
             Cause::SmallRcvbuf => "A tx_socket_queue",
             Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
@@ -175,7 +188,10 @@ impl Cause {
     fn is_target(self, seg: &Segment) -> bool {
         match self {
             Cause::TbfRateLimit => seg.node == "A" && seg.name == "tx_qdisc",
-            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho => {
+            Cause::CpuHogs
+            | Cause::CpuHogsBusy
+            | Cause::CpuHogsEcho
+            | Cause::CpuHogsLongHandler => {
                 seg.node == "B" && seg.unit == "scheduler" && seg.kind == "queue"
             }
             Cause::SlowHandler => seg.node == "B" && seg.name == "server_app",
@@ -222,6 +238,12 @@ impl Cause {
                     qps: 1000,
                 }
             }
+            // 5 ms per request at 20 req/s is a tenth of the server's CPU, well under its fair
+            // share next to three hogs (a quarter): the hogs delay it, it never saturates.
+            Cause::CpuHogsLongHandler => Workload {
+                payload: 64,
+                qps: 20,
+            },
             // TCG guests on a shared 2-CPU host take milliseconds per request: at 200 req/s
             // they idle between requests instead of running back to back.
             Cause::NetemDelay | Cause::NetemLoss | Cause::WireDelay | Cause::IrqBusyCpu => {
@@ -236,7 +258,7 @@ impl Cause {
     fn has_hogs(self) -> bool {
         matches!(
             self,
-            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho
+            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho | Cause::CpuHogsLongHandler
         )
     }
 
@@ -697,8 +719,10 @@ fn start_server(
         .arg("--ready-file")
         .arg(&ready);
     // The CPU-hog runs' server needs the CPU in both conditions: only the hogs differ.
-    if cause == Cause::CpuHogsBusy {
-        cmd.args(["--handler-cpu", HOG_RUN_HANDLER_CPU]);
+    match cause {
+        Cause::CpuHogsBusy => _ = cmd.args(["--handler-cpu", HOG_RUN_HANDLER_CPU]),
+        Cause::CpuHogsLongHandler => _ = cmd.args(["--handler-cpu", LONG_HANDLER_CPU]),
+        _ => {}
     }
     if cause.batch_server() {
         sched_batch(&mut cmd);

@@ -16,7 +16,7 @@ mod merge_common;
 
 use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on, only, plain};
 use merge_common::{fixture_dir, fixture_files, merge, scenarios};
-use meshlab_user::schema::{JoinMethod, MergedRequest};
+use meshlab_user::schema::{JoinMethod, MergedRequest, Segment};
 
 #[test]
 fn plain_request_response() {
@@ -27,11 +27,7 @@ fn plain_request_response() {
         (r.join, r.server_node.as_deref()),
         (JoinMethod::Offset, Some("B"))
     );
-    let net = r
-        .segments
-        .iter()
-        .find(|s| s.name == "network_round_trip")
-        .unwrap();
+    let (net, ends) = network(&r);
     let d = net.derived.as_ref().unwrap();
     assert_eq!(
         (
@@ -41,8 +37,10 @@ fn plain_request_response() {
         ),
         ("difference", "A", "B")
     );
-    assert_eq!(d.outer, ["net_dev_xmit", "irq_entry"]);
-    assert_eq!(d.inner, ["irq_entry", "net_dev_xmit"]);
+    assert_eq!(
+        ends,
+        ["net_dev_xmit", "irq_entry", "irq_entry", "net_dev_xmit"]
+    );
     // Probe (realtime, converted) to kernel boundaries carry the clock sample's bracket / 2.
     let entry = &r.segments[2];
     assert_eq!(
@@ -177,6 +175,45 @@ fn late_hardware_tx_timestamp_is_not_used() {
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
 }
 
+/// Index of segment `name` on `node` (`None`: a derived segment) in `expected`.
+fn seg_at(expected: &[Seg], name: &str, node: Option<&str>) -> usize {
+    expected
+        .iter()
+        .position(|s| s.0 == name && s.1 == node)
+        .unwrap_or_else(|| panic!("no {name} on {node:?}"))
+}
+
+/// `plain()` with `tx_nic_send` of `tx_ns` after each side's driver and `rx_nic_receive` of
+/// `rx_ns` before each side's RX, where set; the network round trip loses both.
+fn with_nic_stages(tx_ns: Option<u64>, rx_ns: Option<u64>) -> Vec<Seg> {
+    let mut expected = plain();
+    for node in ["A", "B"] {
+        if let Some(tx) = tx_ns {
+            let driver = seg_at(&expected, "tx_driver", Some(node));
+            expected.insert(driver + 1, ("tx_nic_send", Some(node), tx));
+        }
+        if let Some(rx) = rx_ns {
+            let irq = seg_at(&expected, "rx_irq_handler", Some(node));
+            expected.insert(irq, ("rx_nic_receive", Some(node), rx));
+        }
+    }
+    let net = seg_at(&expected, "network_round_trip", None);
+    expected[net].2 = 20_000 - 2 * (tx_ns.unwrap_or(0) + rx_ns.unwrap_or(0));
+    expected
+}
+
+/// The derived network segment of `r` and the points its spans end at (outer, inner).
+fn network(r: &MergedRequest) -> (&Segment, [&str; 4]) {
+    let net = r
+        .segments
+        .iter()
+        .find(|s| s.name == "network_round_trip")
+        .unwrap();
+    let d = net.derived.as_ref().unwrap();
+    let ends = [&d.outer[0], &d.outer[1], &d.inner[0], &d.inner[1]].map(String::as_str);
+    (net, ends)
+}
+
 /// `record --hw-timestamps` with the NIC's clock sampled: each hardware stamp is placed at its
 /// NIC-clock time (1000 ns after the doorbell), not where the driver reported it (99 us later,
 /// at a lazy reclaim, where the late TX completion is also left out). The NIC's send is a
@@ -185,27 +222,16 @@ fn late_hardware_tx_timestamp_is_not_used() {
 #[test]
 fn hardware_tx_timestamp_on_the_nic_clock_is_the_wire_time() {
     let r = only("tx_hw_timestamp_nic_clock");
-    let mut expected = plain();
-    for node in ["A", "B"] {
-        let driver = expected
-            .iter()
-            .position(|s| s.0 == "tx_driver" && s.1 == Some(node))
-            .unwrap();
-        expected.insert(driver + 1, ("tx_nic_send", Some(node), 1_000));
-    }
-    let net = expected
-        .iter()
-        .position(|s| s.0 == "network_round_trip")
-        .unwrap();
-    expected[net].2 = 18_000;
-    assert_request(&r, &expected, 82_100);
+    assert_request(&r, &with_nic_stages(Some(1_000), None), 82_100);
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
     let bound = |name: &str| r.segments.iter().find(|s| s.name == name).unwrap().error_ns;
     assert_eq!(bound("tx_nic_send"), Some(20));
-    assert_eq!(bound("network_round_trip"), Some(40));
-    let d = r.segments[net].derived.as_ref().unwrap();
-    assert_eq!(d.outer, ["tx_tstamp_hw", "irq_entry"]);
-    assert_eq!(d.inner, ["irq_entry", "tx_tstamp_hw"]);
+    let (net, ends) = network(&r);
+    assert_eq!(net.error_ns, Some(40));
+    assert_eq!(
+        ends,
+        ["tx_tstamp_hw", "irq_entry", "irq_entry", "tx_tstamp_hw"]
+    );
 }
 
 /// The frame left (NIC clock: doorbell + 1000 ns) before the driver returned (doorbell +
@@ -216,45 +242,13 @@ fn a_wire_time_before_the_driver_returned_leaves_the_return_out() {
     let r = only("tx_hw_timestamp_nic_clock_before_driver_return");
     let mut expected = plain();
     for node in ["A", "B"] {
-        let driver = expected
-            .iter()
-            .position(|s| s.0 == "tx_driver" && s.1 == Some(node))
-            .unwrap();
+        let driver = seg_at(&expected, "tx_driver", Some(node));
         expected[driver] = ("tx_driver+tx_driver_handoff+tx_nic_send", Some(node), 1_400);
     }
-    let net = expected
-        .iter()
-        .position(|s| s.0 == "network_round_trip")
-        .unwrap();
+    let net = seg_at(&expected, "network_round_trip", None);
     expected[net].2 = 18_000;
     assert_request(&r, &expected, 82_100);
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
-}
-
-/// `plain()` with `rx_nic_receive` of `rx_ns` before each side's RX and, when `tx_ns` is set,
-/// `tx_nic_send` after each side's driver; the network round trip loses both.
-fn with_nic_stages(tx_ns: Option<u64>, rx_ns: u64) -> Vec<Seg> {
-    let mut expected = plain();
-    for node in ["A", "B"] {
-        if let Some(tx) = tx_ns {
-            let driver = expected
-                .iter()
-                .position(|s| s.0 == "tx_driver" && s.1 == Some(node))
-                .unwrap();
-            expected.insert(driver + 1, ("tx_nic_send", Some(node), tx));
-        }
-        let irq = expected
-            .iter()
-            .position(|s| s.0 == "rx_irq_handler" && s.1 == Some(node))
-            .unwrap();
-        expected.insert(irq, ("rx_nic_receive", Some(node), rx_ns));
-    }
-    let net = expected
-        .iter()
-        .position(|s| s.0 == "network_round_trip")
-        .unwrap();
-    expected[net].2 = 20_000 - 2 * (tx_ns.unwrap_or(0) + rx_ns);
-    expected
 }
 
 /// The NIC stamped each received frame 700 ns before its IRQ: the frame's arrival starts the
@@ -262,16 +256,18 @@ fn with_nic_stages(tx_ns: Option<u64>, rx_ns: u64) -> Vec<Seg> {
 #[test]
 fn hardware_rx_timestamp_on_the_nic_clock_starts_the_receive_path() {
     let r = only("rx_hw_timestamp_nic_clock");
-    assert_request(&r, &with_nic_stages(None, 700), 82_100);
+    assert_request(&r, &with_nic_stages(None, Some(700)), 82_100);
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
-    let net = r
-        .segments
-        .iter()
-        .find(|s| s.name == "network_round_trip")
-        .unwrap();
-    let d = net.derived.as_ref().unwrap();
-    assert_eq!(d.outer, ["net_dev_xmit", "rx_tstamp_hw"]);
-    assert_eq!(d.inner, ["rx_tstamp_hw", "net_dev_xmit"]);
+    let (_, ends) = network(&r);
+    assert_eq!(
+        ends,
+        [
+            "net_dev_xmit",
+            "rx_tstamp_hw",
+            "rx_tstamp_hw",
+            "net_dev_xmit"
+        ]
+    );
 }
 
 /// Both NICs stamp both ways: the network round trip is the wire alone (10000 ns each way
@@ -279,17 +275,19 @@ fn hardware_rx_timestamp_on_the_nic_clock_starts_the_receive_path() {
 #[test]
 fn hardware_stamps_both_ways_leave_only_the_wire_in_the_network() {
     let r = only("hw_timestamps_nic_clock_both_ways");
-    assert_request(&r, &with_nic_stages(Some(1_000), 700), 82_100);
+    assert_request(&r, &with_nic_stages(Some(1_000), Some(700)), 82_100);
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
-    let net = r
-        .segments
-        .iter()
-        .find(|s| s.name == "network_round_trip")
-        .unwrap();
+    let (net, ends) = network(&r);
     assert_eq!(net.dur_ns, 16_600);
-    let d = net.derived.as_ref().unwrap();
-    assert_eq!(d.outer, ["tx_tstamp_hw", "rx_tstamp_hw"]);
-    assert_eq!(d.inner, ["rx_tstamp_hw", "tx_tstamp_hw"]);
+    assert_eq!(
+        ends,
+        [
+            "tx_tstamp_hw",
+            "rx_tstamp_hw",
+            "rx_tstamp_hw",
+            "tx_tstamp_hw"
+        ]
+    );
     // All four ends placed through NIC clocks, each span's two ends through the same reading
     // of its node's NIC clock: the offsets cancel within each span, no conversion bound.
     assert_eq!(net.error_ns, None);

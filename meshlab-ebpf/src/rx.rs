@@ -8,7 +8,7 @@ use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
     BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, sampled_sock, skb_ifindex,
-    tcp_skb_cb_range, traced_sock,
+    tcp_skb_cb_range, traced_sock, untrusted_tcp_load,
 };
 use crate::maps::CPU_STATE;
 use crate::prefilter::{no_socket_traced, nothing_traced, rx_conn};
@@ -84,7 +84,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let skb = ctx.arg_u64(1);
-    let Some((seq, end_seq)) = tcp_skb_cb_range(skb) else {
+    let Some((seq, end_seq)) = tcp_skb_cb_range::<C::Mem>(skb) else {
         diag_warn!(
             "tcp_probe",
             "traced connection {}: reading TCP_SKB_CB(skb) seq/end_seq failed",
@@ -161,9 +161,10 @@ fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
     let sk: u64 = C::Mem::load(skb, offset!(sk_buff_sk))?;
     let (cookie, info) = sampled_sock::<C::Mem>(sk)?;
-    // skb->sk is an RCU pointer, which bpf_skc_to_tcp_sock refuses: a helper read.
-    let seq = ProbeRead::tcp_load::<u32>(sk, offset!(tcp_sock_copied_seq))
-        .or_else(|| tcp_skb_cb_range(skb).map(|(seq, _)| seq))
+    // skb->sk is an RCU pointer, which bpf_skc_to_tcp_sock refuses: bpf_rdonly_cast where
+    // the kernel has it, else a helper read.
+    let seq = untrusted_tcp_load::<C::Mem, u32>(sk, offset!(tcp_sock_copied_seq))
+        .or_else(|| tcp_skb_cb_range::<C::Mem>(skb).map(|(seq, _)| seq))
         .unwrap_or(0);
     let len = ctx.arg_u64(1) as u32;
     emit(Hook::SkbCopyDatagram, |ev| {

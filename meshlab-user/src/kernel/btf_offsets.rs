@@ -72,6 +72,10 @@ pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
         sock_ops_kern_skb: r.offset("bpf_sock_ops_kern", "skb")?,
         sk_buff_end: r.offset("sk_buff", "end")?,
         skb_shared_info_tskey: r.offset("skb_shared_info", "tskey")?,
+        // Filled by kfunc::set_cast_ids, which knows whether the kernel has the kfunc.
+        cast_id_words: 0,
+        cast_id_tcp_skb_cb: 0,
+        cast_id_tcp_sock: 0,
         _pad: 0,
     })
 }

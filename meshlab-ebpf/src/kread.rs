@@ -12,7 +12,8 @@ use crate::turn::turn_sampled;
 /// tp_btf, fentry and fexit programs receive BTF-typed pointers: the verifier checks a plain
 /// load from them against vmlinux BTF (the offsets are frozen read-only globals, so it sees
 /// constants) and JITs it as a fault-tolerant load, a few instructions instead of a
-/// bpf_probe_read_kernel helper call (~60 ns each here, `cargo xtask bench helpers`).
+/// bpf_probe_read_kernel helper call (~60 ns each on the AMD VM host, ~11 ns on the Intel one
+/// since: `cargo xtask bench helpers`, docs/benchmarks-kernel.md).
 /// raw_tp and kprobe programs get untyped integers and must use the helper.
 ///
 /// Direct loads only work on a typed pointer (an argument, or a struct pointer loaded
@@ -49,9 +50,9 @@ impl KernelRead for BtfLoad {
 
     /// bpf_skc_to_tcp_sock returns `sk` typed as `struct tcp_sock *` (NULL unless it is a full
     /// TCP socket), so the field is a direct load. That helper is a few checks (trivial
-    /// helpers such as bpf_get_current_pid_tgid cost 4-8 ns here) where
-    /// bpf_probe_read_kernel costs ~60 ns (`cargo xtask bench helpers`,
-    /// docs/benchmarks-kernel.md).
+    /// helpers such as bpf_get_current_pid_tgid cost 3-8 ns) where
+    /// bpf_probe_read_kernel costs ~11-60 ns depending on the host (`cargo xtask bench
+    /// helpers`, docs/benchmarks-kernel.md).
     #[inline(always)]
     fn tcp_load<T: Copy>(sk: u64, off: usize) -> Option<T> {
         if sk == 0 {
@@ -84,7 +85,7 @@ impl KernelRead for ProbeRead {
 /// The verifier replaces the call by a register move and treats the result as an untrusted
 /// BTF pointer: loads from it at constant offsets, each within one field of that struct, are
 /// JITed as fault-tolerant loads (an unmapped address reads as zero) instead of a
-/// bpf_probe_read_kernel call (~60 ns here, `cargo xtask bench helpers`).
+/// bpf_probe_read_kernel call (see [`KernelRead`] for what one costs).
 ///
 /// `btf_id` must be a `KernelOffsets::cast_id_*` global, non-zero (the loader leaves them 0
 /// on kernels without the kfunc, where it rewrites this call into a harmless helper call; the

@@ -143,7 +143,25 @@ pub struct KernelOffsets {
     pub sk_buff_end: u32,
     pub skb_shared_info_tskey: u32,
     pub skb_shared_info_hwtstamps: u32,
+    /// vmlinux BTF type ids for the kfunc `bpf_rdonly_cast` (Linux 6.2+), which retypes a
+    /// kernel address as a pointer to that struct so tp_btf programs read it with direct
+    /// (fault-tolerant) loads instead of bpf_probe_read_kernel. 0 = not usable here (no
+    /// kfunc, no such type, or a layout the programs cannot use): the programs read with the
+    /// helper. Set by the loader, not part of the offset resolution proper.
+    ///
+    /// A struct whose first [`CAST_WORDS_BYTES`] bytes are 8-byte integer fields, each at its
+    /// own 8-byte offset (x86-64 `struct user_regs_struct`): raw bytes (packet headers behind
+    /// `skb->head`) read as aligned 8-byte words at constant offsets from a cast pointer.
+    pub cast_id_words: u32,
+    /// `struct tcp_skb_cb`, the layout of `skb->cb` on the TCP paths (TCP_SKB_CB(skb)).
+    pub cast_id_tcp_skb_cb: u32,
+    /// `struct tcp_sock`, for a socket pointer the verifier does not trust (`skb->sk`).
+    pub cast_id_tcp_sock: u32,
 }
+
+/// Bytes from a [`KernelOffsets::cast_id_words`] cast the programs read as words: an
+/// option-less IPv4 header plus 20 bytes of TCP, or the fixed IPv6 header.
+pub const CAST_WORDS_BYTES: u32 = 40;
 
 /// Kernel functions (kfuncs) the eBPF object calls, with the placeholder each call carries.
 ///
@@ -151,18 +169,23 @@ pub struct KernelOffsets {
 /// `call <placeholder>` (a helper call to a helper id no kernel has) and the loader rewrites
 /// that instruction into a kfunc call (src_reg BPF_PSEUDO_KFUNC_CALL, imm = the function's
 /// vmlinux BTF id) before aya parses the object. A kernel without the kfunc gets a harmless
-/// helper call there instead and `Config::tx_timestamps` stays 0, so the call is never reached.
-pub const KFUNC_CALL_PLACEHOLDERS: [(&str, i32); 2] = [
+/// helper call there instead and the read-only global gating that call (`Config::tx_timestamps`,
+/// the `KernelOffsets::cast_id_*` ids) stays 0, so the call is never reached.
+pub const KFUNC_CALL_PLACEHOLDERS: [(&str, i32); 3] = [
     ("bpf_cast_to_kern_ctx", KFUNC_PLACEHOLDER_CAST_TO_KERN_CTX),
     (
         "bpf_sock_ops_enable_tx_tstamp",
         KFUNC_PLACEHOLDER_ENABLE_TX_TSTAMP,
     ),
+    ("bpf_rdonly_cast", KFUNC_PLACEHOLDER_RDONLY_CAST),
 ];
 /// See [`KFUNC_CALL_PLACEHOLDERS`]; "mLk1" as bytes, far above any helper id.
 pub const KFUNC_PLACEHOLDER_CAST_TO_KERN_CTX: i32 = 0x6d4c_6b31;
 /// See [`KFUNC_CALL_PLACEHOLDERS`]; "mLk2".
 pub const KFUNC_PLACEHOLDER_ENABLE_TX_TSTAMP: i32 = 0x6d4c_6b32;
+/// See [`KFUNC_CALL_PLACEHOLDERS`]; "mLk3". Its calls are gated by the
+/// [`KernelOffsets`] `cast_id_*` fields instead of `Config::tx_timestamps`.
+pub const KFUNC_PLACEHOLDER_RDONLY_CAST: i32 = 0x6d4c_6b33;
 
 /// Key of the 4-tuple -> cookie map, as seen from the local socket.
 ///
@@ -246,7 +269,7 @@ mod pod {
 }
 
 const _: () = assert!(core::mem::size_of::<Config>() == 48);
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 29 * 4);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 32 * 4);
 const _: () = assert!(core::mem::size_of::<TupleKey>() == 40);
 const _: () = assert!(core::mem::size_of::<ConnInfo>() == 56);
 const _: () = assert!(core::mem::align_of::<TupleKey>() == 8);

@@ -1,7 +1,7 @@
 //! Kernel memory reads through BTF-resolved offsets, and TCP/IP header parsing of an skb.
 
 use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_skc_to_tcp_sock};
-use meshlab_common::ConnInfo;
+use meshlab_common::{ConnInfo, KFUNC_PLACEHOLDER_RDONLY_CAST};
 
 use crate::globals::offset;
 use crate::prefilter::traced_conn;
@@ -12,14 +12,16 @@ use crate::turn::turn_sampled;
 /// tp_btf, fentry and fexit programs receive BTF-typed pointers: the verifier checks a plain
 /// load from them against vmlinux BTF (the offsets are frozen read-only globals, so it sees
 /// constants) and JITs it as a fault-tolerant load, a few instructions instead of a
-/// bpf_probe_read_kernel helper call (~60 ns each here, `cargo xtask bench helpers`).
+/// bpf_probe_read_kernel helper call (~60 ns each on the AMD VM host, ~11 ns on the Intel one
+/// since: `cargo xtask bench helpers`, docs/benchmarks-kernel.md).
 /// raw_tp and kprobe programs get untyped integers and must use the helper.
 ///
 /// Direct loads only work on a typed pointer (an argument, or a struct pointer loaded
-/// directly from one) and only within the struct's BTF type: bytes behind a `char *`
-/// (skb->head) and char arrays (skb->cb) stay [`read`]s. Fields of the `struct tcp_sock` a
-/// `struct sock *` points to are outside `struct sock`: [`KernelRead::tcp_load`] retypes the
-/// pointer first.
+/// directly from one) and only within the struct's BTF type. Bytes behind a `char *`
+/// (skb->head), char arrays (skb->cb) and a socket behind an untrusted pointer (skb->sk) are
+/// retyped with the kfunc `bpf_rdonly_cast` where the kernel has it ([`cast`]; Linux 6.2+),
+/// and stay [`read`]s elsewhere. Fields of the `struct tcp_sock` a `struct sock *` argument
+/// points to are outside `struct sock`: [`KernelRead::tcp_load`] retypes the pointer first.
 pub trait KernelRead {
     /// A load is an inlined instruction, not a helper call.
     const DIRECT: bool;
@@ -48,9 +50,9 @@ impl KernelRead for BtfLoad {
 
     /// bpf_skc_to_tcp_sock returns `sk` typed as `struct tcp_sock *` (NULL unless it is a full
     /// TCP socket), so the field is a direct load. That helper is a few checks (trivial
-    /// helpers such as bpf_get_current_pid_tgid cost 4-8 ns here) where
-    /// bpf_probe_read_kernel costs ~60 ns (`cargo xtask bench helpers`,
-    /// docs/benchmarks-kernel.md).
+    /// helpers such as bpf_get_current_pid_tgid cost 3-8 ns) where
+    /// bpf_probe_read_kernel costs ~11-60 ns depending on the host (`cargo xtask bench
+    /// helpers`, docs/benchmarks-kernel.md).
     #[inline(always)]
     fn tcp_load<T: Copy>(sk: u64, off: usize) -> Option<T> {
         if sk == 0 {
@@ -77,6 +79,90 @@ impl KernelRead for ProbeRead {
     fn tcp_load<T: Copy>(sk: u64, off: usize) -> Option<T> {
         read(sk, off)
     }
+}
+
+/// `bpf_rdonly_cast(addr, btf_id)`: `addr` typed as a pointer to the vmlinux struct `btf_id`.
+/// The verifier replaces the call by a register move and treats the result as an untrusted
+/// BTF pointer: loads from it at constant offsets, each within one field of that struct, are
+/// JITed as fault-tolerant loads (an unmapped address reads as zero) instead of a
+/// bpf_probe_read_kernel call (see [`KernelRead`] for what one costs).
+///
+/// `btf_id` must be a `KernelOffsets::cast_id_*` global, non-zero (the loader leaves them 0
+/// on kernels without the kfunc, where it rewrites this call into a harmless helper call; the
+/// callers' `id != 0` test on the read-only global makes the verifier drop that branch), and
+/// only BTF-typed programs (`KernelRead::DIRECT`) use it. The loader turns the placeholder
+/// call into the kfunc call (meshlab-user/src/kernel/kfunc.rs).
+#[inline(always)]
+fn cast(addr: u64, btf_id: u32) -> u64 {
+    let typed: u64;
+    // SAFETY: a kfunc call that reads nothing and only moves `addr` into r0; r1-r5 are
+    // declared clobbered as for any BPF call.
+    unsafe {
+        core::arch::asm!(
+            "call {cast}",
+            cast = const KFUNC_PLACEHOLDER_RDONLY_CAST,
+            inlateout("r1") addr => _,
+            inlateout("r2") u64::from(btf_id) => _,
+            lateout("r0") typed,
+            lateout("r3") _,
+            lateout("r4") _,
+            lateout("r5") _,
+            options(pure, nomem, nostack),
+        );
+    }
+    typed
+}
+
+/// A `T` at `off` of a [`cast`] pointer. `off` and `size_of::<T>()` must lie within one field
+/// of the cast's struct, or the verifier refuses the program ("access beyond struct").
+#[inline(always)]
+fn cast_load<T: Copy>(typed: u64, off: usize) -> T {
+    // SAFETY: the verifier admits this load only within a field of the cast's BTF type and
+    // JITs it as a fault-tolerant load.
+    unsafe { core::ptr::read_volatile((typed as usize + off) as *const T) }
+}
+
+/// `N` 8-byte words of kernel memory at `addr` (N <= CAST_WORDS_BYTES / 8): one direct load
+/// each through the words struct (`KernelOffsets::cast_id_words`), or one helper read.
+#[inline(always)]
+fn read_words<M: KernelRead, const N: usize>(addr: u64) -> Option<[u64; N]> {
+    let id = offset!(cast_id_words) as u32;
+    if M::DIRECT && id != 0 {
+        if addr == 0 {
+            return None;
+        }
+        let typed = cast(addr, id);
+        let mut words = [0u64; N];
+        let mut i = 0;
+        while i < N {
+            words[i] = cast_load(typed, 8 * i);
+            i += 1;
+        }
+        return Some(words);
+    }
+    read(addr, 0)
+}
+
+/// One 8-byte word of kernel memory at `addr` ([`read_words`]).
+#[inline(always)]
+pub fn read_word<M: KernelRead>(addr: u64) -> Option<u64> {
+    read_words::<M, 1>(addr).map(|w| w[0])
+}
+
+/// A field at `off` of the `struct tcp_sock` at `sk`, for a pointer the verifier does not
+/// trust (loaded from a field, e.g. skb->sk), which bpf_skc_to_tcp_sock refuses. The caller
+/// knows `sk` is a full TCP socket (a traced connection's): nothing checks it here, as with
+/// the helper read it replaces.
+#[inline(always)]
+pub fn untrusted_tcp_load<M: KernelRead, T: Copy>(sk: u64, off: usize) -> Option<T> {
+    let id = offset!(cast_id_tcp_sock) as u32;
+    if M::DIRECT && id != 0 {
+        if sk == 0 {
+            return None;
+        }
+        return Some(cast_load(cast(sk, id), off));
+    }
+    read(sk, off)
 }
 
 /// Reads a `T` at `base + off` of kernel memory. Errors (unmapped memory) become `None`.
@@ -163,10 +249,11 @@ fn byte(word: u64, n: u32) -> u64 {
 ///
 /// The payload length is `skb->len` minus everything from `skb->data` to the end of the TCP
 /// header, so it covers GSO (TX) and GRO (RX) super-packets, whose IP length field does not.
-/// Headers are read in one or two bulk reads, not field by field: each bpf_probe_read_kernel
-/// is a helper call, and they were most of these programs' cost. The bytes are read as
-/// 8-byte words and fields taken out with shifts (a byte array came out as ~40 byte loads
-/// and stack spills per packet in the translated code).
+/// The bytes are read as 8-byte words and fields taken out with shifts (a byte array came out
+/// as ~40 byte loads and stack spills per packet in the translated code): on tp_btf with
+/// `bpf_rdonly_cast`, one direct load per word ([`read_words`]: a cast to `struct iphdr`
+/// would allow loads within its fields only, twice as many loads, none of them a helper
+/// call either way); elsewhere one or two bulk helper reads, not field by field.
 ///
 /// The first read covers a whole option-less IPv4 header plus the first 20 bytes of TCP, or
 /// the fixed IPv6 header: every TCP packet the stack hands these hooks has at least this much
@@ -181,7 +268,7 @@ pub fn parse_tcp<M: KernelRead>(skb: u64) -> Option<TcpSegment> {
         return None;
     }
     let nh = head + u64::from(network_header);
-    let ip: [u64; 5] = read(nh, 0)?;
+    let ip: [u64; 5] = read_words::<M, 5>(nh)?;
     let first = byte(ip[0], 0);
     // (saddr, daddr, TCP header start, its first 16 bytes as two words)
     let (saddr, daddr, th, tcp) = match first >> 4 {
@@ -198,7 +285,7 @@ pub fn parse_tcp<M: KernelRead>(skb: u64) -> Option<TcpSegment> {
                 // TCP bytes 0-15 are header bytes 20-35.
                 [(ip[2] >> 32) | (ip[3] << 32), (ip[3] >> 32) | (ip[4] << 32)]
             } else {
-                read::<[u64; 2]>(th, 0)?
+                read_words::<M, 2>(th)?
             };
             (saddr, daddr, th, tcp)
         }
@@ -208,7 +295,7 @@ pub fn parse_tcp<M: KernelRead>(skb: u64) -> Option<TcpSegment> {
                 return None;
             }
             let th = nh + IPV6_HEADER_LEN;
-            ([ip[1], ip[2]], [ip[3], ip[4]], th, read::<[u64; 2]>(th, 0)?)
+            ([ip[1], ip[2]], [ip[3], ip[4]], th, read_words::<M, 2>(th)?)
         }
         _ => return None,
     };
@@ -245,9 +332,22 @@ pub fn dev_ifindex<M: KernelRead>(dev: u64) -> u32 {
 }
 
 /// `TCP_SKB_CB(skb)->seq` and `end_seq` (valid on the TCP RX path and in the receive queue).
+/// With `bpf_rdonly_cast`, `skb->cb` is cast to `struct tcp_skb_cb` and the two fields are
+/// direct loads (one 8-byte load across both would be refused: it spans two fields).
 #[inline(always)]
-pub fn tcp_skb_cb_range(skb: u64) -> Option<(u32, u32)> {
+pub fn tcp_skb_cb_range<M: KernelRead>(skb: u64) -> Option<(u32, u32)> {
+    if skb == 0 {
+        return None;
+    }
     let cb = skb + offset!(sk_buff_cb) as u64;
+    let id = offset!(cast_id_tcp_skb_cb) as u32;
+    if M::DIRECT && id != 0 {
+        let typed = cast(cb, id);
+        return Some((
+            cast_load(typed, offset!(tcp_skb_cb_seq)),
+            cast_load(typed, offset!(tcp_skb_cb_end_seq)),
+        ));
+    }
     let seq_at = offset!(tcp_skb_cb_seq);
     // Adjacent in every kernel so far: one helper call instead of two. The offsets are
     // read-only globals, so the verifier keeps only the branch this kernel takes.

@@ -7,8 +7,8 @@ use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
-    BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, read, sampled_sock, skb_ifindex,
-    tcp_skb_cb_range, traced_sock,
+    BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, read_word, sampled_sock, skb_ifindex,
+    tcp_skb_cb_range, traced_sock, untrusted_tcp_load,
 };
 use crate::maps::CPU_STATE;
 use crate::prefilter::{no_socket_traced, nothing_traced, rx_conn};
@@ -85,8 +85,10 @@ fn rx_hw_timestamp<M: KernelRead>(skb: u64) -> u64 {
     };
     // sk_buff_data_t: an offset from head on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET).
     let end: u32 = M::load(skb, offset!(sk_buff_end)).unwrap_or(0);
-    // Behind skb->head: a plain pointer, not a BTF-typed one, so a helper read (kread.rs).
-    read(head + u64::from(end), offset!(skb_shared_info_hwtstamps)).unwrap_or(0)
+    // Behind skb->head, a plain pointer: a cast word load where the kernel allows it, else
+    // a helper read (kread.rs).
+    let shinfo = head + u64::from(end);
+    read_word::<M>(shinfo + offset!(skb_shared_info_hwtstamps) as u64).unwrap_or(0)
 }
 
 /// tcp:tcp_probe(sk, skb): TCP processes a segment of an established socket. The range comes
@@ -101,7 +103,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     }
     let skb = ctx.arg_u64(1);
-    let Some((seq, end_seq)) = tcp_skb_cb_range(skb) else {
+    let Some((seq, end_seq)) = tcp_skb_cb_range::<C::Mem>(skb) else {
         diag_warn!(
             "tcp_probe",
             "traced connection {}: reading TCP_SKB_CB(skb) seq/end_seq failed",
@@ -178,9 +180,10 @@ fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
     let skb = ctx.arg_u64(0);
     let sk: u64 = C::Mem::load(skb, offset!(sk_buff_sk))?;
     let (cookie, info) = sampled_sock::<C::Mem>(sk)?;
-    // skb->sk is an RCU pointer, which bpf_skc_to_tcp_sock refuses: a helper read.
-    let seq = ProbeRead::tcp_load::<u32>(sk, offset!(tcp_sock_copied_seq))
-        .or_else(|| tcp_skb_cb_range(skb).map(|(seq, _)| seq))
+    // skb->sk is an RCU pointer, which bpf_skc_to_tcp_sock refuses: bpf_rdonly_cast where
+    // the kernel has it, else a helper read.
+    let seq = untrusted_tcp_load::<C::Mem, u32>(sk, offset!(tcp_sock_copied_seq))
+        .or_else(|| tcp_skb_cb_range::<C::Mem>(skb).map(|(seq, _)| seq))
         .unwrap_or(0);
     let len = ctx.arg_u64(1) as u32;
     emit(Hook::SkbCopyDatagram, |ev| {

@@ -73,6 +73,10 @@ pub fn resolve_offsets_from(btf: &Btf) -> Result<KernelOffsets, OffsetError> {
         sk_buff_end: r.offset("sk_buff", "end")?,
         skb_shared_info_tskey: r.offset("skb_shared_info", "tskey")?,
         skb_shared_info_hwtstamps: r.offset("skb_shared_info", "hwtstamps")?,
+        // Filled by kfunc::set_cast_ids, which knows whether the kernel has the kfunc.
+        cast_id_words: 0,
+        cast_id_tcp_skb_cb: 0,
+        cast_id_tcp_sock: 0,
     })
 }
 

@@ -11,7 +11,7 @@ use meshlab_common::Config;
 use object::{Object, ObjectSection};
 use serde::Serialize;
 
-use super::kfunc::KfuncIds;
+use super::kfunc::{KfuncIds, TX_TSTAMP_KFUNCS};
 use super::plan::{
     Family, HOOKS, SOCK_OPS_PROGRAM, TRACEPOINT_PROBE, TX_TIMESTAMPS_HOOK, TX_TSTAMP_KFUNC, Tier,
 };
@@ -228,13 +228,13 @@ fn probe_tx_timestamps() -> TxTimestamps {
         .iter()
         .find(|(name, _)| *name == TX_TSTAMP_KFUNC)
         .and_then(|(_, id)| *id);
-    if !kfuncs.all_present() {
+    if !kfuncs.all_present(&TX_TSTAMP_KFUNCS) {
         return not(
             id,
             format!(
                 "NO: {} has no kfunc {} (socket TX timestamps through sock_ops need Linux 6.15+)",
                 btf_offsets::VMLINUX_BTF,
-                kfuncs.missing().join(", ")
+                kfuncs.missing(&TX_TSTAMP_KFUNCS).join(", ")
             ),
         );
     }

@@ -8,7 +8,7 @@
 //! never executed: the caller gates the code with a read-only global the verifier sees as 0.
 
 use btf_rs::{Btf, Type};
-use meshlab_common::KFUNC_CALL_PLACEHOLDERS;
+use meshlab_common::{CAST_WORDS_BYTES, KFUNC_CALL_PLACEHOLDERS, KernelOffsets};
 use object::{Object, ObjectSection, SectionKind};
 
 /// BPF_JMP | BPF_CALL.
@@ -19,6 +19,16 @@ const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
 /// stand-in for a kfunc the kernel lacks.
 const HARMLESS_HELPER: i32 = 5;
 const INSN_BYTES: usize = 8;
+
+/// The kfuncs sock_ops TX timestamps need (`Config::tx_timestamps`, Linux 6.15+).
+pub const TX_TSTAMP_KFUNCS: [&str; 2] = ["bpf_cast_to_kern_ctx", "bpf_sock_ops_enable_tx_tstamp"];
+/// Retypes a kernel address for direct loads (Linux 6.2+); gated by the
+/// `KernelOffsets::cast_id_*` type ids ([`set_cast_ids`]).
+pub const RDONLY_CAST_KFUNC: &str = "bpf_rdonly_cast";
+/// The struct whose 8-byte fields serve as words over raw kernel bytes
+/// (`KernelOffsets::cast_id_words`): on x86-64 every field of `struct user_regs_struct` is an
+/// `unsigned long`. Checked in BTF before use ([`words_struct_id`]).
+const WORDS_STRUCT: &str = "user_regs_struct";
 
 #[derive(Debug, thiserror::Error)]
 pub enum KfuncError {
@@ -44,18 +54,79 @@ impl KfuncIds {
         KfuncIds(ids)
     }
 
-    /// Every kfunc resolved: the object's kfunc calls can be used.
-    pub fn all_present(&self) -> bool {
-        self.0.iter().all(|(_, id)| id.is_some())
-    }
-
-    /// Names of the kfuncs the kernel lacks.
-    pub fn missing(&self) -> Vec<&'static str> {
+    /// The BTF id of kfunc `name`, `None` if the kernel lacks it.
+    pub fn id(&self, name: &str) -> Option<u32> {
         self.0
             .iter()
-            .filter(|(_, id)| id.is_none())
-            .map(|(name, _)| *name)
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, id)| *id)
+    }
+
+    /// Every kfunc of `names` resolved: the object's calls of them can be used.
+    pub fn all_present(&self, names: &[&str]) -> bool {
+        names.iter().all(|name| self.id(name).is_some())
+    }
+
+    /// The kfuncs of `names` the kernel lacks.
+    pub fn missing<'n>(&self, names: &[&'n str]) -> Vec<&'n str> {
+        names
+            .iter()
+            .filter(|name| self.id(name).is_none())
+            .copied()
             .collect()
+    }
+}
+
+/// Fills the `cast_id_*` fields of `offsets`: the vmlinux BTF ids of the struct types the
+/// tp_btf programs hand to `bpf_rdonly_cast`, each 0 (the programs then read with
+/// bpf_probe_read_kernel) when the kernel lacks the kfunc or the type.
+pub fn set_cast_ids(offsets: &mut KernelOffsets, btf: &Btf, kfuncs: &KfuncIds) {
+    let usable = kfuncs.id(RDONLY_CAST_KFUNC).is_some();
+    let id = |found: Option<u32>| if usable { found.unwrap_or(0) } else { 0 };
+    offsets.cast_id_words = id(words_struct_id(btf, WORDS_STRUCT));
+    offsets.cast_id_tcp_skb_cb = id(struct_id(btf, "tcp_skb_cb"));
+    offsets.cast_id_tcp_sock = id(struct_id(btf, "tcp_sock"));
+}
+
+/// The id of the struct named `name` that has members (not a forward declaration).
+fn struct_id(btf: &Btf, name: &str) -> Option<u32> {
+    btf.resolve_ids_by_name(name).ok()?.into_iter().find(
+        |id| matches!(btf.resolve_type_by_id(*id), Ok(Type::Struct(s)) if !s.members.is_empty()),
+    )
+}
+
+/// [`struct_id`], if the struct's first [`CAST_WORDS_BYTES`] bytes are 8-byte integer fields
+/// at every 8-byte offset: the verifier admits an 8-byte load from a cast pointer only within
+/// one field, so each word the programs load must be exactly one field.
+fn words_struct_id(btf: &Btf, name: &str) -> Option<u32> {
+    let id = struct_id(btf, name)?;
+    let Ok(Type::Struct(s)) = btf.resolve_type_by_id(id) else {
+        return None;
+    };
+    let word_at = |bits: u32| {
+        s.members.iter().any(|m| {
+            m.bit_offset() == bits
+                && m.bitfield_size().is_none()
+                && matches!(strip_modifiers(btf, btf.resolve_chained_type(m)), Some(Type::Int(i)) if i.size() == 8)
+        })
+    };
+    (0..CAST_WORDS_BYTES / 8)
+        .all(|word| word_at(word * 64))
+        .then_some(id)
+}
+
+/// Follows typedef/const/volatile/restrict/type-tag links to the underlying type.
+fn strip_modifiers(btf: &Btf, ty: btf_rs::Result<Type>) -> Option<Type> {
+    let mut ty = ty.ok()?;
+    loop {
+        ty = match &ty {
+            Type::Typedef(t) => btf.resolve_chained_type(t).ok()?,
+            Type::Const(t) | Type::Volatile(t) | Type::Restrict(t) => {
+                btf.resolve_chained_type(t).ok()?
+            }
+            Type::TypeTag(t) => btf.resolve_chained_type(t).ok()?,
+            _ => return Some(ty),
+        };
     }
 }
 
@@ -164,6 +235,7 @@ mod tests {
         let ids = KfuncIds(vec![
             ("bpf_cast_to_kern_ctx", Some(63_548)),
             ("bpf_sock_ops_enable_tx_tstamp", Some(65_760)),
+            ("bpf_rdonly_cast", Some(64_911)),
         ]);
         let patched = patch_object(EBPF_OBJECT, &ids).expect("patch");
         for (name, placeholder) in KFUNC_CALL_PLACEHOLDERS {
@@ -187,14 +259,61 @@ mod tests {
         let ids = KfuncIds(vec![
             ("bpf_cast_to_kern_ctx", Some(1)),
             ("bpf_sock_ops_enable_tx_tstamp", None),
+            ("bpf_rdonly_cast", None),
         ]);
-        assert!(!ids.all_present());
-        assert_eq!(ids.missing(), vec!["bpf_sock_ops_enable_tx_tstamp"]);
+        assert!(!ids.all_present(&TX_TSTAMP_KFUNCS));
+        assert_eq!(
+            ids.missing(&TX_TSTAMP_KFUNCS),
+            vec!["bpf_sock_ops_enable_tx_tstamp"]
+        );
         let patched = patch_object(EBPF_OBJECT, &ids).expect("patch");
         let (_, enable) = KFUNC_CALL_PLACEHOLDERS[1];
         let before = count_insn(EBPF_OBJECT, placeholder_insn(enable));
         assert_eq!(count_insn(patched.bytes(), placeholder_insn(enable)), 0);
         assert!(count_insn(patched.bytes(), placeholder_insn(HARMLESS_HELPER)) >= before);
+        let (_, cast) = KFUNC_CALL_PLACEHOLDERS[2];
+        assert_eq!(count_insn(patched.bytes(), placeholder_insn(cast)), 0);
+    }
+
+    #[test]
+    fn cast_ids_are_zero_without_the_kfunc_and_set_with_it() {
+        if !std::path::Path::new(super::super::btf_offsets::VMLINUX_BTF).exists() {
+            eprintln!("SKIP: no kernel BTF");
+            return;
+        }
+        let btf = super::super::btf_offsets::read_btf(std::path::Path::new(
+            super::super::btf_offsets::VMLINUX_BTF,
+        ))
+        .expect("btf");
+        let kfuncs = KfuncIds::resolve(&btf);
+        let mut offsets = KernelOffsets::default();
+        set_cast_ids(
+            &mut offsets,
+            &btf,
+            &KfuncIds(vec![(RDONLY_CAST_KFUNC, None)]),
+        );
+        assert_eq!(
+            (
+                offsets.cast_id_words,
+                offsets.cast_id_tcp_skb_cb,
+                offsets.cast_id_tcp_sock
+            ),
+            (0, 0, 0)
+        );
+        if kfuncs.id(RDONLY_CAST_KFUNC).is_none() {
+            eprintln!("SKIP: this kernel has no {RDONLY_CAST_KFUNC}");
+            return;
+        }
+        set_cast_ids(&mut offsets, &btf, &kfuncs);
+        assert_ne!(offsets.cast_id_tcp_skb_cb, 0);
+        assert_ne!(offsets.cast_id_tcp_sock, 0);
+        #[cfg(target_arch = "x86_64")]
+        assert_ne!(
+            offsets.cast_id_words, 0,
+            "user_regs_struct is all words on x86-64"
+        );
+        // Not a run of 8-byte fields: refused as the words type.
+        assert_eq!(words_struct_id(&btf, "tcp_skb_cb"), None);
     }
 
     #[test]

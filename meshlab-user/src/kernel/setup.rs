@@ -12,7 +12,7 @@ use aya::Ebpf;
 use aya::maps::HashMap as BpfHashMap;
 use meshlab_common::{Config, KernelOffsets, NicIrq, names};
 
-use super::kfunc::KfuncIds;
+use super::kfunc::{KfuncIds, TX_TSTAMP_KFUNCS, set_cast_ids};
 use super::{btf_offsets, sysinfo};
 use crate::schema::NicIrqInfo;
 
@@ -156,15 +156,16 @@ pub fn load(
     nic_irqs: &[NicIrqInfo],
 ) -> anyhow::Result<(Ebpf, KernelOffsets)> {
     let btf = btf_offsets::read_btf(Path::new(btf_offsets::VMLINUX_BTF))?;
-    let offsets = btf_offsets::resolve_offsets_from(&btf)?;
+    let mut offsets = btf_offsets::resolve_offsets_from(&btf)?;
     let kfuncs = KfuncIds::resolve(&btf);
-    if config.tx_timestamps != 0 && !kfuncs.all_present() {
+    if config.tx_timestamps != 0 && !kfuncs.all_present(&TX_TSTAMP_KFUNCS) {
         bail!(
             "--tx-timestamps: {} has no kfunc {} (sock_ops TX timestamping needs Linux 6.15+)",
             btf_offsets::VMLINUX_BTF,
-            kfuncs.missing().join(", ")
+            kfuncs.missing(&TX_TSTAMP_KFUNCS).join(", ")
         );
     }
+    set_cast_ids(&mut offsets, &btf, &kfuncs);
     let mut ebpf =
         super::loader::load_object(config, &offsets, ring_bytes, kernel_log_level, &kfuncs)?;
     let mut irq_map: BpfHashMap<_, u32, NicIrq> =

@@ -61,15 +61,16 @@ pub fn plan(ts: Option<&Timestamping>, current: HwStampConfig) -> Result<HwStamp
 
 /// What `doctor` says `--hw-timestamps` would do to a device.
 pub fn doctor_line(ctx: &DeviceContext) -> String {
-    match plan(ctx.timestamping.as_ref(), HwStampConfig::default()) {
-        Ok(c) if c.rx_filter == FILTER_ALL => {
-            "would switch hardware stamping on (TX on, RX all) and restore it at exit".into()
-        }
-        Ok(_) => "would switch hardware TX stamping on (RX filter `all` not offered: kept) and \
-                  restore it at exit"
-            .into(),
-        Err(why) => format!("would leave it alone: {why}"),
-    }
+    let what = match plan(ctx.timestamping.as_ref(), HwStampConfig::default()) {
+        Ok(c) if c.rx_filter == FILTER_ALL => "would switch hardware stamping on (TX on, RX all)",
+        Ok(_) => "would switch hardware TX stamping on (RX filter `all` not offered: kept)",
+        Err(why) => return format!("would leave it alone: {why}"),
+    };
+    let clock = match ctx.timestamping.as_ref().and_then(|t| t.phc_index) {
+        Some(i) => format!("read its clock /dev/ptp{i} with every clock record"),
+        None => "no NIC clock (PHC): its stamps cannot be placed on the system clock".into(),
+    };
+    format!("{what}, {clock}, and restore it at exit")
 }
 
 /// Devices switched on by this recorder, with the config to put back; restores on drop.

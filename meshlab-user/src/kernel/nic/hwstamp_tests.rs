@@ -172,7 +172,9 @@ fn a_device_without_hardware_stamping_is_untouched() {
         assert!(hw.previous.is_none() && hw.error.is_some());
     }
     assert!(doctor_line(&devices[0]).starts_with("would leave it alone"));
-    assert!(doctor_line(&stamping_nic("x", true)).contains("TX on, RX all"));
+    let line = doctor_line(&stamping_nic("x", true));
+    assert!(line.contains("TX on, RX all"), "{line}");
+    assert!(line.contains("/dev/ptp0 with every clock record"), "{line}");
 }
 
 #[test]

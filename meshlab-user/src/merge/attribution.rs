@@ -12,6 +12,8 @@
 //! a negative segment: it is dropped with an error naming both events, the neighbouring stages
 //! merge into one segment, and the request is incomplete.
 
+use std::borrow::Cow;
+
 use super::HashMap;
 
 use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment};
@@ -295,15 +297,15 @@ impl Chain {
 
     /// Name, layer, unit and kind of the span from full-chain position `a` to `b`: the direct
     /// definition, else the stages in between joined by `+` (described by the first of them).
-    fn describe(&self, a: usize, b: usize) -> (String, Layer, String, Kind) {
+    fn describe(&self, a: usize, b: usize) -> (Cow<'static, str>, Layer, Cow<'static, str>, Kind) {
         let owner = usize::from(self.owners[a]);
         let process = self.processes.get(owner).unwrap_or(&self.processes[0]);
         let unit = |d: &segments::SegmentDef| match d.unit {
-            Unit::Process => process.clone(),
-            Unit::Fixed(u) => u.to_owned(),
+            Unit::Process => Cow::Owned(process.clone()),
+            Unit::Fixed(u) => Cow::Borrowed(u),
         };
         if let Some(d) = segments::find(self.full[a], self.full[b]) {
-            return (d.name.to_owned(), d.layer, unit(d), d.kind);
+            return (Cow::Borrowed(d.name), d.layer, unit(d), d.kind);
         }
         let custom = |id: PointId| matches!(id, PointId::Custom(_));
         let defs: Vec<_> = if custom(self.full[a]) || custom(self.full[b]) {
@@ -316,7 +318,7 @@ impl Chain {
         let name = defs.iter().map(|d| d.name).collect::<Vec<_>>().join("+");
         let (from, to) = (self.full[a], self.full[b]);
         match defs.first() {
-            Some(d) => (name, d.layer, unit(d), d.kind),
+            Some(d) => (name.into(), d.layer, unit(d), d.kind),
             // Any catalog: a pair without a definition is named after its two points; next to
             // a probe point it is that process's time (the first point's process, else the
             // second's), otherwise kernel time of an unknown stage.
@@ -325,14 +327,14 @@ impl Chain {
                 let owner = usize::from(self.owners[at]);
                 let process = self.processes.get(owner).unwrap_or(&self.processes[0]);
                 (
-                    format!("{}..{}", from.name(), to.name()),
+                    format!("{}..{}", from.name(), to.name()).into(),
                     Layer::Process,
-                    process.clone(),
+                    process.clone().into(),
                     Kind::Compute,
                 )
             }
             None => (
-                format!("{}..{}", from.name(), to.name()),
+                format!("{}..{}", from.name(), to.name()).into(),
                 Layer::Kernel,
                 "unknown".into(),
                 Kind::Wait,
@@ -717,11 +719,11 @@ fn is_rx_context(id: PointId) -> bool {
 /// `part` renamed to the stage `d` describes (a state cut out of a span: the reader busy or
 /// runnable, a thread's run-queue wait), its process unit `process`.
 fn restate(part: &mut Segment, d: &ReaderSegmentDef, process: &str) {
-    part.name = d.name.to_owned();
+    part.name = Cow::Borrowed(d.name);
     (part.layer, part.kind) = (d.layer, d.kind);
     part.unit = match d.unit {
-        Unit::Process => process.to_owned(),
-        Unit::Fixed(u) => u.to_owned(),
+        Unit::Process => Cow::Owned(process.to_owned()),
+        Unit::Fixed(u) => Cow::Borrowed(u),
     };
 }
 

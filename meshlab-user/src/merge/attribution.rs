@@ -66,18 +66,20 @@ struct Kept {
     stamp: Stamp,
 }
 
-struct Chain {
+/// Borrows from its half what it only reads (processes, reader and thread timelines): two
+/// chains per request, and cloning those was a measurable part of the merge's allocations.
+struct Chain<'h> {
     node: String,
     node_id: usize,
     /// The half's probed process, then the proxies its points may belong to ([`Point::owner`]).
-    processes: Vec<String>,
+    processes: Vec<&'h str>,
     full: Vec<PointId>,
     owners: Vec<u8>,
     kept: Vec<Kept>,
     /// The half's reader timelines ([`Half::readers`]).
-    readers: Vec<ReaderTimeline>,
+    readers: &'h [ReaderTimeline],
     /// The half's own thread's states ([`Half::thread`]).
-    thread: Option<ReaderTimeline>,
+    thread: Option<&'h ReaderTimeline>,
 }
 
 /// A point without a stamp: named as missing when expected, or once as "no recording" for
@@ -93,12 +95,12 @@ fn note_missing(half: &Half, p: &Point, node: &str, missing: &mut Vec<String>) {
     }
 }
 
-impl Chain {
+impl<'h> Chain<'h> {
     /// Keeps the observed points in order. `pin_ends` keeps the first and last point (the e2e
     /// anchors) and drops whatever contradicts them instead.
     fn new(
         names: &Names,
-        half: &Half,
+        half: &'h Half,
         points: &[Point],
         pin_ends: bool,
         found: &mut Findings,
@@ -143,8 +145,8 @@ impl Chain {
                 }),
             }
         }
-        let mut processes = vec![half.process.clone()];
-        processes.extend(half.relays.iter().cloned());
+        let mut processes = vec![half.process.as_str()];
+        processes.extend(half.relays.iter().map(String::as_str));
         Chain {
             node,
             node_id: usize::from(half.node.0),
@@ -152,8 +154,8 @@ impl Chain {
             full: points.iter().map(|p| p.id).collect(),
             owners: points.iter().map(|p| p.owner).collect(),
             kept,
-            readers: half.readers.clone(),
-            thread: half.thread.clone(),
+            readers: &half.readers,
+            thread: half.thread.as_ref(),
         }
     }
 
@@ -204,7 +206,7 @@ impl Chain {
     /// keeps the span's name on either side. The parts tile the span (exact sum); a cut is a
     /// kernel time, so a converted end's error stays with the part it bounds.
     fn by_thread_state(&self, seg: Segment, from: &Kept, to: &Kept, out: &mut Vec<Segment>) {
-        let (Some(thread), Some(start)) = (&self.thread, seg.start_ns) else {
+        let (Some(thread), Some(start)) = (self.thread, seg.start_ns) else {
             out.push(seg);
             return;
         };
@@ -243,7 +245,7 @@ impl Chain {
                         ..seg.clone()
                     };
                     if waiting {
-                        restate(&mut part, &segments::RUNQUEUE_WAIT, &self.processes[0]);
+                        restate(&mut part, &segments::RUNQUEUE_WAIT, self.processes[0]);
                         // The wait's CPU is not known from the span's end event.
                         part.place = None;
                     }
@@ -290,18 +292,25 @@ impl Chain {
     }
 
     /// The process the point at full-chain position `pos` belongs to.
-    fn process_of(&self, pos: usize) -> &String {
+    fn process_of(&self, pos: usize) -> &'h str {
         let owner = usize::from(self.owners[pos]);
-        self.processes.get(owner).unwrap_or(&self.processes[0])
+        self.processes
+            .get(owner)
+            .copied()
+            .unwrap_or(self.processes[0])
     }
 
     /// Name, layer, unit and kind of the span from full-chain position `a` to `b`: the direct
     /// definition, else the stages in between joined by `+` (described by the first of them).
     fn describe(&self, a: usize, b: usize) -> (Cow<'static, str>, Layer, Cow<'static, str>, Kind) {
         let owner = usize::from(self.owners[a]);
-        let process = self.processes.get(owner).unwrap_or(&self.processes[0]);
+        let process = self
+            .processes
+            .get(owner)
+            .copied()
+            .unwrap_or(self.processes[0]);
         let unit = |d: &segments::SegmentDef| match d.unit {
-            Unit::Process => Cow::Owned(process.clone()),
+            Unit::Process => Cow::Owned(process.to_owned()),
             Unit::Fixed(u) => Cow::Borrowed(u),
         };
         if let Some(d) = segments::find(self.full[a], self.full[b]) {
@@ -325,11 +334,15 @@ impl Chain {
             None if from.is_probe() || to.is_probe() => {
                 let at = if from.is_probe() { a } else { b };
                 let owner = usize::from(self.owners[at]);
-                let process = self.processes.get(owner).unwrap_or(&self.processes[0]);
+                let process = self
+                    .processes
+                    .get(owner)
+                    .copied()
+                    .unwrap_or(self.processes[0]);
                 (
                     format!("{}..{}", from.name(), to.name()).into(),
                     Layer::Process,
-                    process.clone().into(),
+                    process.to_owned().into(),
                     Kind::Compute,
                 )
             }
@@ -400,20 +413,20 @@ struct Findings {
 
 /// The client's chain split at its wait for the peer: `kept[..cut]` until the request left,
 /// `kept[cut..]` from the response's arrival. `first` and `last` anchor the e2e time.
-struct ClientSide {
-    chain: Chain,
+struct ClientSide<'h> {
+    chain: Chain<'h>,
     cut: usize,
     first: Kept,
     last: Kept,
 }
 
-impl ClientSide {
+impl<'h> ClientSide<'h> {
     fn new(
         names: &Names,
-        client: &Half,
+        client: &'h Half,
         trace: &str,
         found: &mut Findings,
-    ) -> Result<ClientSide, String> {
+    ) -> Result<ClientSide<'h>, String> {
         let mut points = client.points.clone();
         let split = points.len();
         points.extend(client.post.iter().copied());
@@ -457,7 +470,7 @@ impl ClientSide {
 /// The server's half and its kept chain.
 struct ServerSide<'h> {
     half: &'h Half,
-    chain: Chain,
+    chain: Chain<'h>,
 }
 
 /// A request's name in output and errors: its trace id, else its connection and offset.

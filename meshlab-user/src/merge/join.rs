@@ -54,9 +54,9 @@ struct Group {
     last_ns: u64,
 }
 
-/// A group's probe points and their stamps: a handful per group (a side has at most a dozen
-/// standard points), so a search of a small vector costs less than a hash map's hashing and
-/// its table allocations, one map per request side.
+/// A group's probe points and their stamps: at most seven (a side's standard probe points;
+/// custom points go to `Group::custom`), so a search of a small vector costs less than a hash
+/// map's hashing and its table allocations, one map per request side.
 #[derive(Default)]
 struct ProbeStamps(Vec<(PointId, Stamp)>);
 

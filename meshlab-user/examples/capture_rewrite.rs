@@ -30,7 +30,7 @@ fn bytes(ev: &RingEvent) -> &[u8; EVENT_SIZE] {
 fn read_events(
     path: &str,
     max: usize,
-) -> anyhow::Result<(CaptureReader<impl std::io::Read>, Vec<RingEvent>)> {
+) -> anyhow::Result<(CaptureReader<impl std::io::BufRead>, Vec<RingEvent>)> {
     let mut reader = CaptureReader::open(path.as_ref())?;
     let mut events = Vec::new();
     while events.len() < max {

@@ -192,7 +192,7 @@ mod tests {
 
     fn segment(name: &str) -> Segment {
         Segment {
-            name: name.into(),
+            name: name.to_owned().into(),
             node: None,
             layer: Layer::Network,
             unit: "network".into(),

@@ -5,6 +5,7 @@
 //! `*_ns` are nanoseconds of the clock the record names (kernel records: the node's
 //! CLOCK_MONOTONIC); durations are `dur_ns`/`e2e_ns`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -914,14 +915,16 @@ wire_names!(JoinMethod {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Segment {
-    /// Stable segment name from docs/segments.md.
-    pub name: String,
+    /// Stable segment name from docs/segments.md. Borrowed when it is a catalog name, like a
+    /// fixed unit: the merge writes about forty segments per request and allocating each
+    /// one's name and unit was a measurable part of its cost (docs/benchmarks-merge-ab.md).
+    pub name: Cow<'static, str>,
     /// Node the segment was measured on; `None` for cross-node derived segments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     pub layer: Layer,
     /// Process role (for `process`) or kernel sub-layer (for `kernel`), e.g. `qdisc`.
-    pub unit: String,
+    pub unit: Cow<'static, str>,
     pub kind: Kind,
     /// Start on `node`'s CLOCK_MONOTONIC; absent for derived segments.
     #[serde(default, skip_serializing_if = "Option::is_none")]

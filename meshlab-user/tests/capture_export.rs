@@ -216,6 +216,22 @@ fn binary_and_ndjson_paths_write_the_same_lines() {
     assert!(capture.len() < ndjson.len());
 }
 
+/// The reader decodes an event lying whole in its input's buffer in place and reads any other
+/// part by part: through buffers of every small size (records straddling their ends at every
+/// cut) the export is the one read from a single slice.
+#[test]
+fn records_straddling_the_read_buffer_export_the_same_lines() {
+    let (capture, _) = record_with(OutputFormat::Capture, &ring_events());
+    let whole = export_bytes(&capture);
+    for capacity in 1..=64 {
+        let input = std::io::BufReader::with_capacity(capacity, &capture[..]);
+        let mut reader = CaptureReader::new("small.capture".into(), input).unwrap();
+        let mut ndjson = Vec::new();
+        export(&mut reader, &mut ndjson).unwrap();
+        assert!(ndjson == whole, "buffer of {capacity} bytes");
+    }
+}
+
 /// The same recording in format version 1 (raw events, `kind:u32 length:u32` headers), as
 /// a build before version 2 wrote it.
 fn version_1_capture(events: &[Event]) -> Vec<u8> {

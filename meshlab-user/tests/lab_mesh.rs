@@ -166,9 +166,9 @@ fn durations(r: &MergedRequest) -> Durations {
         segments
             .map(|s| {
                 (
-                    s.name.clone(),
+                    s.name.to_string(),
                     s.node.clone(),
-                    s.unit.clone(),
+                    s.unit.to_string(),
                     s.dur_ns,
                     s.error_ns,
                 )

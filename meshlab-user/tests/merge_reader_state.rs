@@ -106,7 +106,7 @@ fn reader_asleep_on_something_else_leaves_socket_queue() {
     ];
     assert_request(&r, &expected(&wait), 78_600);
     let queue = segment(&r, "rx_socket_queue");
-    assert_eq!((queue.unit.as_str(), queue.kind), ("socket", Kind::Queue));
+    assert_eq!((&*queue.unit, queue.kind), ("socket", Kind::Queue));
 }
 
 #[test]

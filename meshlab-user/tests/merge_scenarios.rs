@@ -44,7 +44,7 @@ fn plain_request_response() {
     // Probe (realtime, converted) to kernel boundaries carry the clock sample's bracket / 2.
     let entry = &r.segments[2];
     assert_eq!(
-        (entry.name.as_str(), entry.error_ns),
+        (&*entry.name, entry.error_ns),
         ("tx_syscall_entry", Some(50))
     );
     assert_eq!(r.segments[0].error_ns, None);
@@ -309,7 +309,7 @@ fn nic_clock_placement_ignores_injected_skew() {
         o.requests[0]
             .segments
             .iter()
-            .map(|s| (s.name.clone(), s.dur_ns))
+            .map(|s| (s.name.to_string(), s.dur_ns))
             .collect()
     };
     assert_ne!(plain_run.requests[0].start_ns, skewed.requests[0].start_ns);

@@ -69,7 +69,7 @@ fn a_send_returning_before_its_last_byte_left_splits_tx_tcp_ip() {
     assert_request(&r, &expected(&tx, 20_000, 0), E2E);
     let queue = r.segments.iter().find(|s| s.name == "tx_socket_queue");
     let queue = queue.expect("tx_socket_queue");
-    assert_eq!((queue.unit.as_str(), queue.kind), ("socket", Kind::Queue));
+    assert_eq!((&*queue.unit, queue.kind), ("socket", Kind::Queue));
 }
 
 #[test]

@@ -46,7 +46,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
 }
 
 /// Writes every record of `reader` as NDJSON lines to `out`; returns the number of lines.
-pub fn export<R: std::io::Read>(
+pub fn export<R: std::io::BufRead>(
     reader: &mut CaptureReader<R>,
     out: impl Write,
 ) -> anyhow::Result<()> {

@@ -2,7 +2,7 @@
 //! that crashed or was killed mid-write) ends the capture; everything before it is valid.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use meshlab_common::Event;
@@ -66,7 +66,7 @@ impl CaptureReader<BufReader<File>> {
     }
 }
 
-impl<R: Read> CaptureReader<R> {
+impl<R: BufRead> CaptureReader<R> {
     /// Checks the file header and reads the [`Meta`] record.
     pub fn new(file: PathBuf, mut input: R) -> Result<Self, CaptureError> {
         let mut header = [0u8; FILE_HEADER_LEN];
@@ -225,6 +225,9 @@ impl<R: Read> CaptureReader<R> {
         start: u64,
         number: u64,
     ) -> Result<Option<(RecordKind, usize)>, CaptureError> {
+        if let Some(bytes) = self.buffered_event() {
+            return Ok(Some((RecordKind::Event, bytes)));
+        }
         let mut header = [0u8; EVENT_HEADER_LEN];
         if !self.read_part(&mut header[..1], start, false)? {
             return Ok(None);
@@ -262,6 +265,33 @@ impl<R: Read> CaptureReader<R> {
         debug_assert!(bytes <= EVENT_RECORD_MAX);
         self.words = words;
         Ok(complete.then_some((kind, bytes)))
+    }
+
+    /// A version 2 event record lying whole in the input's buffer, decoded from there: the
+    /// common case, with no copy of its header and words and no read call per part. Its bytes
+    /// in the file, or `None` for anything else (another kind, a record straddling the
+    /// buffer's end, a bad header, a read error or the end of the input), which `read_v2`
+    /// then reads part by part, so errors and truncation are reported as before.
+    fn buffered_event(&mut self) -> Option<usize> {
+        let buf = self.input.fill_buf().ok()?;
+        let header = buf.first_chunk::<EVENT_HEADER_LEN>()?;
+        if u32::from(header[0]) != RecordKind::Event as u32 {
+            return None;
+        }
+        let (context, mask) = compact::parse_header(header).ok()?;
+        let bytes = EVENT_HEADER_LEN + 4 * mask.count_ones() as usize;
+        let words = buf.get(EVENT_HEADER_LEN..bytes)?;
+        if self.decode_events {
+            self.payload.resize(EVENT_SIZE, 0);
+            let event: &mut [u8; EVENT_SIZE] = (&mut self.payload[..])
+                .try_into()
+                .expect("EVENT_SIZE bytes");
+            self.contexts.decode(context, mask, words, event);
+        } else {
+            self.payload.clear();
+        }
+        self.input.consume(bytes);
+        Some(bytes)
     }
 
     /// A non-event record's length must be at most [`MAX_PAYLOAD`], a version 1 event's

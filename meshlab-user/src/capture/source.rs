@@ -1,7 +1,7 @@
 //! A binary capture as [`Record`]s: events decoded without JSON, the other records parsed from
 //! their JSON payloads. crate::records reads either format through this.
 
-use std::io::Read;
+use std::io::BufRead;
 use std::path::Path;
 
 use crate::decode::Decoder;
@@ -18,7 +18,7 @@ pub struct CaptureRecords<R> {
     warned_truncated: bool,
 }
 
-impl<R: Read> CaptureRecords<R> {
+impl<R: BufRead> CaptureRecords<R> {
     pub fn new(reader: CaptureReader<R>) -> Self {
         let meta = reader.meta().clone();
         Self {

@@ -34,7 +34,7 @@ type GroupKey = (String, bool);
 struct Group {
     role: Option<Role>,
     process: String,
-    probes: HashMap<PointId, Stamp>,
+    probes: ProbeStamps,
     tx_deadline: Option<u64>,
     tx: Option<Stages>,
     tx_msg: Option<MsgRef>,
@@ -52,6 +52,28 @@ struct Group {
     fallback: bool,
     finished: bool,
     last_ns: u64,
+}
+
+/// A group's probe points and their stamps: at most seven (a side's standard probe points;
+/// custom points go to `Group::custom`), so a search of a small vector costs less than a hash
+/// map's hashing and its table allocations, one map per request side.
+#[derive(Default)]
+struct ProbeStamps(Vec<(PointId, Stamp)>);
+
+impl ProbeStamps {
+    fn get(&self, id: &PointId) -> Option<&Stamp> {
+        self.0.iter().find(|(p, _)| p == id).map(|(_, s)| s)
+    }
+
+    fn contains_key(&self, id: &PointId) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Adds a point not yet present (the caller checks: a duplicate is an error there).
+    fn insert(&mut self, id: PointId, stamp: Stamp) {
+        debug_assert!(!self.contains_key(&id));
+        self.0.push((id, stamp));
+    }
 }
 
 pub struct NodeJoiner {

@@ -39,20 +39,32 @@ struct ReorderBuffer {
     /// Per source (index into `NodeStream::sources`).
     runs: Vec<VecDeque<Queued>>,
     stragglers: BinaryHeap<Reverse<Queued>>,
+    /// Where the earliest event is and its (time, arrival) key, kept up to date by `push` and
+    /// found again by `pop`: the stream peeks at it after every event it reads, so a scan of
+    /// the runs per peek would cost more than one per event taken out.
+    head: Option<(Option<usize>, (u64, u64))>,
 }
 
 impl ReorderBuffer {
     fn push(&mut self, source: usize, q: Queued) {
+        let key = (q.ns, q.seq);
         let run = &mut self.runs[source];
-        if run.back().is_none_or(|last| last.ns <= q.ns) {
+        // An event joining a run is the earliest only if the run was empty: the run's last
+        // event is not later and arrived before it.
+        let place = if run.back().is_none_or(|last| last.ns <= q.ns) {
             run.push_back(q);
+            Some(source)
         } else {
             self.stragglers.push(Reverse(q));
+            None
+        };
+        if self.head.is_none_or(|(_, head)| key < head) {
+            self.head = Some((place, key));
         }
     }
 
     /// The run holding the earliest event (`None`: the heap's top is earlier, or all is empty).
-    fn earliest(&self) -> Option<(Option<usize>, u64)> {
+    fn earliest(&self) -> Option<(Option<usize>, (u64, u64))> {
         let mut best: Option<(Option<usize>, (u64, u64))> = self
             .stragglers
             .peek()
@@ -64,18 +76,20 @@ impl ReorderBuffer {
                 best = Some((Some(i), (q.ns, q.seq)));
             }
         }
-        best.map(|(run, (ns, _))| (run, ns))
+        best
     }
 
     fn peek_ns(&self) -> Option<u64> {
-        self.earliest().map(|(_, ns)| ns)
+        self.head.map(|(_, (ns, _))| ns)
     }
 
     fn pop(&mut self) -> Option<Queued> {
-        match self.earliest()? {
+        let q = match self.head? {
             (Some(run), _) => self.runs[run].pop_front(),
             (None, _) => self.stragglers.pop().map(|Reverse(q)| q),
-        }
+        };
+        self.head = self.earliest();
+        q
     }
 }
 

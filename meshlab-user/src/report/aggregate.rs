@@ -218,10 +218,10 @@ impl Aggregate {
 
 pub(crate) fn segment_key(seg: &crate::schema::Segment) -> SegmentKey {
     SegmentKey {
-        name: seg.name.clone(),
+        name: seg.name.to_string(),
         node: seg.node.clone(),
         layer: seg.layer,
-        unit: seg.unit.clone(),
+        unit: seg.unit.to_string(),
         kind: seg.kind,
         derived: seg.derived.is_some(),
     }

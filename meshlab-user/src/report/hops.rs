@@ -128,8 +128,8 @@ impl Hops {
             };
             let hop = &mut self.hops[at];
             for s in &segments {
-                if !hop.stages.contains(&s.name) {
-                    hop.stages.push(s.name.clone());
+                if !hop.stages.iter().any(|n| *n == s.name) {
+                    hop.stages.push(s.name.to_string());
                 }
             }
             hop.samples.push(segments.iter().map(|s| s.dur_ns).sum());
@@ -161,10 +161,10 @@ mod tests {
 
     fn seg(name: &str, node: Option<&str>, layer: Layer, unit: &str, dur_ns: u64) -> Segment {
         Segment {
-            name: name.into(),
+            name: name.to_owned().into(),
             node: node.map(Into::into),
             layer,
-            unit: unit.into(),
+            unit: unit.to_owned().into(),
             kind: Kind::Compute,
             start_ns: None,
             dur_ns,

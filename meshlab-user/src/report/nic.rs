@@ -105,10 +105,10 @@ impl NicAgg {
                 continue;
             };
             let per_cpu = cpus.entry((node.clone(), place.cpu)).or_default();
-            *per_cpu.entry(seg.name.clone()).or_default() += seg.dur_ns;
+            *per_cpu.entry(seg.name.to_string()).or_default() += seg.dur_ns;
             if let Some(key) = queue_key(node, seg) {
                 let (stages, irq) = queues.entry(key).or_default();
-                *stages.entry(seg.name.clone()).or_default() += seg.dur_ns;
+                *stages.entry(seg.name.to_string()).or_default() += seg.dur_ns;
                 *irq = irq.or(place.irq);
             }
         }
@@ -314,7 +314,7 @@ mod tests {
 
     fn seg(name: &str, dur_ns: u64, cpu: u32, queue: Option<u32>) -> Segment {
         Segment {
-            name: name.into(),
+            name: name.to_owned().into(),
             node: Some("B".into()),
             layer: Layer::Kernel,
             unit: "x".into(),

@@ -266,10 +266,10 @@ mod tests {
 
     fn proxy(name: &str, node: &str, unit: &str, dur_ns: u64) -> Segment {
         Segment {
-            name: name.into(),
+            name: name.to_owned().into(),
             node: Some(node.into()),
             layer: Layer::Process,
-            unit: unit.into(),
+            unit: unit.to_owned().into(),
             kind: Kind::Compute,
             start_ns: Some(0),
             dur_ns,

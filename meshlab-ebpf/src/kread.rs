@@ -143,6 +143,15 @@ fn read_words<M: KernelRead, const N: usize>(addr: u64) -> Option<[u64; N]> {
     read(addr, 0)
 }
 
+/// `skb_shinfo(skb)`: the shared info behind the skb's data (`skb->head + skb->end`;
+/// sk_buff_data_t is an offset from head on 64-bit kernels, NET_SKBUFF_DATA_USES_OFFSET).
+#[inline(always)]
+pub fn skb_shinfo<M: KernelRead>(skb: u64) -> Option<u64> {
+    let head: u64 = M::load(skb, offset!(sk_buff_head))?;
+    let end: u32 = M::load(skb, offset!(sk_buff_end))?;
+    Some(head + u64::from(end))
+}
+
 /// One 8-byte word of kernel memory at `addr` ([`read_words`]).
 #[inline(always)]
 pub fn read_word<M: KernelRead>(addr: u64) -> Option<u64> {

@@ -8,7 +8,7 @@ use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
 use crate::kread::{
     BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, read_word, sampled_sock, skb_ifindex,
-    tcp_skb_cb_range, traced_sock, untrusted_tcp_load,
+    skb_shinfo, tcp_skb_cb_range, traced_sock, untrusted_tcp_load,
 };
 use crate::maps::CPU_STATE;
 use crate::prefilter::{no_socket_traced, nothing_traced, rx_conn};
@@ -80,15 +80,11 @@ tp_entries!(
 /// read-only constant: without it the verifier drops the reads).
 #[inline(always)]
 fn rx_hw_timestamp<M: KernelRead>(skb: u64) -> u64 {
-    let Some(head) = M::load::<u64>(skb, offset!(sk_buff_head)) else {
-        return 0;
-    };
-    // sk_buff_data_t: an offset from head on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET).
-    let end: u32 = M::load(skb, offset!(sk_buff_end)).unwrap_or(0);
     // Behind skb->head, a plain pointer: a cast word load where the kernel allows it, else
     // a helper read (kread.rs).
-    let shinfo = head + u64::from(end);
-    read_word::<M>(shinfo + offset!(skb_shared_info_hwtstamps) as u64).unwrap_or(0)
+    skb_shinfo::<M>(skb)
+        .and_then(|shinfo| read_word::<M>(shinfo + offset!(skb_shared_info_hwtstamps) as u64))
+        .unwrap_or(0)
 }
 
 /// tcp:tcp_probe(sk, skb): TCP processes a segment of an established socket. The range comes

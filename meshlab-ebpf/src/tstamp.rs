@@ -15,7 +15,7 @@ use meshlab_common::{
 
 use crate::emit::{emit_without_task, set_conn_tuple};
 use crate::globals::{config, offset};
-use crate::kread::read;
+use crate::kread::{ProbeRead, read, skb_shinfo};
 use crate::prefilter::traced_conn;
 use crate::turn::turn_sampled;
 
@@ -138,8 +138,8 @@ pub fn on_timestamp(ctx: &SockOpsContext, op: u32) -> Option<()> {
 fn skb_tskey(ctx: &SockOpsContext) -> Option<u32> {
     let kctx = ctx.as_ptr() as u64;
     let skb: u64 = read(kctx, offset!(sock_ops_kern_skb))?;
-    let head: u64 = read(skb, offset!(sk_buff_head))?;
-    // sk_buff_data_t: an offset from head on 64-bit kernels (NET_SKBUFF_DATA_USES_OFFSET).
-    let end: u32 = read(skb, offset!(sk_buff_end))?;
-    read(head + u64::from(end), offset!(skb_shared_info_tskey))
+    read(
+        skb_shinfo::<ProbeRead>(skb)?,
+        offset!(skb_shared_info_tskey),
+    )
 }

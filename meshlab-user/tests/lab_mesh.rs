@@ -1,7 +1,8 @@
-//! Privileged: the seed's sidecar topologies recorded, merged and attributed per hop. One-hop
+//! Privileged: the demo's topologies recorded, merged and attributed per hop. Direct, one-hop
 //! and two-hop lab runs (`meshlab demo` with its kernel recorders) must merge almost every
 //! sampled request as complete, with each unix leg's kernel stages and each proxy's time as
-//! their own segments on the right node, and segments summing exactly to end-to-end.
+//! their own segments on the right node, segments summing exactly to end-to-end, and injected
+//! skew changing no duration of the real recording.
 
 use std::path::Path;
 use std::process::Command;
@@ -71,6 +72,11 @@ fn assert_complete_and_exact(topology: &str, requests: &[MergedRequest], summary
         let sum: u64 = r.segments.iter().map(|s| s.dur_ns).sum();
         assert_eq!(sum, r.e2e_ns, "{topology}: segments sum to end-to-end");
     }
+    eprintln!(
+        "{topology}: {complete} of {} requests complete, kernel drops {:?}",
+        requests.len(),
+        summary.dropped_per_node
+    );
 }
 
 /// Client side of both sidecar topologies: client --UDS--> sidecar-out --TCP--> ...
@@ -99,15 +105,22 @@ fn assert_client_node_hops(r: &MergedRequest) {
 }
 
 #[test]
-fn one_hop_and_two_hop_requests_are_attributed_per_hop() {
-    let test = "one_hop_and_two_hop_requests_are_attributed_per_hop";
+fn direct_one_hop_and_two_hop_requests_are_complete_and_attributed_per_hop() {
+    let test = "direct_one_hop_and_two_hop_requests_are_complete_and_attributed_per_hop";
     if !privileged_or_skip(test) || !can_run_with(test, "haproxy") {
         return;
     }
     let out = tempfile::tempdir().unwrap();
 
-    let (requests, summary) = run_demo("one-hop", &out.path().join("one-hop"), &[]);
+    let direct = out.path().join("direct");
+    let (requests, summary) = run_demo("direct", &direct, &[]);
+    assert_complete_and_exact("direct", &requests, &summary);
+    assert_skew_changes_no_duration(&direct, &requests);
+
+    let one_hop = out.path().join("one-hop");
+    let (requests, summary) = run_demo("one-hop", &one_hop, &[]);
     assert_complete_and_exact("one-hop", &requests, &summary);
+    assert_skew_changes_no_duration(&one_hop, &requests);
     for r in requests.iter().filter(|r| r.complete) {
         assert_client_node_hops(r);
         // The server reads TCP itself: no proxy on B.
@@ -215,6 +228,11 @@ fn assert_skew_changes_no_duration(dir: &Path, requests: &[MergedRequest]) {
         assert_eq!(durations(r), durations(s), "{}", r.trace_id);
         assert_ne!(r.start_ns, s.start_ns, "the skew moved absolute times");
     }
+    eprintln!(
+        "{}: skew A=-16.34s,B=250123457ns: all {} requests' durations identical",
+        dir.display(),
+        requests.len()
+    );
 }
 
 /// Both sidecar hops: client node A as in one-hop, then sidecar-in and the server on B.

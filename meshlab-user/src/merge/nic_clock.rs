@@ -29,6 +29,8 @@ pub struct OnMonotonic {
 #[derive(Debug, Default, Clone)]
 pub struct NicClockMap {
     samples: Vec<NicClockSample>,
+    /// Set by [`Self::seal`]: the samples are of exactly one NIC clock, so stamps can be placed.
+    one_clock: bool,
 }
 
 impl NicClockMap {
@@ -36,21 +38,19 @@ impl NicClockMap {
         self.samples.extend(samples);
     }
 
-    /// Sorts by PHC time; call once after every sample is in.
+    /// Sorts by PHC time and decides whether stamps can be placed; call once after every
+    /// sample is in (not per stamp: a long recording has thousands of samples).
     pub fn seal(&mut self) {
         self.samples.sort_by_key(|s| s.phc_ns);
-    }
-
-    /// Whether the node's stamps can be placed: samples of exactly one NIC clock.
-    fn one_clock(&self) -> bool {
-        self.samples
+        self.one_clock = self
+            .samples
             .first()
-            .is_some_and(|first| self.samples.iter().all(|s| s.phc_index == first.phc_index))
+            .is_some_and(|first| self.samples.iter().all(|s| s.phc_index == first.phc_index));
     }
 
     /// `phc_ns` on the monotonic clock, or `None` (no NIC clock, or several).
     pub fn to_monotonic(&self, phc_ns: u64) -> Option<OnMonotonic> {
-        if !self.one_clock() {
+        if !self.one_clock {
             return None;
         }
         let pos = self.samples.partition_point(|s| s.phc_ns <= phc_ns);

@@ -93,14 +93,15 @@ pub fn check(requests: &[serde_json::Value], dir: &Path) -> Result<()> {
     let network_shifts = shifts
         .get_mut("network_round_trip")
         .context("no network_round_trip in every round")?;
+    let pairs = network_shifts.len();
     let (network, spread) = median_and_spread(network_shifts).context("no pairs")?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let configured = (2 * (WIRE_DELAYS_US[1] - WIRE_DELAYS_US[0]) * 1000) as i64;
     let realized = realized_shift(&rounds, &realized_round_trips(&dir.join("wire.log"))?)?;
     let (to_configured, to_realized) = (network - configured, network - realized);
     eprintln!(
-        "vm two machines: wire relay {WIRE_DELAYS_US:?} us one way, {ROUND_PAIRS} interleaved \
-         pairs of {ROUND_SECS} s: network_round_trip {:+.1} us (pairs' spread +-{:.1} us); \
+        "vm two machines: wire relay {WIRE_DELAYS_US:?} us one way, {pairs} of {ROUND_PAIRS} \
+         interleaved pairs of {ROUND_SECS} s: network_round_trip {:+.1} us (pairs' spread +-{:.1} us); \
          configured round trip {:+.1} us (distance {:+.1} us: {}); realized by the relay {:+.1} us \
          (distance {:+.1} us: {}); A tx_qdisc {:+.1} us; host load average {}",
         network as f64 / 1e3,

@@ -48,6 +48,10 @@ pub struct TruthArgs {
     /// Only the bpftrace reference runs (no cause), for checking the reference quickly.
     #[arg(long)]
     reference_only: bool,
+    /// No bpftrace reference runs (the causes' table only): for measuring causes on a machine
+    /// where bpftrace is slow to stop, or not installed.
+    #[arg(long, conflicts_with = "reference_only")]
+    no_reference: bool,
     /// Also print, per cause, every segment's p50 and mean without and with it, and the CPUs
     /// it ran on: where an added latency went.
     #[arg(long)]
@@ -83,6 +87,11 @@ pub enum Cause {
     /// than a scheduler tick (4 ms at HZ=250): the tick preempts it inside its work and it
     /// waits for the hogs' slices -> the server's `runqueue_wait`.
     CpuHogsLongHandler,
+    /// The same hogs against a SCHED_OTHER server that busy-polls its socket between requests
+    /// (`lab server --busy-poll`, with and without them): it never sleeps, so it shares its
+    /// CPU with the hogs a tick at a time, and a request that arrives while it is preempted
+    /// waits in its socket with the reader runnable -> the server's `rx_runqueue_wait`.
+    CpuHogsBusyPoll,
     /// The server spins in its handler -> server_app (the server process, kernel-only mode).
     SlowHandler,
     /// A small SO_RCVBUF on the server's connection, requests larger than it -> the client's
@@ -120,12 +129,13 @@ pub const VM_CAUSES: [Cause; 4] = [
 ];
 
 /// Every cause, in table order.
-const ALL_CAUSES: [Cause; 11] = [
+const ALL_CAUSES: [Cause; 12] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
     Cause::CpuHogsEcho,
     Cause::CpuHogsLongHandler,
+    Cause::CpuHogsBusyPoll,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
     Cause::NetemDelay,
@@ -151,6 +161,7 @@ impl Cause {
             Cause::CpuHogsBusy => "3 CPU hogs, 400us/req server",
             Cause::CpuHogsEcho => "3 CPU hogs, echo server",
             Cause::CpuHogsLongHandler => "3 CPU hogs, 5ms/req server",
+            Cause::CpuHogsBusyPoll => "3 CPU hogs, busy-poll server",
             Cause::SlowHandler => "server handler spins 200us",
             Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
             Cause::NetemDelay => "netem delay 5ms on A's NIC",
@@ -173,6 +184,7 @@ impl Cause {
             | Cause::CpuHogsBusy
             | Cause::CpuHogsEcho
             | Cause::CpuHogsLongHandler => "B sched waits",
+            Cause::CpuHogsBusyPoll => "B rx_runqueue_wait",
             Cause::SlowHandler => "B server_app",
             Cause::SmallRcvbuf => "A tx_socket_queue",
             Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
@@ -184,7 +196,9 @@ impl Cause {
     /// Hogs on the server's CPU delay the server thread only while it is runnable without a
     /// CPU: after its wake-up (`rx_sched_delay`), while its data waits for it preempted
     /// (`rx_runqueue_wait`) and while it is preempted inside its own work (`runqueue_wait`),
-    /// the server's segments of unit `scheduler` and kind `queue` (docs/truth.md).
+    /// the server's segments of unit `scheduler` and kind `queue` (docs/truth.md). The
+    /// busy-poll server is never woken (it does not sleep): its cause is only the wait of the
+    /// preempted reader, `rx_runqueue_wait`.
     fn is_target(self, seg: &Segment) -> bool {
         match self {
             Cause::TbfRateLimit => seg.node == "A" && seg.name == "tx_qdisc",
@@ -194,6 +208,7 @@ impl Cause {
             | Cause::CpuHogsLongHandler => {
                 seg.node == "B" && seg.unit == "scheduler" && seg.kind == "queue"
             }
+            Cause::CpuHogsBusyPoll => seg.node == "B" && seg.name == "rx_runqueue_wait",
             Cause::SlowHandler => seg.node == "B" && seg.name == "server_app",
             Cause::SmallRcvbuf => seg.node == "A" && seg.name == "tx_socket_queue",
             // netem holds (or drops, until the retransmission) A's packets between
@@ -244,6 +259,15 @@ impl Cause {
                 payload: 64,
                 qps: 20,
             },
+            // The busy-poll server and three hogs take turns on CPU 1 a tick (4 ms) each: a
+            // request waits up to three ticks (12 ms) for the server's turn. At 50 req/s
+            // (20 ms apart, longer than that wait) every request is sent on the client's
+            // schedule, not right after a late reply (which would find the server on its CPU
+            // and hide the wait), so arrivals fall on the server's turns and off them alike.
+            Cause::CpuHogsBusyPoll => Workload {
+                payload: 64,
+                qps: 50,
+            },
             // TCG guests on a shared 2-CPU host take milliseconds per request: at 200 req/s
             // they idle between requests instead of running back to back.
             Cause::NetemDelay | Cause::NetemLoss | Cause::WireDelay | Cause::IrqBusyCpu => {
@@ -258,7 +282,11 @@ impl Cause {
     fn has_hogs(self) -> bool {
         matches!(
             self,
-            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho | Cause::CpuHogsLongHandler
+            Cause::CpuHogs
+                | Cause::CpuHogsBusy
+                | Cause::CpuHogsEcho
+                | Cause::CpuHogsLongHandler
+                | Cause::CpuHogsBusyPoll
         )
     }
 
@@ -398,7 +426,12 @@ pub fn run(args: TruthArgs) -> Result<()> {
             }
         }
         // One run for the comparison, one keeping bpftrace's clock reads for the offsets.
-        for stamps in [false, true] {
+        let stamps_runs: &[bool] = if args.no_reference {
+            &[]
+        } else {
+            &[false, true]
+        };
+        for &stamps in stamps_runs {
             reference_runs.extend(reference_run(
                 &exe, &netns, &scratch, round, seconds, stamps,
             )?);
@@ -408,7 +441,9 @@ pub fn run(args: TruthArgs) -> Result<()> {
     if args.breakdown {
         print_breakdowns(&results);
     }
-    truth_reference::print_comparison(&reference_runs);
+    if !args.no_reference {
+        truth_reference::print_comparison(&reference_runs);
+    }
     Ok(())
 }
 
@@ -717,24 +752,32 @@ fn start_server(
     cmd.args(["lab", "server", "--listen"])
         .arg(format!("{}:{PORT}", netns.addr_b))
         .arg("--ready-file")
-        .arg(&ready);
-    // The CPU-hog runs' server needs the CPU in both conditions: only the hogs differ.
-    match cause {
-        Cause::CpuHogsBusy => _ = cmd.args(["--handler-cpu", HOG_RUN_HANDLER_CPU]),
-        Cause::CpuHogsLongHandler => _ = cmd.args(["--handler-cpu", LONG_HANDLER_CPU]),
-        _ => {}
-    }
+        .arg(&ready)
+        .args(server_options(cause, with_cause));
     if cause.batch_server() {
         sched_batch(&mut cmd);
     }
-    match (cause, with_cause) {
-        (Cause::SlowHandler, true) => cmd.args(["--handler-spin", "200us"]),
-        (Cause::SmallRcvbuf, true) => cmd.args(["--rcvbuf", "4096"]),
-        _ => &mut cmd,
-    };
     let mut server = Proc::spawn("meshlab lab server", &mut cmd)?;
     server.wait_ready(&ready, Duration::from_secs(10))?;
     Ok(server)
+}
+
+/// The lab server's options in one run of `cause`, beyond where it listens.
+fn server_options(cause: Cause, with_cause: bool) -> Vec<&'static str> {
+    let mut options = Vec::new();
+    // The CPU-hog runs' server is the same in both conditions: only the hogs differ.
+    match cause {
+        Cause::CpuHogsBusy => options.extend(["--handler-cpu", HOG_RUN_HANDLER_CPU]),
+        Cause::CpuHogsLongHandler => options.extend(["--handler-cpu", LONG_HANDLER_CPU]),
+        Cause::CpuHogsBusyPoll => options.push("--busy-poll"),
+        _ => {}
+    }
+    match (cause, with_cause) {
+        (Cause::SlowHandler, true) => options.extend(["--handler-spin", "200us"]),
+        (Cause::SmallRcvbuf, true) => options.extend(["--rcvbuf", "4096"]),
+        _ => {}
+    }
+    options
 }
 
 fn parse_segment(v: &serde_json::Value) -> Option<Segment> {
@@ -1072,5 +1115,126 @@ impl Drop for Scratch {
         if !self.keep {
             let _ = std::fs::remove_dir_all(&self.root);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use serde_json::json;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        truth: TruthArgs,
+    }
+
+    fn seg(node: &str, name: &str, unit: &str, kind: &str, dur: u64) -> serde_json::Value {
+        json!({"node": node, "name": name, "unit": unit, "kind": kind, "dur_ns": dur})
+    }
+
+    fn request(trace_id: &str, e2e: u64, segments: serde_json::Value) -> serde_json::Value {
+        json!({"type": "request", "complete": true, "trace_id": trace_id, "e2e_ns": e2e,
+               "segments": segments})
+    }
+
+    /// One request of a busy-poll run with the hogs: the reader preempted while its data
+    /// waited, then busy reading, then preempted inside its work; the client's own waits.
+    fn busy_poll_request(trace_id: &str, runqueue: u64) -> serde_json::Value {
+        request(
+            trace_id,
+            runqueue + 1_000,
+            json!([
+                seg("B", "rx_runqueue_wait", "scheduler", "queue", runqueue),
+                seg("B", "rx_reader_busy", "role", "compute", 20),
+                seg("B", "runqueue_wait", "scheduler", "queue", 300),
+                seg("B", "rx_sched_delay", "scheduler", "queue", 200),
+                seg("A", "rx_runqueue_wait", "scheduler", "queue", 400),
+                seg("B", "server_app", "server", "compute", 80),
+            ]),
+        )
+    }
+
+    #[test]
+    fn the_busy_poll_cause_counts_only_the_servers_rx_runqueue_wait() {
+        let r = busy_poll_request("t@64", 5_000);
+        assert_eq!(target_ns(&r, Cause::CpuHogsBusyPoll), 5_000);
+        // The other hog causes count every wait of the server for its CPU.
+        assert_eq!(target_ns(&r, Cause::CpuHogsLongHandler), 5_500);
+        assert_eq!(Cause::CpuHogsBusyPoll.target_name(), "B rx_runqueue_wait");
+    }
+
+    #[test]
+    fn the_busy_poll_server_polls_in_both_conditions_and_only_the_hogs_differ() {
+        for with_cause in [false, true] {
+            assert_eq!(
+                server_options(Cause::CpuHogsBusyPoll, with_cause),
+                ["--busy-poll"]
+            );
+            assert_eq!(
+                server_options(Cause::CpuHogsLongHandler, with_cause),
+                ["--handler-cpu", LONG_HANDLER_CPU]
+            );
+        }
+        assert!(Cause::CpuHogsBusyPoll.has_hogs());
+        assert!(!Cause::CpuHogsBusyPoll.batch_server());
+        assert!(server_options(Cause::SlowHandler, false).is_empty());
+        assert_eq!(
+            server_options(Cause::SlowHandler, true),
+            ["--handler-spin", "200us"]
+        );
+        assert_eq!(
+            server_options(Cause::SmallRcvbuf, true),
+            ["--rcvbuf", "4096"]
+        );
+    }
+
+    #[test]
+    fn busy_poll_requests_are_sent_further_apart_than_the_longest_wait() {
+        // Three hogs' ticks (HZ = 250: 4 ms each) before the server's turn comes back.
+        let longest_wait = Duration::from_millis(3 * 4);
+        let workload = Cause::CpuHogsBusyPoll.workload();
+        let interval = Duration::from_secs(1) / u32::try_from(workload.qps).unwrap();
+        assert!(interval > longest_wait, "{interval:?}");
+        assert_eq!(workload.payload, 64);
+    }
+
+    #[test]
+    fn run_stats_skip_the_first_request_and_take_medians() {
+        let records = [
+            // The connection's first request: the server thread's start, not counted.
+            busy_poll_request("c@0", 90_000),
+            busy_poll_request("c@64", 1_000),
+            busy_poll_request("c@128", 7_000),
+            busy_poll_request("c@192", 3_000),
+            json!({"type": "merge_summary"}),
+        ];
+        let stats = request_stats(records.iter(), Cause::CpuHogsBusyPoll).unwrap();
+        assert_eq!(stats.requests, 3);
+        assert_eq!(stats.target_p50_ns, 3_000.0);
+        assert_eq!(stats.e2e_p50_ns, 4_000.0);
+        assert_eq!(
+            stats.target_keys,
+            BTreeSet::from(["B rx_runqueue_wait".to_owned()])
+        );
+        assert_eq!(stats.present_p50_ns["A rx_runqueue_wait"], 400.0);
+    }
+
+    #[test]
+    fn the_cli_names_the_busy_poll_cause_and_the_runs_without_reference() {
+        let cli = Cli::try_parse_from([
+            "truth",
+            "--cause",
+            "cpu-hogs-busy-poll",
+            "--no-reference",
+            "--debug",
+        ])
+        .unwrap();
+        assert_eq!(cli.truth.causes, [Cause::CpuHogsBusyPoll]);
+        assert!(cli.truth.no_reference && cli.truth.debug && !cli.truth.vm);
+        let both = Cli::try_parse_from(["truth", "--no-reference", "--reference-only"]);
+        assert!(both.is_err(), "--no-reference with --reference-only");
+        assert!(!Cause::CpuHogsBusyPoll.in_guests());
     }
 }

@@ -297,3 +297,45 @@ fn set_rcvbuf(stream: &std::net::TcpStream, bytes: u32) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    /// The calling thread's voluntary context switches so far (it slept that many times).
+    fn voluntary_switches() -> i64 {
+        // SAFETY: a zeroed rusage is a valid value; getrusage writes one to a valid pointer.
+        let (rc, usage) = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            (libc::getrusage(libc::RUSAGE_THREAD, &mut usage), usage)
+        };
+        assert_eq!(rc, 0, "getrusage(RUSAGE_THREAD)");
+        usage.ru_nvcsw
+    }
+
+    /// Waits on one end of a pair while a thread writes to the other after `delay`; the
+    /// waiting thread's voluntary context switches while it waited.
+    fn wait_for_a_late_write(busy: bool, delay: Duration) -> i64 {
+        let (reader, mut writer) = UnixStream::pair().unwrap();
+        let write = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            writer.write_all(b"x").unwrap();
+            writer
+        });
+        let before = voluntary_switches();
+        assert!(wait_readable(reader.as_raw_fd(), busy).unwrap());
+        let slept = voluntary_switches() - before;
+        drop(write.join().unwrap());
+        slept
+    }
+
+    #[test]
+    fn busy_polling_waits_for_data_without_sleeping() {
+        // The blocking wait sleeps in poll(2) until the write wakes it.
+        assert!(wait_for_a_late_write(false, Duration::from_millis(30)) >= 1);
+        // The busy wait stays runnable: it may be preempted (involuntary), never put to sleep.
+        assert_eq!(wait_for_a_late_write(true, Duration::from_millis(30)), 0);
+    }
+}

@@ -112,10 +112,11 @@ pub enum Cause {
 }
 
 /// The causes a run without `--cause` injects, in table order.
-const CAUSES: [Cause; 5] = [
+const CAUSES: [Cause; 6] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsLongHandler,
+    Cause::CpuHogsBusyPoll,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
 ];
@@ -1236,5 +1237,27 @@ mod tests {
         let both = Cli::try_parse_from(["truth", "--no-reference", "--reference-only"]);
         assert!(both.is_err(), "--no-reference with --reference-only");
         assert!(!Cause::CpuHogsBusyPoll.in_guests());
+    }
+
+    #[test]
+    fn the_default_set_runs_every_server_scheduler_wait_in_table_order() {
+        // One cause per wait of the server for its CPU: after a wake-up (the batch server),
+        // preempted inside its work (the long handler), preempted while its data waits
+        // (busy-poll).
+        for cause in [
+            Cause::CpuHogs,
+            Cause::CpuHogsLongHandler,
+            Cause::CpuHogsBusyPoll,
+        ] {
+            assert!(CAUSES.contains(&cause), "{cause:?}");
+        }
+        let order = |c: &Cause| ALL_CAUSES.iter().position(|a| a == c).unwrap();
+        assert!(CAUSES.windows(2).all(|w| order(&w[0]) < order(&w[1])));
+        assert!(CAUSES.iter().all(|c| !c.in_guests()));
+        assert!(
+            VM_CAUSES
+                .iter()
+                .all(|c| c.in_guests() && !CAUSES.contains(c))
+        );
     }
 }

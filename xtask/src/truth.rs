@@ -340,11 +340,15 @@ pub struct RunStats {
     /// bpftrace reference measures (it times only intervals that happened).
     present_p50_ns: BTreeMap<String, f64>,
     pub requests: usize,
-    /// Run time of both recorders' BPF programs during the run, per request of the run: the
-    /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
-    /// switch of every process, so a busy machine raises it.
-    bpf_ns_per_request: f64,
-    /// Both recorder processes' own CPU time (user, kernel) during the run, per request.
+    /// Run time of both recorders' BPF programs over their recordings, per request of the
+    /// merged run, as `meshlab report` computes it (`own_cost`): the tracer's own kernel time.
+    /// Machine-wide: the scheduler programs run on every context switch of every process, so
+    /// a busy machine raises it. `None` when a recording says it was not measured
+    /// (`kernel.bpf_stats_enabled` is one switch for the machine: another session may turn it
+    /// off during a run).
+    bpf_ns_per_request: Option<f64>,
+    /// Both recorder processes' own CPU time (user, kernel) over their recordings, per request,
+    /// from the same report.
     recorder_cpu_ns_per_request: CpuTimes,
     /// What bpftrace measured, in the runs the reference watched.
     reference: Option<truth_reference::BpftraceRun>,
@@ -414,14 +418,16 @@ pub fn run(args: TruthArgs) -> Result<()> {
                 // Recordings take ~16 MB per run: keep only what was asked for.
                 scratch.done_with(&dir);
                 eprintln!(
-                    "truth: round {round} {:<28} {:<7} e2e p50 {:>9.1} us, {} {:>9.1} us ({} requests, meshlab BPF {:.1} us/request)",
+                    "truth: round {round} {:<28} {:<7} e2e p50 {:>9.1} us, {} {:>9.1} us ({} requests, meshlab BPF {} us/request)",
                     cause.name(),
                     if with_cause { "cause" } else { "without" },
                     stats.e2e_p50_ns / 1e3,
                     cause.target_name(),
                     stats.target_p50_ns / 1e3,
                     stats.requests,
-                    stats.bpf_ns_per_request / 1e3
+                    stats
+                        .bpf_ns_per_request
+                        .map_or("not measured".into(), |ns| format!("{:.1}", ns / 1e3))
                 );
                 results.entry((cause, with_cause)).or_default().push(stats);
             }
@@ -537,7 +543,6 @@ fn one_run(
         RunKind::Reference { stamps } => Some(Reference::start(&netns.dev_a, stamps, dir)?),
         _ => None,
     };
-    let bpf_before = recorder_bpf_ns(&recorders)?;
     // Only the reference table uses the client recorder's per-program costs.
     let client_before = match &reference {
         Some(_) => {
@@ -546,7 +551,6 @@ fn one_run(
         }
         None => None,
     };
-    let cpu_before = recorder_cpu(&recorders)?;
     let ticks_before = cpu_ticks()?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     if let Some(hogs) = &hogs {
@@ -554,7 +558,6 @@ fn one_run(
     }
     run_client(exe, netns, cause, seconds)?;
     server.stop()?;
-    let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
     let programs = match client_before {
         Some((pid, before)) => Some((
             bpfstats::delta(&before, &bpfstats::snapshot(pid)?),
@@ -562,15 +565,16 @@ fn one_run(
         )),
         None => None,
     };
-    let cpu = recorder_cpu(&recorders)?.since(cpu_before);
     let cpu_busy = busy_between(&ticks_before, &cpu_ticks()?);
     let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
         recorder.stop()?;
     }
-    let mut stats = run_stats(&merge_kernel(exe, &kernel, dir)?, cause)?;
-    stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
-    stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
+    let merged = merge_kernel(exe, &kernel, dir)?;
+    let mut stats = run_stats(&merged, cause)?;
+    let own = own_cost_per_request(&report_json(exe, &merged)?)
+        .with_context(|| format!("meshlab report --json {}: own_cost", merged.display()))?;
+    (stats.bpf_ns_per_request, stats.recorder_cpu_ns_per_request) = own;
     stats.breakdown.cpu_busy = cpu_busy;
     stats.reference = reference;
     if let Some((client_programs, loaded_programs)) = programs {
@@ -655,68 +659,66 @@ fn merge_kernel(exe: &Path, kernel: &[PathBuf], dir: &Path) -> Result<PathBuf> {
     Ok(merged)
 }
 
-/// Total BPF program run time so far of the recorders' programs (kernel.bpf_stats_enabled).
-fn recorder_bpf_ns(recorders: &[Proc]) -> Result<u64> {
-    let mut total = 0;
-    for recorder in recorders {
-        let pid = recorder.pid().context("recorder already stopped")?;
-        total += bpfstats::snapshot(pid)?
-            .values()
-            .map(|c| c.run_time_ns)
-            .sum::<u64>();
+/// `meshlab report --json` of a merged file.
+fn report_json(exe: &Path, merged: &Path) -> Result<serde_json::Value> {
+    let out = std::process::Command::new(exe)
+        .args(["report", "--json"])
+        .arg(merged)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running meshlab report --json")?;
+    if !out.status.success() {
+        bail!(
+            "meshlab report --json {} failed ({}): {}",
+            merged.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
-    Ok(total)
+    serde_json::from_slice(&out.stdout).context("meshlab report --json: not JSON")
 }
 
 /// User and kernel CPU time, in ns.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct CpuTimes {
     user_ns: f64,
     kernel_ns: f64,
 }
 
-impl CpuTimes {
-    fn since(self, before: CpuTimes) -> CpuTimes {
-        CpuTimes {
-            user_ns: self.user_ns - before.user_ns,
-            kernel_ns: self.kernel_ns - before.kernel_ns,
-        }
+/// Both recorders' own cost per request, as the report's "meshlab's own cost" computes it
+/// (report/own_cost.rs, docs/report.md): the sum over the nodes of its `bpf_ns_per_request`
+/// (each node's BPF program run time over the report's requests), and the nodes' recorder
+/// CPU time (getrusage over the recording) over the same requests. BPF run time is `None`
+/// when a node's recording says it was not measured.
+fn own_cost_per_request(report: &serde_json::Value) -> Result<(Option<f64>, CpuTimes)> {
+    let own = &report["own_cost"];
+    let requests = own["requests"]
+        .as_u64()
+        .filter(|&n| n > 0)
+        .context("no requests")?;
+    let nodes = own["nodes"].as_array().context("no nodes")?;
+    if nodes.is_empty() {
+        bail!("no node has a self_cost");
     }
-
-    fn per(self, requests: usize) -> CpuTimes {
-        let n = requests.max(1) as f64;
-        CpuTimes {
-            user_ns: self.user_ns / n,
-            kernel_ns: self.kernel_ns / n,
-        }
-    }
-}
-
-/// The recorders' CPU time so far, all threads: utime and stime of /proc/PID/stat (clock
-/// ticks). Their BPF programs run in other tasks' context and are not in it (BPF/req is).
-fn recorder_cpu(recorders: &[Proc]) -> Result<CpuTimes> {
-    // SAFETY: sysconf has no preconditions.
-    let ns_per_tick = 1e9 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let mut total = CpuTimes::default();
-    for recorder in recorders {
-        let pid = recorder.pid().context("recorder already stopped")?;
-        let path = format!("/proc/{pid}/stat");
-        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        let field = |n: usize| -> Result<f64> {
-            fields
-                .get(n - 3)
-                .and_then(|f| f.parse::<f64>().ok())
-                .with_context(|| format!("{path}: field {n} (utime/stime) is not a number"))
+    let (mut bpf, mut cpu) = (Some(0.0), CpuTimes::default());
+    for node in nodes {
+        let name = node["node"].as_str().unwrap_or("?");
+        let field = |key: &str| {
+            node[key]
+                .as_f64()
+                .with_context(|| format!("node {name}: no {key}"))
         };
-        total.user_ns += field(14)? * ns_per_tick;
-        total.kernel_ns += field(15)? * ns_per_tick;
+        bpf = match node["bpf_stats"].as_str() {
+            Some("measured") => bpf
+                .zip(Some(field("bpf_ns_per_request")?))
+                .map(|(a, b)| a + b),
+            Some("not_measured") => None,
+            other => bail!("node {name}: bpf_stats {other:?}"),
+        };
+        cpu.user_ns += field("user_cpu_ns")? / requests as f64;
+        cpu.kernel_ns += field("sys_cpu_ns")? / requests as f64;
     }
-    Ok(total)
+    Ok((bpf, cpu))
 }
 
 fn start_recorder(exe: &Path, node: &str, ns: &str, file: &Path, dir: &Path) -> Result<Proc> {
@@ -876,7 +878,7 @@ pub fn request_stats<'a>(
         band_ns: truth_breakdown::median_band(&e2e, &target),
         e2e_p50_ns: median(e2e),
         target_p50_ns: median(target),
-        bpf_ns_per_request: 0.0,
+        bpf_ns_per_request: None,
         recorder_cpu_ns_per_request: CpuTimes::default(),
         reference: None,
         client_programs: Vec::new(),
@@ -977,7 +979,8 @@ pub fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, setting: &T
          at p50: the same over the requests around the median ({:.0}-{:.0} % by e2e, the added \
          mean target over the added mean e2e); n/a when the cause added less than {:.0} % of the \
          p50; per request, with the cause: BPF = both recorders' BPF program run time, rec \
-         usr/sys = the recorder processes' own user/kernel CPU time)",
+         usr/sys = the recorder processes' own user/kernel CPU time, over the recordings, as \
+         `meshlab report` computes them; * = some runs had BPF statistics off, n/m = all)",
         truth_breakdown::BAND.0 * 100.0,
         truth_breakdown::BAND.1 * 100.0,
         MIN_ADDED_FRACTION * 100.0
@@ -1021,9 +1024,9 @@ pub fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, setting: &T
         };
         let share = percent(recovered, added);
         let at_p50 = percent(band_recovered, band_added);
-        let cost = |f: fn(&RunStats) -> f64| {
+        let cost = |f: fn(&RunStats) -> Option<f64>| {
             if setting.self_cost {
-                format!("{:>8.1}", condition_median(on, f) / 1e3)
+                cost_cell(&on.iter().map(f).collect::<Vec<_>>())
             } else {
                 format!("{:>8}", "-")
             }
@@ -1037,10 +1040,23 @@ pub fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, setting: &T
             cause.target_name(),
             recovered,
             cost(|r| r.bpf_ns_per_request),
-            cost(|r| r.recorder_cpu_ns_per_request.user_ns),
-            cost(|r| r.recorder_cpu_ns_per_request.kernel_ns),
+            cost(|r| Some(r.recorder_cpu_ns_per_request.user_ns)),
+            cost(|r| Some(r.recorder_cpu_ns_per_request.kernel_ns)),
             largest_other_growth(off, on)
         );
+    }
+}
+
+/// A self-cost column's cell, in us: the median over the runs that measured it, marked `*`
+/// when some runs did not; `n/m` when none did.
+fn cost_cell(per_run_ns: &[Option<f64>]) -> String {
+    let measured: Vec<f64> = per_run_ns.iter().flatten().copied().collect();
+    if measured.is_empty() {
+        format!("{:>8}", "n/m")
+    } else if measured.len() < per_run_ns.len() {
+        format!("{:>7.1}*", median(measured) / 1e3)
+    } else {
+        format!("{:>8.1}", median(measured) / 1e3)
     }
 }
 
@@ -1237,6 +1253,45 @@ mod tests {
         let both = Cli::try_parse_from(["truth", "--no-reference", "--reference-only"]);
         assert!(both.is_err(), "--no-reference with --reference-only");
         assert!(!Cause::CpuHogsBusyPoll.in_guests());
+    }
+
+    #[test]
+    fn the_own_cost_columns_are_the_reports_per_request_figures() {
+        let report = json!({"own_cost": {"requests": 100, "nodes": [
+            {"node": "A", "bpf_stats": "measured", "bpf_ns_per_request": 2500.0,
+             "user_cpu_ns": 3_000_000, "sys_cpu_ns": 1_000_000},
+            {"node": "B", "bpf_stats": "measured", "bpf_ns_per_request": 1500.0,
+             "user_cpu_ns": 2_000_000, "sys_cpu_ns": 0},
+        ]}});
+        let (bpf, cpu) = own_cost_per_request(&report).unwrap();
+        assert_eq!(bpf, Some(4000.0));
+        assert_eq!(
+            cpu,
+            CpuTimes {
+                user_ns: 50_000.0,
+                kernel_ns: 10_000.0
+            }
+        );
+        // One node whose BPF run time was not measured: the sum is not known, the CPU is.
+        let unmeasured = json!({"own_cost": {"requests": 100, "nodes": [
+            {"node": "A", "bpf_stats": "measured", "bpf_ns_per_request": 2500.0,
+             "user_cpu_ns": 0, "sys_cpu_ns": 0},
+            {"node": "B", "bpf_stats": "not_measured", "bpf_ns_per_request": null,
+             "user_cpu_ns": 100_000, "sys_cpu_ns": 200_000}]}});
+        let (bpf, cpu) = own_cost_per_request(&unmeasured).unwrap();
+        assert_eq!(bpf, None);
+        assert_eq!(cpu.kernel_ns, 2_000.0);
+        assert!(own_cost_per_request(&json!({"own_cost": {"requests": 0, "nodes": []}})).is_err());
+    }
+
+    #[test]
+    fn a_cost_cell_marks_runs_that_did_not_measure() {
+        assert_eq!(
+            cost_cell(&[Some(2_000.0), Some(4_000.0), Some(3_000.0)]),
+            "     3.0"
+        );
+        assert_eq!(cost_cell(&[Some(2_000.0), None, Some(4_000.0)]), "    4.0*");
+        assert_eq!(cost_cell(&[None, None]), "     n/m");
     }
 
     #[test]

@@ -260,13 +260,13 @@ impl Cause {
                 payload: 64,
                 qps: 20,
             },
-            // The busy-poll server and its two hogs take turns on CPU 1 a tick (4 ms) each: a
-            // request waits up to two ticks (8 ms) for the server's turn. At 50 req/s (20 ms
-            // apart, longer than that wait) every request is sent on the client's schedule, not
-            // right after a late reply (which would find the server on its CPU and hide the
-            // wait). 20 ms is 5 ticks, 2 more than the 3-tick cycle, so arrivals step through
-            // the three turns: a third wait nothing, a third about one tick, a third two, and
-            // the median request is in the middle of the one-tick third (`hogs`).
+            // The busy-poll server and its two hogs take turns on CPU 1, ended by the tick
+            // (4 ms): a request that arrives off the server's turn waits whole ticks less the
+            // arrival's phase (about 4, 8, 12 ms, more when the hogs get several ticks in a row
+            // or other tasks take turns too). At 50 req/s (20 ms apart, longer than most such
+            // waits) requests are sent on the client's schedule, not right after a late reply
+            // (which would find the server on its CPU and hide the wait). 20 ms is 5 ticks, not
+            // a multiple of the 3-tick cycle, so arrivals do not keep one phase of the turns.
             Cause::CpuHogsBusyPoll => Workload {
                 payload: 64,
                 qps: 50,
@@ -282,10 +282,11 @@ impl Cause {
         }
     }
 
-    /// CPU hogs started with the cause. Three, except for the busy-poll server: it and three
-    /// hogs would take four turns, a quarter of the requests waiting 0, 1, 2 and 3 ticks, and
-    /// the median request would sit on the step from one tick to two (run medians of about
-    /// 4 or about 7 ms; docs/truth.md); with two the median is inside one step.
+    /// CPU hogs started with the cause. Three, except for the busy-poll server: with three,
+    /// about a quarter of its requests waited 0, 1, 2 and 3 ticks each, so the median request
+    /// sat on the step from one tick to two and a run's e2e median and target median could
+    /// fall on different steps (docs/truth.md); two hogs leave more requests on the first
+    /// steps.
     fn hogs(self) -> usize {
         match self {
             Cause::CpuHogsBusyPoll => 2,

@@ -48,6 +48,10 @@ pub struct TruthArgs {
     /// Only the bpftrace reference runs (no cause), for checking the reference quickly.
     #[arg(long)]
     reference_only: bool,
+    /// No bpftrace reference runs (the causes' table only): for measuring causes on a machine
+    /// where bpftrace is slow to stop, or not installed.
+    #[arg(long, conflicts_with = "reference_only")]
+    no_reference: bool,
     /// Also print, per cause, every segment's p50 and mean without and with it, and the CPUs
     /// it ran on: where an added latency went.
     #[arg(long)]
@@ -83,6 +87,11 @@ pub enum Cause {
     /// than a scheduler tick (4 ms at HZ=250): the tick preempts it inside its work and it
     /// waits for the hogs' slices -> the server's `runqueue_wait`.
     CpuHogsLongHandler,
+    /// Two such hogs against a SCHED_OTHER server that busy-polls its socket between requests
+    /// (`lab server --busy-poll`, with and without them): it never sleeps, so it takes turns
+    /// with the hogs a tick at a time, and a request that arrives while it is preempted waits
+    /// in its socket with the reader runnable -> the server's `rx_runqueue_wait`.
+    CpuHogsBusyPoll,
     /// The server spins in its handler -> server_app (the server process, kernel-only mode).
     SlowHandler,
     /// A small SO_RCVBUF on the server's connection, requests larger than it -> the client's
@@ -103,10 +112,11 @@ pub enum Cause {
 }
 
 /// The causes a run without `--cause` injects, in table order.
-const CAUSES: [Cause; 5] = [
+const CAUSES: [Cause; 6] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsLongHandler,
+    Cause::CpuHogsBusyPoll,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
 ];
@@ -120,12 +130,13 @@ pub const VM_CAUSES: [Cause; 4] = [
 ];
 
 /// Every cause, in table order.
-const ALL_CAUSES: [Cause; 11] = [
+const ALL_CAUSES: [Cause; 12] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
     Cause::CpuHogsEcho,
     Cause::CpuHogsLongHandler,
+    Cause::CpuHogsBusyPoll,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
     Cause::NetemDelay,
@@ -151,6 +162,7 @@ impl Cause {
             Cause::CpuHogsBusy => "3 CPU hogs, 400us/req server",
             Cause::CpuHogsEcho => "3 CPU hogs, echo server",
             Cause::CpuHogsLongHandler => "3 CPU hogs, 5ms/req server",
+            Cause::CpuHogsBusyPoll => "2 CPU hogs, busy-poll server",
             Cause::SlowHandler => "server handler spins 200us",
             Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
             Cause::NetemDelay => "netem delay 5ms on A's NIC",
@@ -173,6 +185,7 @@ impl Cause {
             | Cause::CpuHogsBusy
             | Cause::CpuHogsEcho
             | Cause::CpuHogsLongHandler => "B sched waits",
+            Cause::CpuHogsBusyPoll => "B rx_runqueue_wait",
             Cause::SlowHandler => "B server_app",
             Cause::SmallRcvbuf => "A tx_socket_queue",
             Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
@@ -184,7 +197,9 @@ impl Cause {
     /// Hogs on the server's CPU delay the server thread only while it is runnable without a
     /// CPU: after its wake-up (`rx_sched_delay`), while its data waits for it preempted
     /// (`rx_runqueue_wait`) and while it is preempted inside its own work (`runqueue_wait`),
-    /// the server's segments of unit `scheduler` and kind `queue` (docs/truth.md).
+    /// the server's segments of unit `scheduler` and kind `queue` (docs/truth.md). The
+    /// busy-poll server is never woken (it does not sleep): its cause is only the wait of the
+    /// preempted reader, `rx_runqueue_wait`.
     fn is_target(self, seg: &Segment) -> bool {
         match self {
             Cause::TbfRateLimit => seg.node == "A" && seg.name == "tx_qdisc",
@@ -194,6 +209,7 @@ impl Cause {
             | Cause::CpuHogsLongHandler => {
                 seg.node == "B" && seg.unit == "scheduler" && seg.kind == "queue"
             }
+            Cause::CpuHogsBusyPoll => seg.node == "B" && seg.name == "rx_runqueue_wait",
             Cause::SlowHandler => seg.node == "B" && seg.name == "server_app",
             Cause::SmallRcvbuf => seg.node == "A" && seg.name == "tx_socket_queue",
             // netem holds (or drops, until the retransmission) A's packets between
@@ -244,6 +260,17 @@ impl Cause {
                 payload: 64,
                 qps: 20,
             },
+            // The busy-poll server and its two hogs take turns on CPU 1, ended by the tick
+            // (4 ms): a request that arrives off the server's turn waits whole ticks less the
+            // arrival's phase (about 4, 8, 12 ms, more when the hogs get several ticks in a row
+            // or other tasks take turns too). At 50 req/s (20 ms apart, longer than most such
+            // waits) requests are sent on the client's schedule, not right after a late reply
+            // (which would find the server on its CPU and hide the wait). 20 ms is 5 ticks, not
+            // a multiple of the 3-tick cycle, so arrivals do not keep one phase of the turns.
+            Cause::CpuHogsBusyPoll => Workload {
+                payload: 64,
+                qps: 50,
+            },
             // TCG guests on a shared 2-CPU host take milliseconds per request: at 200 req/s
             // they idle between requests instead of running back to back.
             Cause::NetemDelay | Cause::NetemLoss | Cause::WireDelay | Cause::IrqBusyCpu => {
@@ -255,10 +282,27 @@ impl Cause {
         }
     }
 
+    /// CPU hogs started with the cause. Three, except for the busy-poll server: with three,
+    /// about a quarter of its requests waited 0, 1, 2 and 3 ticks each, so the median request
+    /// sat on the step from one tick to two and a run's e2e median and target median could
+    /// fall on different steps (docs/truth.md); two hogs leave more requests on the first
+    /// steps.
+    fn hogs(self) -> usize {
+        match self {
+            Cause::CpuHogsBusyPoll => 2,
+            c if c.has_hogs() => 3,
+            _ => 0,
+        }
+    }
+
     fn has_hogs(self) -> bool {
         matches!(
             self,
-            Cause::CpuHogs | Cause::CpuHogsBusy | Cause::CpuHogsEcho | Cause::CpuHogsLongHandler
+            Cause::CpuHogs
+                | Cause::CpuHogsBusy
+                | Cause::CpuHogsEcho
+                | Cause::CpuHogsLongHandler
+                | Cause::CpuHogsBusyPoll
         )
     }
 
@@ -311,11 +355,15 @@ pub struct RunStats {
     /// bpftrace reference measures (it times only intervals that happened).
     present_p50_ns: BTreeMap<String, f64>,
     pub requests: usize,
-    /// Run time of both recorders' BPF programs during the run, per request of the run: the
-    /// tracer's own kernel time. Machine-wide: the scheduler programs run on every context
-    /// switch of every process, so a busy machine raises it.
-    bpf_ns_per_request: f64,
-    /// Both recorder processes' own CPU time (user, kernel) during the run, per request.
+    /// Run time of both recorders' BPF programs over their recordings, per request of the
+    /// merged run, as `meshlab report` computes it (`own_cost`): the tracer's own kernel time.
+    /// Machine-wide: the scheduler programs run on every context switch of every process, so
+    /// a busy machine raises it. `None` when a recording says it was not measured
+    /// (`kernel.bpf_stats_enabled` is one switch for the machine: another session may turn it
+    /// off during a run).
+    bpf_ns_per_request: Option<f64>,
+    /// Both recorder processes' own CPU time (user, kernel) over their recordings, per request,
+    /// from the same report.
     recorder_cpu_ns_per_request: CpuTimes,
     /// What bpftrace measured, in the runs the reference watched.
     reference: Option<truth_reference::BpftraceRun>,
@@ -385,20 +433,27 @@ pub fn run(args: TruthArgs) -> Result<()> {
                 // Recordings take ~16 MB per run: keep only what was asked for.
                 scratch.done_with(&dir);
                 eprintln!(
-                    "truth: round {round} {:<28} {:<7} e2e p50 {:>9.1} us, {} {:>9.1} us ({} requests, meshlab BPF {:.1} us/request)",
+                    "truth: round {round} {:<28} {:<7} e2e p50 {:>9.1} us, {} {:>9.1} us ({} requests, meshlab BPF {} us/request)",
                     cause.name(),
                     if with_cause { "cause" } else { "without" },
                     stats.e2e_p50_ns / 1e3,
                     cause.target_name(),
                     stats.target_p50_ns / 1e3,
                     stats.requests,
-                    stats.bpf_ns_per_request / 1e3
+                    stats
+                        .bpf_ns_per_request
+                        .map_or("not measured".into(), |ns| format!("{:.1}", ns / 1e3))
                 );
                 results.entry((cause, with_cause)).or_default().push(stats);
             }
         }
         // One run for the comparison, one keeping bpftrace's clock reads for the offsets.
-        for stamps in [false, true] {
+        let stamps_runs: &[bool] = if args.no_reference {
+            &[]
+        } else {
+            &[false, true]
+        };
+        for &stamps in stamps_runs {
             reference_runs.extend(reference_run(
                 &exe, &netns, &scratch, round, seconds, stamps,
             )?);
@@ -408,7 +463,9 @@ pub fn run(args: TruthArgs) -> Result<()> {
     if args.breakdown {
         print_breakdowns(&results);
     }
-    truth_reference::print_comparison(&reference_runs);
+    if !args.no_reference {
+        truth_reference::print_comparison(&reference_runs);
+    }
     Ok(())
 }
 
@@ -492,7 +549,7 @@ fn one_run(
         _ => None,
     };
     let hogs = match (cause, with_cause) {
-        (c, true) if c.has_hogs() => Some(CpuHogs::start(3, SERVER_CPU)?),
+        (c, true) if c.has_hogs() => Some(CpuHogs::start(c.hogs(), SERVER_CPU)?),
         _ => None,
     };
     // Its own runs: bpftrace's programs slow the traffic they watch, so a watched run must not
@@ -501,7 +558,6 @@ fn one_run(
         RunKind::Reference { stamps } => Some(Reference::start(&netns.dev_a, stamps, dir)?),
         _ => None,
     };
-    let bpf_before = recorder_bpf_ns(&recorders)?;
     // Only the reference table uses the client recorder's per-program costs.
     let client_before = match &reference {
         Some(_) => {
@@ -510,7 +566,6 @@ fn one_run(
         }
         None => None,
     };
-    let cpu_before = recorder_cpu(&recorders)?;
     let ticks_before = cpu_ticks()?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     if let Some(hogs) = &hogs {
@@ -518,7 +573,6 @@ fn one_run(
     }
     run_client(exe, netns, cause, seconds)?;
     server.stop()?;
-    let bpf_ns = recorder_bpf_ns(&recorders)? - bpf_before;
     let programs = match client_before {
         Some((pid, before)) => Some((
             bpfstats::delta(&before, &bpfstats::snapshot(pid)?),
@@ -526,15 +580,16 @@ fn one_run(
         )),
         None => None,
     };
-    let cpu = recorder_cpu(&recorders)?.since(cpu_before);
     let cpu_busy = busy_between(&ticks_before, &cpu_ticks()?);
     let reference = reference.map(Reference::finish).transpose()?;
     for mut recorder in recorders {
         recorder.stop()?;
     }
-    let mut stats = run_stats(&merge_kernel(exe, &kernel, dir)?, cause)?;
-    stats.bpf_ns_per_request = bpf_ns as f64 / stats.requests as f64;
-    stats.recorder_cpu_ns_per_request = cpu.per(stats.requests);
+    let merged = merge_kernel(exe, &kernel, dir)?;
+    let mut stats = run_stats(&merged, cause)?;
+    let own = own_cost_per_request(&report_json(exe, &merged)?)
+        .with_context(|| format!("meshlab report --json {}: own_cost", merged.display()))?;
+    (stats.bpf_ns_per_request, stats.recorder_cpu_ns_per_request) = own;
     stats.breakdown.cpu_busy = cpu_busy;
     stats.reference = reference;
     if let Some((client_programs, loaded_programs)) = programs {
@@ -619,68 +674,66 @@ fn merge_kernel(exe: &Path, kernel: &[PathBuf], dir: &Path) -> Result<PathBuf> {
     Ok(merged)
 }
 
-/// Total BPF program run time so far of the recorders' programs (kernel.bpf_stats_enabled).
-fn recorder_bpf_ns(recorders: &[Proc]) -> Result<u64> {
-    let mut total = 0;
-    for recorder in recorders {
-        let pid = recorder.pid().context("recorder already stopped")?;
-        total += bpfstats::snapshot(pid)?
-            .values()
-            .map(|c| c.run_time_ns)
-            .sum::<u64>();
+/// `meshlab report --json` of a merged file.
+fn report_json(exe: &Path, merged: &Path) -> Result<serde_json::Value> {
+    let out = std::process::Command::new(exe)
+        .args(["report", "--json"])
+        .arg(merged)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("running meshlab report --json")?;
+    if !out.status.success() {
+        bail!(
+            "meshlab report --json {} failed ({}): {}",
+            merged.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
-    Ok(total)
+    serde_json::from_slice(&out.stdout).context("meshlab report --json: not JSON")
 }
 
 /// User and kernel CPU time, in ns.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct CpuTimes {
     user_ns: f64,
     kernel_ns: f64,
 }
 
-impl CpuTimes {
-    fn since(self, before: CpuTimes) -> CpuTimes {
-        CpuTimes {
-            user_ns: self.user_ns - before.user_ns,
-            kernel_ns: self.kernel_ns - before.kernel_ns,
-        }
+/// Both recorders' own cost per request, as the report's "meshlab's own cost" computes it
+/// (report/own_cost.rs, docs/report.md): the sum over the nodes of its `bpf_ns_per_request`
+/// (each node's BPF program run time over the report's requests), and the nodes' recorder
+/// CPU time (getrusage over the recording) over the same requests. BPF run time is `None`
+/// when a node's recording says it was not measured.
+fn own_cost_per_request(report: &serde_json::Value) -> Result<(Option<f64>, CpuTimes)> {
+    let own = &report["own_cost"];
+    let requests = own["requests"]
+        .as_u64()
+        .filter(|&n| n > 0)
+        .context("no requests")?;
+    let nodes = own["nodes"].as_array().context("no nodes")?;
+    if nodes.is_empty() {
+        bail!("no node has a self_cost");
     }
-
-    fn per(self, requests: usize) -> CpuTimes {
-        let n = requests.max(1) as f64;
-        CpuTimes {
-            user_ns: self.user_ns / n,
-            kernel_ns: self.kernel_ns / n,
-        }
-    }
-}
-
-/// The recorders' CPU time so far, all threads: utime and stime of /proc/PID/stat (clock
-/// ticks). Their BPF programs run in other tasks' context and are not in it (BPF/req is).
-fn recorder_cpu(recorders: &[Proc]) -> Result<CpuTimes> {
-    // SAFETY: sysconf has no preconditions.
-    let ns_per_tick = 1e9 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let mut total = CpuTimes::default();
-    for recorder in recorders {
-        let pid = recorder.pid().context("recorder already stopped")?;
-        let path = format!("/proc/{pid}/stat");
-        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        let field = |n: usize| -> Result<f64> {
-            fields
-                .get(n - 3)
-                .and_then(|f| f.parse::<f64>().ok())
-                .with_context(|| format!("{path}: field {n} (utime/stime) is not a number"))
+    let (mut bpf, mut cpu) = (Some(0.0), CpuTimes::default());
+    for node in nodes {
+        let name = node["node"].as_str().unwrap_or("?");
+        let field = |key: &str| {
+            node[key]
+                .as_f64()
+                .with_context(|| format!("node {name}: no {key}"))
         };
-        total.user_ns += field(14)? * ns_per_tick;
-        total.kernel_ns += field(15)? * ns_per_tick;
+        bpf = match node["bpf_stats"].as_str() {
+            Some("measured") => bpf
+                .zip(Some(field("bpf_ns_per_request")?))
+                .map(|(a, b)| a + b),
+            Some("not_measured") => None,
+            other => bail!("node {name}: bpf_stats {other:?}"),
+        };
+        cpu.user_ns += field("user_cpu_ns")? / requests as f64;
+        cpu.kernel_ns += field("sys_cpu_ns")? / requests as f64;
     }
-    Ok(total)
+    Ok((bpf, cpu))
 }
 
 fn start_recorder(exe: &Path, node: &str, ns: &str, file: &Path, dir: &Path) -> Result<Proc> {
@@ -717,24 +770,32 @@ fn start_server(
     cmd.args(["lab", "server", "--listen"])
         .arg(format!("{}:{PORT}", netns.addr_b))
         .arg("--ready-file")
-        .arg(&ready);
-    // The CPU-hog runs' server needs the CPU in both conditions: only the hogs differ.
-    match cause {
-        Cause::CpuHogsBusy => _ = cmd.args(["--handler-cpu", HOG_RUN_HANDLER_CPU]),
-        Cause::CpuHogsLongHandler => _ = cmd.args(["--handler-cpu", LONG_HANDLER_CPU]),
-        _ => {}
-    }
+        .arg(&ready)
+        .args(server_options(cause, with_cause));
     if cause.batch_server() {
         sched_batch(&mut cmd);
     }
-    match (cause, with_cause) {
-        (Cause::SlowHandler, true) => cmd.args(["--handler-spin", "200us"]),
-        (Cause::SmallRcvbuf, true) => cmd.args(["--rcvbuf", "4096"]),
-        _ => &mut cmd,
-    };
     let mut server = Proc::spawn("meshlab lab server", &mut cmd)?;
     server.wait_ready(&ready, Duration::from_secs(10))?;
     Ok(server)
+}
+
+/// The lab server's options in one run of `cause`, beyond where it listens.
+fn server_options(cause: Cause, with_cause: bool) -> Vec<&'static str> {
+    let mut options = Vec::new();
+    // The CPU-hog runs' server is the same in both conditions: only the hogs differ.
+    match cause {
+        Cause::CpuHogsBusy => options.extend(["--handler-cpu", HOG_RUN_HANDLER_CPU]),
+        Cause::CpuHogsLongHandler => options.extend(["--handler-cpu", LONG_HANDLER_CPU]),
+        Cause::CpuHogsBusyPoll => options.push("--busy-poll"),
+        _ => {}
+    }
+    match (cause, with_cause) {
+        (Cause::SlowHandler, true) => options.extend(["--handler-spin", "200us"]),
+        (Cause::SmallRcvbuf, true) => options.extend(["--rcvbuf", "4096"]),
+        _ => {}
+    }
+    options
 }
 
 fn parse_segment(v: &serde_json::Value) -> Option<Segment> {
@@ -832,7 +893,7 @@ pub fn request_stats<'a>(
         band_ns: truth_breakdown::median_band(&e2e, &target),
         e2e_p50_ns: median(e2e),
         target_p50_ns: median(target),
-        bpf_ns_per_request: 0.0,
+        bpf_ns_per_request: None,
         recorder_cpu_ns_per_request: CpuTimes::default(),
         reference: None,
         client_programs: Vec::new(),
@@ -933,7 +994,8 @@ pub fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, setting: &T
          at p50: the same over the requests around the median ({:.0}-{:.0} % by e2e, the added \
          mean target over the added mean e2e); n/a when the cause added less than {:.0} % of the \
          p50; per request, with the cause: BPF = both recorders' BPF program run time, rec \
-         usr/sys = the recorder processes' own user/kernel CPU time)",
+         usr/sys = the recorder processes' own user/kernel CPU time, over the recordings, as \
+         `meshlab report` computes them; * = some runs had BPF statistics off, n/m = all)",
         truth_breakdown::BAND.0 * 100.0,
         truth_breakdown::BAND.1 * 100.0,
         MIN_ADDED_FRACTION * 100.0
@@ -977,9 +1039,9 @@ pub fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, setting: &T
         };
         let share = percent(recovered, added);
         let at_p50 = percent(band_recovered, band_added);
-        let cost = |f: fn(&RunStats) -> f64| {
+        let cost = |f: fn(&RunStats) -> Option<f64>| {
             if setting.self_cost {
-                format!("{:>8.1}", condition_median(on, f) / 1e3)
+                cost_cell(&on.iter().map(f).collect::<Vec<_>>())
             } else {
                 format!("{:>8}", "-")
             }
@@ -993,10 +1055,23 @@ pub fn print_table(results: &BTreeMap<(Cause, bool), Vec<RunStats>>, setting: &T
             cause.target_name(),
             recovered,
             cost(|r| r.bpf_ns_per_request),
-            cost(|r| r.recorder_cpu_ns_per_request.user_ns),
-            cost(|r| r.recorder_cpu_ns_per_request.kernel_ns),
+            cost(|r| Some(r.recorder_cpu_ns_per_request.user_ns)),
+            cost(|r| Some(r.recorder_cpu_ns_per_request.kernel_ns)),
             largest_other_growth(off, on)
         );
+    }
+}
+
+/// A self-cost column's cell, in us: the median over the runs that measured it, marked `*`
+/// when some runs did not; `n/m` when none did.
+fn cost_cell(per_run_ns: &[Option<f64>]) -> String {
+    let measured: Vec<f64> = per_run_ns.iter().flatten().copied().collect();
+    if measured.is_empty() {
+        format!("{:>8}", "n/m")
+    } else if measured.len() < per_run_ns.len() {
+        format!("{:>7.1}*", median(measured) / 1e3)
+    } else {
+        format!("{:>8.1}", median(measured) / 1e3)
     }
 }
 
@@ -1072,5 +1147,195 @@ impl Drop for Scratch {
         if !self.keep {
             let _ = std::fs::remove_dir_all(&self.root);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use serde_json::json;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        truth: TruthArgs,
+    }
+
+    fn seg(node: &str, name: &str, unit: &str, kind: &str, dur: u64) -> serde_json::Value {
+        json!({"node": node, "name": name, "unit": unit, "kind": kind, "dur_ns": dur})
+    }
+
+    fn request(trace_id: &str, e2e: u64, segments: serde_json::Value) -> serde_json::Value {
+        json!({"type": "request", "complete": true, "trace_id": trace_id, "e2e_ns": e2e,
+               "segments": segments})
+    }
+
+    /// One request of a busy-poll run with the hogs: the reader preempted while its data
+    /// waited, then busy reading, then preempted inside its work; the client's own waits.
+    fn busy_poll_request(trace_id: &str, runqueue: u64) -> serde_json::Value {
+        request(
+            trace_id,
+            runqueue + 1_000,
+            json!([
+                seg("B", "rx_runqueue_wait", "scheduler", "queue", runqueue),
+                seg("B", "rx_reader_busy", "role", "compute", 20),
+                seg("B", "runqueue_wait", "scheduler", "queue", 300),
+                seg("B", "rx_sched_delay", "scheduler", "queue", 200),
+                seg("A", "rx_runqueue_wait", "scheduler", "queue", 400),
+                seg("B", "server_app", "server", "compute", 80),
+            ]),
+        )
+    }
+
+    #[test]
+    fn the_busy_poll_cause_counts_only_the_servers_rx_runqueue_wait() {
+        let r = busy_poll_request("t@64", 5_000);
+        assert_eq!(target_ns(&r, Cause::CpuHogsBusyPoll), 5_000);
+        // The other hog causes count every wait of the server for its CPU.
+        assert_eq!(target_ns(&r, Cause::CpuHogsLongHandler), 5_500);
+        assert_eq!(Cause::CpuHogsBusyPoll.target_name(), "B rx_runqueue_wait");
+    }
+
+    #[test]
+    fn the_busy_poll_server_polls_in_both_conditions_and_only_the_hogs_differ() {
+        for with_cause in [false, true] {
+            assert_eq!(
+                server_options(Cause::CpuHogsBusyPoll, with_cause),
+                ["--busy-poll"]
+            );
+            assert_eq!(
+                server_options(Cause::CpuHogsLongHandler, with_cause),
+                ["--handler-cpu", LONG_HANDLER_CPU]
+            );
+        }
+        assert!(Cause::CpuHogsBusyPoll.has_hogs());
+        assert!(!Cause::CpuHogsBusyPoll.batch_server());
+        assert!(server_options(Cause::SlowHandler, false).is_empty());
+        assert_eq!(
+            server_options(Cause::SlowHandler, true),
+            ["--handler-spin", "200us"]
+        );
+        assert_eq!(
+            server_options(Cause::SmallRcvbuf, true),
+            ["--rcvbuf", "4096"]
+        );
+    }
+
+    #[test]
+    fn busy_poll_requests_are_sent_further_apart_than_the_longest_wait() {
+        // The hogs' ticks (HZ = 250: 4 ms each) before the server's turn comes back.
+        let hogs = Cause::CpuHogsBusyPoll.hogs();
+        assert_eq!(hogs, 2);
+        let longest_wait = Duration::from_millis(4) * u32::try_from(hogs).unwrap();
+        let workload = Cause::CpuHogsBusyPoll.workload();
+        let interval = Duration::from_secs(1) / u32::try_from(workload.qps).unwrap();
+        assert!(interval > longest_wait, "{interval:?}");
+        assert_eq!(workload.payload, 64);
+        // The interval in ticks, against the cycle of the server's and the hogs' turns: not a
+        // multiple of it, so arrivals step through every turn.
+        let ticks = interval.as_millis() / 4;
+        assert_ne!(ticks % (hogs as u128 + 1), 0);
+        assert_eq!(Cause::CpuHogsLongHandler.hogs(), 3);
+        assert_eq!(Cause::SlowHandler.hogs(), 0);
+    }
+
+    #[test]
+    fn run_stats_skip_the_first_request_and_take_medians() {
+        let records = [
+            // The connection's first request: the server thread's start, not counted.
+            busy_poll_request("c@0", 90_000),
+            busy_poll_request("c@64", 1_000),
+            busy_poll_request("c@128", 7_000),
+            busy_poll_request("c@192", 3_000),
+            json!({"type": "merge_summary"}),
+        ];
+        let stats = request_stats(records.iter(), Cause::CpuHogsBusyPoll).unwrap();
+        assert_eq!(stats.requests, 3);
+        assert_eq!(stats.target_p50_ns, 3_000.0);
+        assert_eq!(stats.e2e_p50_ns, 4_000.0);
+        assert_eq!(
+            stats.target_keys,
+            BTreeSet::from(["B rx_runqueue_wait".to_owned()])
+        );
+        assert_eq!(stats.present_p50_ns["A rx_runqueue_wait"], 400.0);
+    }
+
+    #[test]
+    fn the_cli_names_the_busy_poll_cause_and_the_runs_without_reference() {
+        let cli = Cli::try_parse_from([
+            "truth",
+            "--cause",
+            "cpu-hogs-busy-poll",
+            "--no-reference",
+            "--debug",
+        ])
+        .unwrap();
+        assert_eq!(cli.truth.causes, [Cause::CpuHogsBusyPoll]);
+        assert!(cli.truth.no_reference && cli.truth.debug && !cli.truth.vm);
+        let both = Cli::try_parse_from(["truth", "--no-reference", "--reference-only"]);
+        assert!(both.is_err(), "--no-reference with --reference-only");
+        assert!(!Cause::CpuHogsBusyPoll.in_guests());
+    }
+
+    #[test]
+    fn the_own_cost_columns_are_the_reports_per_request_figures() {
+        let report = json!({"own_cost": {"requests": 100, "nodes": [
+            {"node": "A", "bpf_stats": "measured", "bpf_ns_per_request": 2500.0,
+             "user_cpu_ns": 3_000_000, "sys_cpu_ns": 1_000_000},
+            {"node": "B", "bpf_stats": "measured", "bpf_ns_per_request": 1500.0,
+             "user_cpu_ns": 2_000_000, "sys_cpu_ns": 0},
+        ]}});
+        let (bpf, cpu) = own_cost_per_request(&report).unwrap();
+        assert_eq!(bpf, Some(4000.0));
+        assert_eq!(
+            cpu,
+            CpuTimes {
+                user_ns: 50_000.0,
+                kernel_ns: 10_000.0
+            }
+        );
+        // One node whose BPF run time was not measured: the sum is not known, the CPU is.
+        let unmeasured = json!({"own_cost": {"requests": 100, "nodes": [
+            {"node": "A", "bpf_stats": "measured", "bpf_ns_per_request": 2500.0,
+             "user_cpu_ns": 0, "sys_cpu_ns": 0},
+            {"node": "B", "bpf_stats": "not_measured", "bpf_ns_per_request": null,
+             "user_cpu_ns": 100_000, "sys_cpu_ns": 200_000}]}});
+        let (bpf, cpu) = own_cost_per_request(&unmeasured).unwrap();
+        assert_eq!(bpf, None);
+        assert_eq!(cpu.kernel_ns, 2_000.0);
+        assert!(own_cost_per_request(&json!({"own_cost": {"requests": 0, "nodes": []}})).is_err());
+    }
+
+    #[test]
+    fn a_cost_cell_marks_runs_that_did_not_measure() {
+        assert_eq!(
+            cost_cell(&[Some(2_000.0), Some(4_000.0), Some(3_000.0)]),
+            "     3.0"
+        );
+        assert_eq!(cost_cell(&[Some(2_000.0), None, Some(4_000.0)]), "    4.0*");
+        assert_eq!(cost_cell(&[None, None]), "     n/m");
+    }
+
+    #[test]
+    fn the_default_set_runs_every_server_scheduler_wait_in_table_order() {
+        // One cause per wait of the server for its CPU: after a wake-up (the batch server),
+        // preempted inside its work (the long handler), preempted while its data waits
+        // (busy-poll).
+        for cause in [
+            Cause::CpuHogs,
+            Cause::CpuHogsLongHandler,
+            Cause::CpuHogsBusyPoll,
+        ] {
+            assert!(CAUSES.contains(&cause), "{cause:?}");
+        }
+        let order = |c: &Cause| ALL_CAUSES.iter().position(|a| a == c).unwrap();
+        assert!(CAUSES.windows(2).all(|w| order(&w[0]) < order(&w[1])));
+        assert!(CAUSES.iter().all(|c| !c.in_guests()));
+        assert!(
+            VM_CAUSES
+                .iter()
+                .all(|c| c.in_guests() && !CAUSES.contains(c))
+        );
     }
 }

@@ -51,6 +51,13 @@ pub struct ServerArgs {
     /// receive buffer for `cargo xtask truth`.
     #[arg(long, default_value_t = 0)]
     pub rcvbuf: u32,
+    /// Wait for the next request by polling without sleeping (`poll(2)` with a zero timeout
+    /// in a loop) instead of blocking in `poll(2)`: the connection thread never sleeps between
+    /// requests, so a request that arrives while it is preempted waits in its socket with its
+    /// reader runnable (`rx_runqueue_wait`; the busy-poll CPU-hog cause of `cargo xtask
+    /// truth`). Burns its CPU while idle.
+    #[arg(long)]
+    pub busy_poll: bool,
     #[command(flatten)]
     pub trace: TraceArgs,
 }
@@ -62,6 +69,7 @@ struct ServeOptions {
     handler_spin: std::time::Duration,
     handler_cpu: std::time::Duration,
     rcvbuf: u32,
+    busy_poll: bool,
 }
 
 enum Listener {
@@ -98,6 +106,7 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         handler_spin: args.handler_spin,
         handler_cpu: args.handler_cpu,
         rcvbuf: args.rcvbuf,
+        busy_poll: args.busy_poll,
     };
     let result = accept_loop(&listener, fd, options, &probes);
     if let Listener::Unix(_, path) = &listener {
@@ -155,12 +164,8 @@ fn serve(
     let mut out = Vec::with_capacity(1024);
     loop {
         // Leftover bytes of a pipelined request are already here: no readiness to wait for.
-        if inbuf.is_empty() {
-            while !poll_readable(conn.as_raw_fd(), POLL_TICK_MS)? {
-                if shutting_down() {
-                    return Ok(());
-                }
-            }
+        if inbuf.is_empty() && !wait_readable(conn.as_raw_fd(), options.busy_poll)? {
+            return Ok(());
         }
         // The sampling decision needs the decoded request: take these two timestamps when
         // tracing at all, keep them only if the request turns out sampled.
@@ -222,6 +227,21 @@ fn serve(
     }
 }
 
+/// Waits until `fd` is readable; false when the server is shutting down first. Blocks in
+/// `poll(2)` (a tick at a time, to see the shutdown flag), or with `busy` polls with a zero
+/// timeout in a loop: the thread stays runnable, on its CPU or preempted, and never sleeps.
+fn wait_readable(fd: std::os::fd::RawFd, busy: bool) -> std::io::Result<bool> {
+    let timeout_ms = if busy { 0 } else { POLL_TICK_MS };
+    loop {
+        if poll_readable(fd, timeout_ms)? {
+            return Ok(true);
+        }
+        if shutting_down() {
+            return Ok(false);
+        }
+    }
+}
+
 /// Busy-waits (on CPU, no sleep: a slow handler, not a blocked one).
 fn spin_for(duration: std::time::Duration) {
     if duration.is_zero() {
@@ -276,4 +296,46 @@ fn set_rcvbuf(stream: &std::net::TcpStream, bytes: u32) -> anyhow::Result<()> {
         return Err(std::io::Error::last_os_error()).context("setsockopt SO_RCVBUF");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    /// The calling thread's voluntary context switches so far (it slept that many times).
+    fn voluntary_switches() -> i64 {
+        // SAFETY: a zeroed rusage is a valid value; getrusage writes one to a valid pointer.
+        let (rc, usage) = unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            (libc::getrusage(libc::RUSAGE_THREAD, &mut usage), usage)
+        };
+        assert_eq!(rc, 0, "getrusage(RUSAGE_THREAD)");
+        usage.ru_nvcsw
+    }
+
+    /// Waits on one end of a pair while a thread writes to the other after `delay`; the
+    /// waiting thread's voluntary context switches while it waited.
+    fn wait_for_a_late_write(busy: bool, delay: Duration) -> i64 {
+        let (reader, mut writer) = UnixStream::pair().unwrap();
+        let write = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            writer.write_all(b"x").unwrap();
+            writer
+        });
+        let before = voluntary_switches();
+        assert!(wait_readable(reader.as_raw_fd(), busy).unwrap());
+        let slept = voluntary_switches() - before;
+        drop(write.join().unwrap());
+        slept
+    }
+
+    #[test]
+    fn busy_polling_waits_for_data_without_sleeping() {
+        // The blocking wait sleeps in poll(2) until the write wakes it.
+        assert!(wait_for_a_late_write(false, Duration::from_millis(30)) >= 1);
+        // The busy wait stays runnable: it may be preempted (involuntary), never put to sleep.
+        assert_eq!(wait_for_a_late_write(true, Duration::from_millis(30)), 0);
+    }
 }

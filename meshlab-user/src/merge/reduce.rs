@@ -177,13 +177,7 @@ fn probe_item(
     p: ProbeEvent,
 ) -> Result<Option<PEvent>, FieldError> {
     let Some((role, point)) = p.point.split_once('.') else {
-        return Err((
-            "point",
-            format!(
-                "\"{}\": expected ROLE.NAME, e.g. client.write_begin",
-                p.point
-            ),
-        ));
+        return Err(bad_point(&p.point));
     };
     // Other roles (a probed proxy, any process on the path) keep their whole point name and
     // are placed into the node's chain by time (merge/catalog.rs).
@@ -232,4 +226,9 @@ fn probe_item(
         offset: p.offset,
         len: p.len,
     }))
+}
+
+fn bad_point(point: &str) -> FieldError {
+    let what = format!("\"{point}\": expected ROLE.NAME, e.g. client.write_begin");
+    ("point", what)
 }

@@ -177,20 +177,21 @@ fn probe_item(
     p: ProbeEvent,
 ) -> Result<Option<PEvent>, FieldError> {
     let Some((role, point)) = p.point.split_once('.') else {
-        return Err((
-            "point",
-            format!(
-                "\"{}\": expected ROLE.NAME, e.g. client.write_begin",
-                p.point
-            ),
-        ));
+        return Err(bad_point(&p.point));
     };
     // Other roles (a probed proxy, any process on the path) keep their whole point name and
     // are placed into the node's chain by time (merge/catalog.rs).
-    let (role, point) = match role {
-        "client" => (Some(Role::Client), point),
-        "server" => (Some(Role::Server), point),
-        _ => (None, p.point.as_str()),
+    let role = match role {
+        "client" => Some(Role::Client),
+        "server" => Some(Role::Server),
+        _ => None,
+    };
+    // The point's own String, its `ROLE.` prefix cut in place (a few bytes moved), rather than
+    // a second allocation per probe line.
+    let cut = if role.is_some() {
+        p.point.len() - point.len()
+    } else {
+        0
     };
     let ts = shift(p.ts_ns, skew).ok_or_else(|| {
         (
@@ -211,9 +212,11 @@ fn probe_item(
             sample: u32::MAX,
         }
     };
+    let mut point = p.point;
+    point.drain(..cut);
     Ok(Some(PEvent {
         role,
-        point: point.to_owned(),
+        point,
         process: p.process,
         trace_id: p.trace_id,
         stamp: converted.stamp(origin),
@@ -223,4 +226,9 @@ fn probe_item(
         offset: p.offset,
         len: p.len,
     }))
+}
+
+fn bad_point(point: &str) -> FieldError {
+    let what = format!("\"{point}\": expected ROLE.NAME, e.g. client.write_begin");
+    ("point", what)
 }

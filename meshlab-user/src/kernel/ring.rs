@@ -1,4 +1,5 @@
-//! The EVENTS ring buffer read straight from its memory mapping, a batch at a time.
+//! The event ring buffers (one per CPU, `EVENTS_n`) read straight from their memory mappings,
+//! a batch at a time.
 //!
 //! aya's `RingBuf` hands out one record per call and publishes the consumer position after
 //! every record; the recorder paid for the returned item (a store-forwarding stall on the
@@ -14,10 +15,11 @@
 //! is empty, a full fence and a second look, so that either the reader sees a record being
 //! committed or its producer sees the published position.
 
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering, fence};
 
 use anyhow::{Context, bail, ensure};
+use aya::Ebpf;
 use aya::maps::{Map, MapData};
 
 /// Record header bits (include/uapi/linux/bpf.h).
@@ -89,7 +91,7 @@ unsafe impl Send for EventRing {}
 impl EventRing {
     pub fn new(map: Map) -> anyhow::Result<EventRing> {
         let Map::RingBuf(map) = map else {
-            bail!("EVENTS is not a ring buffer map");
+            bail!("an EVENTS_n map is not a ring buffer map");
         };
         let size = map.info()?.max_entries() as usize;
         // SAFETY: sysconf has no preconditions.
@@ -208,5 +210,85 @@ impl EventRing {
 impl AsRawFd for EventRing {
     fn as_raw_fd(&self) -> RawFd {
         self.map.fd().as_fd().as_raw_fd()
+    }
+}
+
+/// Every event ring a CPU writes, read as one: [`EventRings::drain`] takes a share of the batch
+/// from each ring in turn, and readiness is one epoll fd over all rings (registered with tokio
+/// in the reader's loop; a forced wakeup on any ring makes it readable).
+///
+/// Order: each ring is in its own commit order, but records of different rings interleave
+/// per drained share, so the output is out of time order across CPUs. A record waits in its
+/// ring at most from its commit to the drain that reaches it: the reader's pause between
+/// drains (session.rs: 10 ms while events come, at most 320 ms after idle drains) plus the
+/// time to drain the other rings' backlog, since every drain of the session runs until all
+/// rings are caught up. That is far below merge's default reorder `--window` of 2 s; a
+/// recording that lags by more loses events to full rings first (DROPS), and merge counts any
+/// record later than its window as `late`.
+pub struct EventRings {
+    rings: Vec<EventRing>,
+    /// epoll over the rings' fds (level-triggered), closed on drop.
+    epoll: OwnedFd,
+}
+
+impl EventRings {
+    /// Takes the rings `used` (indexes into `names::MAP_EVENTS`: the ones a possible CPU
+    /// writes, loader::event_rings_used) out of `ebpf` and maps them.
+    pub fn new(ebpf: &mut Ebpf, used: &[usize]) -> anyhow::Result<EventRings> {
+        ensure!(!used.is_empty(), "no event ring to read");
+        // SAFETY: epoll_create1 has no preconditions; the fd is checked and then owned.
+        let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if raw < 0 {
+            bail!("epoll_create1: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: a new fd that nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut rings = Vec::with_capacity(used.len());
+        for &index in used {
+            let name = meshlab_common::names::MAP_EVENTS[index];
+            let map = ebpf
+                .take_map(name)
+                .with_context(|| format!("{name} ring buffer missing"))?;
+            let ring = EventRing::new(map).with_context(|| format!("event ring {name}"))?;
+            let mut event = libc::epoll_event {
+                events: libc::EPOLLIN as u32,
+                u64: index as u64,
+            };
+            // SAFETY: both fds are open; the kernel copies the event.
+            let added = unsafe {
+                libc::epoll_ctl(
+                    epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    ring.as_raw_fd(),
+                    &raw mut event,
+                )
+            };
+            if added < 0 {
+                bail!("epoll_ctl({name}): {}", std::io::Error::last_os_error());
+            }
+            rings.push(ring);
+        }
+        Ok(EventRings { rings, epoll })
+    }
+
+    /// Hands up to `max` records to `each`, an equal share from every ring in ring order;
+    /// true when every ring has caught up.
+    pub fn drain(
+        &mut self,
+        max: usize,
+        mut each: impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<bool> {
+        let share = max.div_ceil(self.rings.len()).max(1);
+        let mut caught_up = true;
+        for ring in &mut self.rings {
+            caught_up &= ring.drain(share, &mut each)?;
+        }
+        Ok(caught_up)
+    }
+}
+
+impl AsRawFd for EventRings {
+    fn as_raw_fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
     }
 }

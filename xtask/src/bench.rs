@@ -41,6 +41,9 @@ pub enum BenchTask {
     /// The pieces of a traced event (ring reserve/submit by size, clock, pid, counters, kernel
     /// read) as raw programs side by side on one tracepoint (bench_helpers.rs).
     Helpers(crate::bench_helpers::HelpersArgs),
+    /// The zero-drop event rate search of the ladder alone, for two recorder builds alternated
+    /// round by round (bench_rate.rs).
+    RateAb(crate::bench_rate::RateAbArgs),
     /// `record --attach on-demand`: delay from a traced connection to its hot hooks attached,
     /// over connect/close cycles (bench_attach.rs).
     AttachDelay(crate::bench_attach::AttachDelayArgs),
@@ -98,6 +101,7 @@ pub fn run(task: BenchTask) -> Result<()> {
         BenchTask::KernelAb(args) => return crate::bench_kernel::run(args),
         BenchTask::Helpers(args) => return crate::bench_helpers::run(args),
         BenchTask::AttachDelay(args) => return crate::bench_attach::run(args),
+        BenchTask::RateAb(args) => return crate::bench_rate::run(args),
         other => other,
     };
     if let BenchTask::Decode = task {
@@ -126,6 +130,7 @@ pub fn run(task: BenchTask) -> Result<()> {
         | BenchTask::RecorderCpu(_)
         | BenchTask::KernelAb(_)
         | BenchTask::Helpers(_)
+        | BenchTask::RateAb(_)
         | BenchTask::AttachDelay(_) => Ok(()),
         BenchTask::Probes(args) => crate::bench_probes::run(&exe, args),
         BenchTask::Overhead {

@@ -312,7 +312,7 @@ fn echo_port() -> u16 {
         .expect("spawn_echo_server sets the port first")
 }
 
-fn spawn_echo_server(exe: &Path, dir: &Path) -> Result<Proc> {
+pub(crate) fn spawn_echo_server(exe: &Path, dir: &Path) -> Result<Proc> {
     let ready = dir.join("ladder-echo.ready");
     let child = pinned(&mut Command::new(exe), Side::Server)
         .args(["lab", "server", "--listen", "127.0.0.1:0", "--ready-file"])
@@ -373,15 +373,28 @@ fn record_supports(exe: &Path, flag: &str) -> Result<bool> {
 /// events recorded and dropped at each rate (the recorder's own summary line) and the
 /// recorder's CPU per event. The last step's capture is kept for [`merge_rate`].
 fn rate_search(exe: &Path, dir: &Path, sizes: Sizes) -> Result<Vec<RateStep>> {
+    rate_search_with(exe, exe, dir, sizes)
+}
+
+/// [`rate_search`] with `recorder` recording and `workload`'s lab client driving the echo
+/// server ([`spawn_echo_server`] first): two recorder builds compare under the same client
+/// (crate::bench_rate).
+pub(crate) fn rate_search_with(
+    recorder_exe: &Path,
+    workload: &Path,
+    dir: &Path,
+    sizes: Sizes,
+) -> Result<Vec<RateStep>> {
     let mut steps = Vec::new();
     for &qps in sizes.rate_steps {
         let args = vec!["--port".to_owned(), echo_port().to_string()];
         let capture = dir.join(RATE_CAPTURE);
-        let mut recorder = spawn_recorder_with(exe, dir, &args, Stdio::piped(), &capture)?;
+        let mut recorder =
+            spawn_recorder_with(recorder_exe, dir, &args, Stdio::piped(), &capture)?;
         let pid = recorder.0.id() as i32;
         let cpu_at_ready = proc_cpu_s(pid)?;
         let started = std::time::Instant::now();
-        let client = echo_client(exe, 32, qps, sizes.echo_seconds)?;
+        let client = echo_client(workload, 32, qps, sizes.echo_seconds)?;
         let recorder_cpu_s = proc_cpu_s(pid)? - cpu_at_ready;
         // SAFETY: signalling our own child; the summary is printed on SIGINT.
         unsafe { libc::kill(pid, libc::SIGINT) };

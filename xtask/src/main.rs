@@ -7,6 +7,7 @@ mod bench_helpers;
 mod bench_kernel;
 mod bench_merge;
 mod bench_probes;
+mod bench_rate;
 mod bench_recorder;
 mod bpffloor;
 mod bpfraw;

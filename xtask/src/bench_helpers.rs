@@ -8,7 +8,7 @@
 //! it is the median of its per-round differences. The workload is 1-byte UDP datagrams to a
 //! loopback socket: each one passes netif_receive_skb once. `--senders 2` sends from both
 //! CPUs at once, so two CPUs write each shared ring, as the recorder's one ring did before
-//! per-CPU rings; the `_percpu` variants pick one of two rings by CPU, as emit() now does.
+//! per-CPU rings; the `_pcpu` variants pick one of two rings by CPU, as emit() now does.
 //!
 //! The ring buffers are drained (consumer moved to the producer) every [`DRAIN_EVERY`] sends,
 //! so reservations never fail; the report says how full they got.
@@ -76,7 +76,7 @@ impl Maps<'_> {
     /// verifier inlines bpf_get_smp_processor_id; each path loads its map as an immediate).
     fn ring_of_cpu(&self, a: &mut Asm) {
         let [first, second] = self.rings[..] else {
-            panic!("a _percpu variant declares rings: 2");
+            panic!("a _pcpu variant declares rings: 2");
         };
         a.call(helper::GET_SMP_PROCESSOR_ID);
         let other = a.jne_zero_fwd(R0);
@@ -168,7 +168,7 @@ const VARIANTS: &[Variant] = &[
         build: |a, m| reserve_submit(a, m, EVENT_BYTES, zero_event),
     },
     Variant {
-        name: "mb_rb_144_percpu",
+        name: "mb_rb_144_pcpu",
         what: "as mb_rb_144, in the ring of this CPU (one of two, chosen by \
                bpf_get_smp_processor_id)",
         rings: 2,
@@ -200,7 +200,7 @@ const VARIANTS: &[Variant] = &[
         },
     },
     Variant {
-        name: "mb_emit_percpu",
+        name: "mb_emit_pcpu",
         what: "as mb_emit_like, in the ring of this CPU (as meshlab-ebpf's emit() since \
                per-CPU rings)",
         rings: 2,

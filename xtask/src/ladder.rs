@@ -389,8 +389,7 @@ pub(crate) fn rate_search_with(
     for &qps in sizes.rate_steps {
         let args = vec!["--port".to_owned(), echo_port().to_string()];
         let capture = dir.join(RATE_CAPTURE);
-        let mut recorder =
-            spawn_recorder_with(recorder_exe, dir, &args, Stdio::piped(), &capture)?;
+        let mut recorder = spawn_recorder_with(recorder_exe, dir, &args, Stdio::piped(), &capture)?;
         let pid = recorder.0.id() as i32;
         let cpu_at_ready = proc_cpu_s(pid)?;
         let started = std::time::Instant::now();

@@ -166,7 +166,10 @@ pub fn set_conn_tuple(ev: &mut Event, info: &ConnInfo) {
 
 /// BPF_RB_NO_WAKEUP for most events (the reader drains on a timer); a forced wakeup for every
 /// `wakeup_events`-th event of this CPU, so the reader never sleeps through more than about
-/// 1/16 of the ring.
+/// 1/16 of the ring. Per ring as well: a CPU writes only its own ring (`reserve_event`), the
+/// forced wakeup is of that ring, and the loader divides by the CPUs sharing a ring when there
+/// are more CPUs than rings (record.rs `wakeup_events`); the reader's one epoll fd over all
+/// rings wakes for any of them and drains them all.
 ///
 /// Counted per CPU instead of asking the ring (`bpf_ringbuf_query(BPF_RB_AVAIL_DATA)` on
 /// every event, a helper call: up to ~7 % of a traced program run, docs/benchmarks-kernel.md).

@@ -69,6 +69,17 @@ impl Drop for Mapping {
     }
 }
 
+/// Why [`EventRing::drain`] returned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Nothing more committed: a record reserved later is stamped after this moment.
+    Empty,
+    /// The next record is still being written: its time stamp is not known yet.
+    Busy,
+    /// `max` records handed; more may follow.
+    Max,
+}
+
 pub struct EventRing {
     /// Keeps the map's fd open while the mappings are in use.
     map: MapData,
@@ -146,13 +157,13 @@ impl EventRing {
         self.consumer_pos().store(self.pos, Ordering::Release);
     }
 
-    /// Hands up to `max` records to `each` (discarded ones are skipped); true when the reader
-    /// has caught up (the buffer is empty, or its next record is still being written).
-    pub fn drain(
+    /// Hands up to `max` records to `each` (discarded ones are skipped); says why it stopped
+    /// (caught up: empty, or the next record still being written).
+    fn drain(
         &mut self,
         max: usize,
         mut each: impl FnMut(&[u8]) -> anyhow::Result<()>,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Stop> {
         let mut producer = self.producer_pos();
         let mut handed = 0;
         let mut unpublished = 0;
@@ -162,11 +173,11 @@ impl EventRing {
                 fence(Ordering::SeqCst);
                 producer = self.producer_pos();
                 if self.pos == producer {
-                    break Ok(true);
+                    break Ok(Stop::Empty);
                 }
             }
             if handed == max {
-                break Ok(false);
+                break Ok(Stop::Max);
             }
             let mut header = self.header();
             if header & BUSY_BIT != 0 {
@@ -174,7 +185,7 @@ impl EventRing {
                 fence(Ordering::SeqCst);
                 header = self.header();
                 if header & BUSY_BIT != 0 {
-                    break Ok(true);
+                    break Ok(Stop::Busy);
                 }
             }
             let len = (header & !(BUSY_BIT | DISCARD_BIT)) as usize;
@@ -213,22 +224,28 @@ impl AsRawFd for EventRing {
     }
 }
 
-/// Every event ring a CPU writes, read as one: [`EventRings::drain`] takes a share of the batch
-/// from each ring in turn, and readiness is one epoll fd over all rings (registered with tokio
-/// in the reader's loop; a forced wakeup on any ring makes it readable).
+/// Every event ring a CPU writes, read as one, in time order: [`EventRings::drain`] reads a
+/// share of the batch from each ring into a reorder buffer and hands on, sorted by time
+/// stamp, the records no ring can still precede; readiness is one epoll fd over all rings
+/// (registered with tokio in the reader's loop; a forced wakeup on any ring makes it
+/// readable).
 ///
-/// Order: each ring is in its own commit order, but records of different rings interleave
-/// per drained share, so the output is out of time order across CPUs. A record waits in its
-/// ring at most from its commit to the drain that reaches it: the reader's pause between
-/// drains (session.rs: 10 ms while events come, at most 320 ms after idle drains) plus the
-/// time to drain the other rings' backlog, since every drain of the session runs until all
-/// rings are caught up. That is far below merge's default reorder `--window` of 2 s; a
-/// recording that lags by more loses events to full rings first (DROPS), and merge counts any
-/// record later than its window as `late`.
+/// Why sorted: the decoder keeps per-connection and per-unix-socket state in the order it
+/// sees events (sequence bases from sock_established, unix byte offsets summed send by send),
+/// and a thread that migrates between CPUs writes its events to different rings. Read ring by
+/// ring, a later send could be decoded before an earlier one (lab_mesh's unix hops showed
+/// it). The horizon: a record is stamped after its reservation, so once a ring was read
+/// empty, every record it gets later is stamped after the moment the drain started; a ring
+/// read to its share, or stopped at a record still being written, bounds the horizon by the
+/// last stamp read from it. Records stamped later wait for the next drain (at most the
+/// session's drain pause, 10 ms while events come); [`EventRings::flush`] hands on the rest.
 pub struct EventRings {
     rings: Vec<EventRing>,
     /// epoll over the rings' fds (level-triggered), closed on drop.
     epoll: OwnedFd,
+    /// Records read but not handed on yet: (time stamp, start in `bytes`, length).
+    waiting: Vec<(u64, usize, usize)>,
+    bytes: Vec<u8>,
 }
 
 impl EventRings {
@@ -268,23 +285,96 @@ impl EventRings {
             }
             rings.push(ring);
         }
-        Ok(EventRings { rings, epoll })
+        Ok(EventRings {
+            rings,
+            epoll,
+            waiting: Vec::new(),
+            bytes: Vec::new(),
+        })
     }
 
-    /// Hands up to `max` records to `each`, an equal share from every ring in ring order;
-    /// true when every ring has caught up.
+    /// Reads up to `max` records, an equal share from every ring in ring order, and hands to
+    /// `each`, in time stamp order, every record read so far that no ring can precede; true
+    /// when every ring has caught up (records stamped after the horizon may still wait).
     pub fn drain(
         &mut self,
         max: usize,
         mut each: impl FnMut(&[u8]) -> anyhow::Result<()>,
     ) -> anyhow::Result<bool> {
+        let mut horizon = monotonic_ns();
         let share = max.div_ceil(self.rings.len()).max(1);
         let mut caught_up = true;
         for ring in &mut self.rings {
-            caught_up &= ring.drain(share, &mut each)?;
+            let mut last = None;
+            let (waiting, bytes) = (&mut self.waiting, &mut self.bytes);
+            let stop = ring.drain(share, |record| {
+                let ts = stamp(record)?;
+                waiting.push((ts, bytes.len(), record.len()));
+                bytes.extend_from_slice(record);
+                last = Some(ts);
+                Ok(())
+            })?;
+            if stop != Stop::Empty {
+                // Later records of this ring may be stamped from its last one read on (a ring
+                // is in stamp order up to the few ns between reservation and stamp; a record
+                // still being written was reserved after the last one read).
+                horizon = horizon.min(last.unwrap_or(0));
+            }
+            caught_up &= stop != Stop::Max;
         }
+        self.hand_on(horizon, &mut each)?;
         Ok(caught_up)
     }
+
+    /// Hands on every waiting record, in time stamp order (the programs are detached).
+    pub fn flush(
+        &mut self,
+        mut each: impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        self.hand_on(u64::MAX, &mut each)
+    }
+
+    /// Hands on the waiting records stamped at or before `horizon`, oldest first (ties in the
+    /// order read); keeps the others.
+    fn hand_on(
+        &mut self,
+        horizon: u64,
+        each: &mut impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        self.waiting.sort_by_key(|&(ts, _, _)| ts);
+        let ready = self.waiting.partition_point(|&(ts, _, _)| ts <= horizon);
+        for &(_, start, len) in &self.waiting[..ready] {
+            each(&self.bytes[start..start + len])?;
+        }
+        let mut kept = Vec::with_capacity(self.bytes.len().min(1 << 20));
+        let waiting = self.waiting.split_off(ready);
+        self.waiting.clear();
+        for (ts, start, len) in waiting {
+            self.waiting.push((ts, kept.len(), len));
+            kept.extend_from_slice(&self.bytes[start..start + len]);
+        }
+        self.bytes = kept;
+        Ok(())
+    }
+}
+
+/// An event record's time stamp (`Event::ts_ns`, its first field).
+fn stamp(record: &[u8]) -> anyhow::Result<u64> {
+    let bytes = record
+        .get(..8)
+        .context("ring buffer record shorter than a time stamp")?;
+    Ok(u64::from_ne_bytes(bytes.try_into()?))
+}
+
+/// CLOCK_MONOTONIC now, the programs' clock (bpf_ktime_get_ns).
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
+    (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
 }
 
 impl AsRawFd for EventRings {

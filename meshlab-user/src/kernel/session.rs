@@ -391,10 +391,16 @@ impl Session {
         Ok(())
     }
 
+    /// The final drain: every ring until caught up, then the records still waiting for
+    /// their turn in time order (no program runs any more).
     fn drain(&mut self) -> anyhow::Result<()> {
         let ring = self.ring.as_mut().context("ring buffer missing")?;
         while !drain_batch(ring, &mut self.out, &mut self.watch)? {}
-        Ok(())
+        let (out, watch) = (&mut self.out, &mut self.watch);
+        ring.flush(|record| {
+            watch.see(record);
+            out.write_ring_record(record)
+        })
     }
 
     fn read_counters(&self) -> anyhow::Result<Counters> {

@@ -246,6 +246,8 @@ pub struct EventRings {
     /// Records read but not handed on yet: (time stamp, start in `bytes`, length).
     waiting: Vec<(u64, usize, usize)>,
     bytes: Vec<u8>,
+    /// Where the records that keep waiting are moved at each hand-on (swapped with `bytes`).
+    spare: Vec<u8>,
 }
 
 impl EventRings {
@@ -290,6 +292,7 @@ impl EventRings {
             epoll,
             waiting: Vec::new(),
             bytes: Vec::new(),
+            spare: Vec::new(),
         })
     }
 
@@ -346,14 +349,17 @@ impl EventRings {
         for &(_, start, len) in &self.waiting[..ready] {
             each(&self.bytes[start..start + len])?;
         }
-        let mut kept = Vec::with_capacity(self.bytes.len().min(1 << 20));
-        let waiting = self.waiting.split_off(ready);
-        self.waiting.clear();
-        for (ts, start, len) in waiting {
-            self.waiting.push((ts, kept.len(), len));
-            kept.extend_from_slice(&self.bytes[start..start + len]);
+        // The rest moves to the front of the spare buffer, which becomes the buffer: both keep
+        // their capacity, so a drain allocates nothing once they have grown to a batch.
+        let (bytes, spare) = (&self.bytes, &mut self.spare);
+        spare.clear();
+        for record in &mut self.waiting[ready..] {
+            let (start, len) = (record.1, record.2);
+            record.1 = spare.len();
+            spare.extend_from_slice(&bytes[start..start + len]);
         }
-        self.bytes = kept;
+        self.waiting.drain(..ready);
+        std::mem::swap(&mut self.bytes, &mut self.spare);
         Ok(())
     }
 }

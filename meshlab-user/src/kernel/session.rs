@@ -391,11 +391,10 @@ impl Session {
         Ok(())
     }
 
-    /// The final drain: every ring until caught up, then the records still waiting for
-    /// their turn in time order (no program runs any more).
+    /// The final drain: every record left in the rings, merged in time order with no horizon
+    /// (no program runs any more; a record still being written is waited for, briefly).
     fn drain(&mut self) -> anyhow::Result<()> {
         let ring = self.ring.as_mut().context("ring buffer missing")?;
-        while !drain_batch(ring, &mut self.out, &mut self.watch)? {}
         let (out, watch) = (&mut self.out, &mut self.watch);
         ring.flush(|record| {
             watch.see(record);

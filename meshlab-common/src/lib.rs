@@ -48,8 +48,21 @@ pub const PREFILTER_COLLIDED_COOKIE: u64 = u64::MAX;
 pub const PREFILTER_COLLIDED_TID: u32 = u32::MAX;
 /// Capacity of the NIC IRQ map (IRQ number -> device and queue).
 pub const MAX_NIC_IRQS: u32 = 1_024;
-/// Default ring buffer size in bytes (must be a power-of-two multiple of the page size).
+/// Default size in bytes of each event ring (must be a power-of-two multiple of the page size).
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+/// Event rings the kernel programs write: CPU `c` writes ring `c % EVENT_RINGS`, so up to this
+/// many CPUs each have a ring of their own and never share its lock and positions (a ring
+/// written from two CPUs cost 25-72 ns more per record: docs/benchmarks-kernel.md, issue 10).
+/// Statically declared maps (EVENTS_0..), not an array of maps: see meshlab-ebpf's maps.rs.
+/// A power of two, so the selection is a mask.
+pub const EVENT_RINGS: u32 = 8;
+const _: () = assert!(EVENT_RINGS.is_power_of_two());
+
+/// The event ring CPU `cpu` writes (see [`EVENT_RINGS`]).
+#[inline(always)]
+pub const fn event_ring_of_cpu(cpu: u32) -> u32 {
+    cpu & (EVENT_RINGS - 1)
+}
 
 /// Softirq vector numbers (include/linux/interrupt.h); stable kernel ABI for tracepoints.
 pub const NET_TX_SOFTIRQ: u32 = 2;

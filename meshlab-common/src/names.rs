@@ -3,8 +3,10 @@
 //! these identifiers; a test in meshlab-user (kernel/loader.rs) checks every name here is a
 //! symbol of the compiled object, so a rename on either side fails the build's tests.
 
-/// Ring buffer of [`crate::Event`] records.
-pub const MAP_EVENTS: &str = "EVENTS";
+/// Ring buffers of [`crate::Event`] records, indexed by [`crate::event_ring_of_cpu`].
+pub const MAP_EVENTS: [&str; crate::EVENT_RINGS as usize] = [
+    "EVENTS_0", "EVENTS_1", "EVENTS_2", "EVENTS_3", "EVENTS_4", "EVENTS_5", "EVENTS_6", "EVENTS_7",
+];
 /// Per-CPU, per-hook count of events the programs tried to emit.
 pub const MAP_HITS: &str = "HITS";
 /// Per-CPU, per-hook count of failed ring buffer reservations.
@@ -27,8 +29,15 @@ pub const GLOBAL_CONFIG: &str = "CONFIG";
 pub const GLOBAL_OFFSETS: &str = "OFFSETS";
 
 /// Every name userspace uses, for the object check.
-pub const USER_SIDE_NAMES: [&str; 11] = [
-    MAP_EVENTS,
+pub const USER_SIDE_NAMES: [&str; 18] = [
+    MAP_EVENTS[0],
+    MAP_EVENTS[1],
+    MAP_EVENTS[2],
+    MAP_EVENTS[3],
+    MAP_EVENTS[4],
+    MAP_EVENTS[5],
+    MAP_EVENTS[6],
+    MAP_EVENTS[7],
     MAP_HITS,
     MAP_DROPS,
     MAP_FILTER_PORT_SET,

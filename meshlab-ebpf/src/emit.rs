@@ -2,12 +2,16 @@
 //! written (HITS = written + DROPS, per hook and CPU).
 
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns};
-use meshlab_common::{ConnInfo, EVENT_FLAG_TUPLE, Event, Hook};
+use meshlab_common::{ConnInfo, EVENT_FLAG_TUPLE, Event, Hook, event_ring_of_cpu};
 
 use aya_ebpf::bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
 
 use crate::globals::config;
-use crate::maps::{DROPS, EVENTS, HITS, WAKEUP_COUNTDOWN};
+use crate::maps::{
+    DROPS, EVENTS_0, EVENTS_1, EVENTS_2, EVENTS_3, EVENTS_4, EVENTS_5, EVENTS_6, EVENTS_7, HITS,
+    WAKEUP_COUNTDOWN,
+};
+use aya_ebpf::maps::ring_buf::RingBufEntry;
 
 /// CLOCK_MONOTONIC now, the clock of every event.
 #[inline(always)]
@@ -71,7 +75,10 @@ enum Wakeup {
 #[inline(always)]
 fn emit_impl(hook: Hook, task: Task, wakeup: Wakeup, fill: impl FnOnce(&mut Event) -> Option<()>) {
     let index = u32::from(hook as u16);
-    let Some(mut entry) = EVENTS.reserve::<Event>(0) else {
+    // SAFETY: helper without preconditions (inlined by the verifier). The program cannot
+    // migrate while it runs, so this is also the CPU the event reports.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let Some(mut entry) = reserve_event(cpu) else {
         bump(&HITS, index);
         bump(&DROPS, index);
         return;
@@ -97,8 +104,7 @@ fn emit_impl(hook: Hook, task: Task, wakeup: Wakeup, fill: impl FnOnce(&mut Even
     ev.pid = pid;
     ev.tid = tid;
     ev.hook = hook as u16;
-    // SAFETY: helper without preconditions.
-    ev.cpu = unsafe { bpf_get_smp_processor_id() };
+    ev.cpu = cpu;
     ev.queue = u32::MAX;
     if fill(ev).is_some() {
         bump(&HITS, index);
@@ -109,6 +115,23 @@ fn emit_impl(hook: Hook, task: Task, wakeup: Wakeup, fill: impl FnOnce(&mut Even
         entry.submit(flag);
     } else {
         entry.discard(0);
+    }
+}
+
+/// Reserves an event in the ring of `cpu` ([`meshlab_common::event_ring_of_cpu`]). One arm per
+/// ring, each with its own reserve call: the map is an immediate of the call's argument, which
+/// is how the verifier knows it (a map address chosen from a table would not load).
+#[inline(always)]
+fn reserve_event(cpu: u32) -> Option<RingBufEntry<Event>> {
+    match event_ring_of_cpu(cpu) {
+        0 => EVENTS_0.reserve::<Event>(0),
+        1 => EVENTS_1.reserve::<Event>(0),
+        2 => EVENTS_2.reserve::<Event>(0),
+        3 => EVENTS_3.reserve::<Event>(0),
+        4 => EVENTS_4.reserve::<Event>(0),
+        5 => EVENTS_5.reserve::<Event>(0),
+        6 => EVENTS_6.reserve::<Event>(0),
+        _ => EVENTS_7.reserve::<Event>(0),
     }
 }
 
@@ -143,7 +166,10 @@ pub fn set_conn_tuple(ev: &mut Event, info: &ConnInfo) {
 
 /// BPF_RB_NO_WAKEUP for most events (the reader drains on a timer); a forced wakeup for every
 /// `wakeup_events`-th event of this CPU, so the reader never sleeps through more than about
-/// 1/16 of the ring.
+/// 1/16 of the ring. Per ring as well: a CPU writes only its own ring (`reserve_event`), the
+/// forced wakeup is of that ring, and the loader divides by the CPUs sharing a ring when there
+/// are more CPUs than rings (record.rs `wakeup_events`); the reader's one epoll fd over all
+/// rings wakes for any of them and drains them all.
 ///
 /// Counted per CPU instead of asking the ring (`bpf_ringbuf_query(BPF_RB_AVAIL_DATA)` on
 /// every event, a helper call: up to ~7 % of a traced program run, docs/benchmarks-kernel.md).

@@ -8,9 +8,35 @@ use meshlab_common::{
     MAX_TRACKED_THREADS, NicIrq, PREFILTER_SLOTS, TupleKey,
 };
 
-/// The one ring buffer every event goes through (size set by the loader).
+/// The event rings: CPU `c` writes `EVENTS_{c % EVENT_RINGS}` (emit::reserve_event), so a ring's
+/// lock and producer position stay in one CPU's cache while there are no more CPUs than rings.
+/// Sizes are set by the loader (rings no possible CPU maps to get one page).
+///
+/// Eight static maps rather than an array of ring buffer maps: aya-ebpf 0.2.1 has
+/// `btf_maps::ArrayOfMaps`, but its inner ring's size is a compile-time constant and the
+/// loader would have to create and insert the inner rings itself; eight legacy maps keep the
+/// loader's `map_max_entries` and the programs' verification as they were (one more map
+/// reference per ring in each emitting program, well under the kernel's 64).
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+pub static EVENTS_0: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+#[map]
+pub static EVENTS_1: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+#[map]
+pub static EVENTS_2: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+#[map]
+pub static EVENTS_3: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+#[map]
+pub static EVENTS_4: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+#[map]
+pub static EVENTS_5: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+#[map]
+pub static EVENTS_6: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+#[map]
+pub static EVENTS_7: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+const _: () = assert!(
+    meshlab_common::EVENT_RINGS == 8,
+    "one EVENTS_n static per ring"
+);
 
 /// Per-CPU, per-hook count of events the programs tried to emit.
 #[map]

@@ -83,7 +83,12 @@ pub struct Startup {
     pub clock: ClockSample,
     pub attach_plan: Vec<AttachEntry>,
     pub filters: Filters,
+    /// Size of each event ring (`record --ring-bytes`).
     pub ring_buffer_bytes: u32,
+    /// Event rings read, each of `ring_buffer_bytes`: one per CPU up to 8 (CPU c writes ring
+    /// c % 8). Absent = 1: recordings before per-CPU rings, or a one-CPU machine.
+    #[serde(default = "one_ring", skip_serializing_if = "is_one_ring")]
+    pub event_rings: u32,
     /// NIC IRQs the kernel programs watch (from /proc/interrupts and sysfs).
     pub nic_irqs: Vec<NicIrqInfo>,
     /// Settings of each traced network device at start-up, so an A/B run shows what differed.
@@ -93,6 +98,16 @@ pub struct Startup {
     /// `on_demand` are attached only between `hot_hooks` records.
     #[serde(default, skip_serializing_if = "AttachMode::is_always")]
     pub attach_mode: AttachMode,
+}
+
+fn one_ring() -> u32 {
+    1
+}
+
+// serde's skip_serializing_if passes a reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_one_ring(rings: &u32) -> bool {
+    *rings == 1
 }
 
 /// When `record` attaches its hot hooks (every hook but sock_ops: tracepoints, scheduler,

@@ -31,7 +31,28 @@ fn record(out: &Path, ready: &Path, extra: &[&str]) -> Command {
         .arg(ready)
         .args(extra)
         .stdin(Stdio::null());
+    default_stop_signals(&mut cmd);
     cmd
+}
+
+/// Gives the child the default action for the stop signals the tests send. An ignored
+/// disposition is inherited through fork and exec: a test run under `nohup`, or as a
+/// background job of a script (which ignores SIGINT), would start the recorder ignoring
+/// SIGHUP or SIGINT, and a signal that comes before its handlers are in place would then
+/// neither end it nor stop it ("still running after 20s"; seen, docs/benchmarks-kernel.md).
+fn default_stop_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        })
+    };
 }
 
 /// Waits for `ready` while collecting the BPF objects the child holds.

@@ -7,7 +7,8 @@
 //! recorder's programs (crate::bpfstats); `mb_empty` is the floor and each program's cost above
 //! it is the median of its per-round differences. The workload is 1-byte UDP datagrams to a
 //! loopback socket: each one passes netif_receive_skb once. `--senders 2` sends from both
-//! CPUs at once, so two CPUs write each ring, as the recorder's one shared ring sees.
+//! CPUs at once, so two CPUs write each shared ring, as the recorder's one ring did before
+//! per-CPU rings; the `_pcpu` variants pick one of two rings by CPU, as emit() now does.
 //!
 //! The ring buffers are drained (consumer moved to the producer) every [`DRAIN_EVERY`] sends,
 //! so reservations never fail; the report says how full they got.
@@ -53,20 +54,35 @@ const FLOOR: &str = "mb_empty";
 struct Variant {
     name: &'static str,
     what: &'static str,
-    ring: bool,
+    /// Rings of its own: 0, 1 (shared by all CPUs) or 2 (CPU 0 writes the first, every other
+    /// CPU the second: on a 2-CPU machine a ring per CPU, as meshlab-ebpf's emit()).
+    rings: usize,
     build: fn(&mut Asm, &Maps),
 }
 
-/// The maps a variant may use: its own ring (if it has one) and a shared per-CPU array whose
+/// The maps a variant may use: its own rings (if it has any) and a shared per-CPU array whose
 /// slot 0 is a counter (like HITS) and slot 1 a wakeup countdown (like WAKEUP_COUNTDOWN).
 struct Maps<'a> {
-    ring: Option<&'a OwnedFd>,
+    rings: Vec<&'a OwnedFd>,
     counters: &'a OwnedFd,
 }
 
 impl Maps<'_> {
     fn ring(&self) -> &OwnedFd {
-        self.ring.expect("variant declared ring: true")
+        self.rings.first().expect("variant declared rings > 0")
+    }
+
+    /// r1 = the ring of this CPU: the first for CPU 0, the second for any other (the
+    /// verifier inlines bpf_get_smp_processor_id; each path loads its map as an immediate).
+    fn ring_of_cpu(&self, a: &mut Asm) {
+        let [first, second] = self.rings[..] else {
+            panic!("a _pcpu variant declares rings: 2");
+        };
+        a.call(helper::GET_SMP_PROCESSOR_ID);
+        let other = a.jne_zero_fwd(R0);
+        a.ld_map(R1, first);
+        let join = a.ja_fwd();
+        a.label_here(other).ld_map(R1, second).label_here(join);
     }
 }
 
@@ -74,13 +90,13 @@ const VARIANTS: &[Variant] = &[
     Variant {
         name: FLOOR,
         what: "`r0 = 0; exit`: dispatch + statistics, the floor",
-        ring: false,
+        rings: 0,
         build: |_, _| {},
     },
     Variant {
         name: "mb_ktime",
         what: "bpf_ktime_get_ns",
-        ring: false,
+        rings: 0,
         build: |a, _| {
             a.call(helper::KTIME_GET_NS);
         },
@@ -88,7 +104,7 @@ const VARIANTS: &[Variant] = &[
     Variant {
         name: "mb_pid_tgid",
         what: "bpf_get_current_pid_tgid",
-        ring: false,
+        rings: 0,
         build: |a, _| {
             a.call(helper::GET_CURRENT_PID_TGID);
         },
@@ -96,7 +112,7 @@ const VARIANTS: &[Variant] = &[
     Variant {
         name: "mb_cur_task",
         what: "bpf_get_current_task (the verifier may inline it)",
-        ring: false,
+        rings: 0,
         build: |a, _| {
             a.call(helper::GET_CURRENT_TASK);
         },
@@ -104,7 +120,7 @@ const VARIANTS: &[Variant] = &[
     Variant {
         name: "mb_cpu_id",
         what: "bpf_get_smp_processor_id (inlined by the verifier)",
-        ring: false,
+        rings: 0,
         build: |a, _| {
             a.call(helper::GET_SMP_PROCESSOR_ID);
         },
@@ -112,13 +128,13 @@ const VARIANTS: &[Variant] = &[
     Variant {
         name: "mb_pcpu_add",
         what: "per-CPU array lookup (inlined) + atomic add (HITS)",
-        ring: false,
+        rings: 0,
         build: |a, m| counter_add(a, m, 0),
     },
     Variant {
         name: "mb_probe_rd8",
         what: "bpf_probe_read_kernel of 8 bytes of the skb",
-        ring: false,
+        rings: 0,
         build: |a, _| {
             a.ldx_u64(R3, R1, 0)
                 .mov_reg(R1, R10)
@@ -130,45 +146,68 @@ const VARIANTS: &[Variant] = &[
     Variant {
         name: "mb_rb_32",
         what: "ringbuf reserve 24 B + submit (32 B in the ring with its 8-byte header)",
-        ring: true,
+        rings: 1,
         build: |a, m| reserve_submit(a, m, 24, |_| {}),
     },
     Variant {
         name: "mb_rb_64",
         what: "ringbuf reserve 56 B + submit (64 B in the ring)",
-        ring: true,
+        rings: 1,
         build: |a, m| reserve_submit(a, m, 56, |_| {}),
     },
     Variant {
         name: "mb_rb_144",
         what: "ringbuf reserve 136 B (an Event) + submit (144 B in the ring)",
-        ring: true,
+        rings: 1,
         build: |a, m| reserve_submit(a, m, EVENT_BYTES, |_| {}),
     },
     Variant {
         name: "mb_rb_144_zero",
         what: "as mb_rb_144 + 17 eight-byte zero stores (emit's zero_event)",
-        ring: true,
+        rings: 1,
         build: |a, m| reserve_submit(a, m, EVENT_BYTES, zero_event),
+    },
+    Variant {
+        name: "mb_rb_144_pcpu",
+        what: "as mb_rb_144, in the ring of this CPU (one of two, chosen by \
+               bpf_get_smp_processor_id)",
+        rings: 2,
+        build: |a, m| {
+            m.ring_of_cpu(a);
+            reserve_in_r1(a, EVENT_BYTES, |_| {});
+        },
     },
     Variant {
         name: "mb_rb_out_64",
         what: "56 B zeroed on the stack + bpf_ringbuf_output (one helper: reserve, copy, submit)",
-        ring: true,
+        rings: 1,
         build: |a, m| stack_output(a, m, 56),
     },
     Variant {
         name: "mb_rb_out_144",
         what: "136 B zeroed on the stack + bpf_ringbuf_output",
-        ring: true,
+        rings: 1,
         build: |a, m| stack_output(a, m, EVENT_BYTES),
     },
     Variant {
         name: "mb_emit_like",
         what: "all of emit(): reserve 136, zero, ktime, pid_tgid, cpu, HITS add, countdown, \
                submit",
-        ring: true,
-        build: emit_like,
+        rings: 1,
+        build: |a, m| {
+            a.ld_map(R1, m.ring());
+            emit_like(a, m);
+        },
+    },
+    Variant {
+        name: "mb_emit_pcpu",
+        what: "as mb_emit_like, in the ring of this CPU (as meshlab-ebpf's emit() since \
+               per-CPU rings)",
+        rings: 2,
+        build: |a, m| {
+            m.ring_of_cpu(a);
+            emit_like(a, m);
+        },
     },
 ];
 
@@ -186,8 +225,13 @@ fn counter_add(a: &mut Asm, m: &Maps, slot: i32) {
 /// Reserve `size` bytes in the variant's ring, let `fill` write the record (its pointer in r6),
 /// submit without wakeup.
 fn reserve_submit(a: &mut Asm, m: &Maps, size: i32, fill: impl FnOnce(&mut Asm)) {
-    a.ld_map(R1, m.ring())
-        .mov_imm(R2, size)
+    a.ld_map(R1, m.ring());
+    reserve_in_r1(a, size, fill);
+}
+
+/// [`reserve_submit`] in the ring already in r1.
+fn reserve_in_r1(a: &mut Asm, size: i32, fill: impl FnOnce(&mut Asm)) {
+    a.mov_imm(R2, size)
         .mov_imm(R3, 0)
         .call(helper::RINGBUF_RESERVE);
     let failed = a.jeq_zero_fwd(R0);
@@ -219,10 +263,9 @@ fn zero_event(a: &mut Asm) {
 }
 
 /// What meshlab-ebpf's emit() does around a hook's own fields (emit.rs), at Event's offsets:
-/// ts_ns 0, pid/tid 56, cpu 120, queue 128.
+/// ts_ns 0, pid/tid 56, cpu 120, queue 128; the ring is already in r1.
 fn emit_like(a: &mut Asm, m: &Maps) {
-    a.ld_map(R1, m.ring())
-        .mov_imm(R2, EVENT_BYTES)
+    a.mov_imm(R2, EVENT_BYTES)
         .mov_imm(R3, 0)
         .call(helper::RINGBUF_RESERVE);
     let failed = a.jeq_zero_fwd(R0);
@@ -260,29 +303,27 @@ fn countdown_flag(a: &mut Asm, m: &Maps) {
         .label_here(done);
 }
 
-/// A loaded variant; `ring` is drained between sends when the variant writes one.
+/// A loaded variant; its `rings` are drained between sends.
 struct Loaded {
     program: OwnedFd,
-    ring: Option<RingDrain>,
+    rings: Vec<RingDrain>,
 }
 
 fn load_all(counters: &OwnedFd) -> Result<Vec<Loaded>> {
     let mut loaded = Vec::new();
     for variant in VARIANTS {
-        let ring = if variant.ring {
-            Some(RingDrain::new(RING_BYTES, variant.name)?)
-        } else {
-            None
-        };
+        let rings = (0..variant.rings)
+            .map(|_| RingDrain::new(RING_BYTES, variant.name))
+            .collect::<Result<Vec<_>>>()?;
         let maps = Maps {
-            ring: ring.as_ref().map(|r| &r.map),
+            rings: rings.iter().map(|r| &r.map).collect(),
             counters,
         };
         let mut asm = Asm::default();
         (variant.build)(&mut asm, &maps);
         asm.exit_zero();
         let program = load_raw_tp(variant.name, &asm)?;
-        loaded.push(Loaded { program, ring });
+        loaded.push(Loaded { program, rings });
     }
     Ok(loaded)
 }
@@ -310,7 +351,7 @@ pub fn run(args: HelpersArgs) -> Result<()> {
     }
     let backlog = loaded
         .iter()
-        .filter_map(|l| l.ring.as_ref().map(|r| r.max_backlog()))
+        .flat_map(|l| l.rings.iter().map(RingDrain::max_backlog))
         .max()
         .unwrap_or(0);
     let load = format!("{load_before} before, {} after", loadavg());
@@ -361,7 +402,7 @@ fn send_pinned(cpu: usize, packets: u64, loaded: &[Loaded]) -> Result<bool> {
         // while the receiver is bound.
         sender.send(&[0])?;
         if i % DRAIN_EVERY == 0 {
-            for ring in loaded.iter().filter_map(|l| l.ring.as_ref()) {
+            for ring in loaded.iter().flat_map(|l| &l.rings) {
                 full |= ring.drain();
             }
         }

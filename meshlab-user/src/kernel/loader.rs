@@ -15,7 +15,7 @@ use aya::programs::{
     SockOps, TracePoint,
 };
 use aya::{Btf, Ebpf, EbpfLoader};
-use meshlab_common::{Config, KernelOffsets, names};
+use meshlab_common::{Config, EVENT_RINGS, KernelOffsets, event_ring_of_cpu, names};
 
 use super::kfunc::{KfuncIds, patch_object};
 use super::plan::{HookSpec, Tier, TierSpec};
@@ -52,12 +52,34 @@ pub fn load_object(
     loader
         .override_global(names::GLOBAL_CONFIG, config, true)
         .override_global(names::GLOBAL_OFFSETS, offsets, true)
-        .override_global(names::GLOBAL_KERNEL_LOG_LEVEL, &kernel_log_level, true)
-        .map_max_entries(names::MAP_EVENTS, ring_bytes);
+        .override_global(names::GLOBAL_KERNEL_LOG_LEVEL, &kernel_log_level, true);
+    let used = event_rings_used();
+    for (ring, name) in names::MAP_EVENTS.iter().enumerate() {
+        // A ring no CPU writes still has to exist (the programs name it): one page.
+        let bytes = if used.contains(&ring) {
+            ring_bytes
+        } else {
+            page_size()
+        };
+        loader.map_max_entries(name, bytes);
+    }
     if kernel_log_level == 0 {
         loader.map_max_entries(names::MAP_KERNEL_LOG, page_size());
     }
     Ok(loader.load(object.bytes())?)
+}
+
+/// The event rings some possible CPU writes (`event_ring_of_cpu`), in ring order: each gets
+/// `--ring-bytes` and is drained by the reader. CPU ids run 0..nr_cpus (aya's count of
+/// /sys/devices/system/cpu/possible, as for per-CPU maps); without it, all rings.
+pub fn event_rings_used() -> Vec<usize> {
+    let cpus = aya::util::nr_cpus().map_or(EVENT_RINGS, |n| u32::try_from(n).unwrap_or(u32::MAX));
+    let mut rings: Vec<usize> = (0..cpus.min(EVENT_RINGS))
+        .map(|cpu| event_ring_of_cpu(cpu) as usize)
+        .collect();
+    rings.sort_unstable();
+    rings.dedup();
+    rings
 }
 
 /// The smallest ring buffer the kernel accepts.

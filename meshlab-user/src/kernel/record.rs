@@ -87,7 +87,9 @@ pub struct RecordArgs {
     /// Created once every program is attached and the startup record is written.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
-    /// Ring buffer size in bytes (a power of two, at least the page size).
+    /// Size in bytes of each event ring (a power of two, at least the page size). There is one
+    /// ring per CPU, up to 8 (CPU c writes ring c % 8), so the kernel memory taken is this
+    /// times min(CPUs, 8); the startup record says how many (`event_rings`).
     #[arg(long, default_value_t = DEFAULT_RING_BYTES)]
     pub ring_bytes: u32,
     /// Time between periodic clock records (DURATION, as --duration; at least 1s, the
@@ -111,15 +113,17 @@ pub struct RecordArgs {
 /// the reader drains every [`super::session::DRAIN_EVERY`].
 const WAKEUP_FRACTION: u32 = 16;
 
-/// `Config::wakeup_events`: each CPU forces a wakeup every this many events, so all CPUs
-/// together submit about `ring_bytes / WAKEUP_FRACTION` between wakeups. Counting events per
-/// CPU replaced asking the ring for its pending bytes on every event (a helper call per event,
-/// up to ~7 % of a traced program run: docs/benchmarks-kernel.md).
+/// `Config::wakeup_events`: each CPU forces a wakeup every this many events, so the CPUs that
+/// share a ring (one, unless there are more CPUs than rings) together submit about
+/// `ring_bytes / WAKEUP_FRACTION` to it between wakeups. Counting events per CPU replaced
+/// asking the ring for its pending bytes on every event (a helper call per event, up to ~7 %
+/// of a traced program run: docs/benchmarks-kernel.md).
 fn wakeup_events(ring_bytes: u32) -> u32 {
     let cpus = aya::util::nr_cpus().map_or(1, |n| n.max(1));
+    let cpus_per_ring = cpus.div_ceil(meshlab_common::EVENT_RINGS as usize);
     // Each record takes its size plus the ring's 8-byte header.
     let record = std::mem::size_of::<meshlab_common::Event>() + 8;
-    let per_cpu = ring_bytes as usize / WAKEUP_FRACTION as usize / record / cpus;
+    let per_cpu = ring_bytes as usize / WAKEUP_FRACTION as usize / record / cpus_per_ring;
     u32::try_from(per_cpu.max(1)).unwrap_or(u32::MAX)
 }
 
@@ -397,6 +401,7 @@ fn startup_record(
             raw_irq_stream: args.raw_irq,
         },
         ring_buffer_bytes: args.ring_bytes,
+        event_rings: u32::try_from(super::loader::event_rings_used().len()).unwrap_or(u32::MAX),
         nic_irqs,
         devices: nic::device_contexts(&nic::sysfs::SysRoot::live(), args.device.as_deref()),
         attach_mode: args.attach,

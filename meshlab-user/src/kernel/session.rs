@@ -20,7 +20,7 @@ use super::nic::phc::PhcSampler;
 use super::ondemand::{EstablishedWatch, OnDemand};
 use super::output::RecordingOutput;
 use super::plan::TierSpec;
-use super::ring::EventRing;
+use super::ring::EventRings;
 use super::selfcost::OwnPrograms;
 use crate::schema::{ClockSample, Drops, HookCounts, Record, SelfCost, StopReason, Summary};
 
@@ -88,7 +88,7 @@ pub struct Session {
     own: OwnPrograms,
     node: String,
     out: RecordingOutput,
-    ring: Option<EventRing>,
+    ring: Option<EventRings>,
     last_drops_total: u64,
     /// `record -v`: the programs' diagnostics, printed once a second and at the end.
     kernel_log: Option<KernelLog>,
@@ -118,10 +118,7 @@ impl Session {
         out: RecordingOutput,
         kernel_log: Option<KernelLog>,
     ) -> anyhow::Result<Self> {
-        let ring = EventRing::new(
-            ebpf.take_map("EVENTS")
-                .context("EVENTS ring buffer missing")?,
-        )?;
+        let ring = EventRings::new(&mut ebpf, &super::loader::event_rings_used())?;
         Ok(Self {
             ebpf,
             attached,
@@ -394,10 +391,15 @@ impl Session {
         Ok(())
     }
 
+    /// The final drain: every record left in the rings, merged in time order with no horizon
+    /// (no program runs any more; a record still being written is waited for, briefly).
     fn drain(&mut self) -> anyhow::Result<()> {
         let ring = self.ring.as_mut().context("ring buffer missing")?;
-        while !drain_batch(ring, &mut self.out, &mut self.watch)? {}
-        Ok(())
+        let (out, watch) = (&mut self.out, &mut self.watch);
+        ring.flush(|record| {
+            watch.see(record);
+            out.write_ring_record(record)
+        })
     }
 
     fn read_counters(&self) -> anyhow::Result<Counters> {
@@ -449,16 +451,16 @@ impl Session {
 }
 
 /// The ring buffer registered with tokio for readability; `into_inner()` hands it back.
-fn register(ring: EventRing) -> anyhow::Result<AsyncFd<EventRing>> {
-    // SAFETY: the ring buffer map owns its fd, which stays open and unchanged until
-    // into_inner() hands the EventRing back.
+fn register(ring: EventRings) -> anyhow::Result<AsyncFd<EventRings>> {
+    // SAFETY: EventRings owns its epoll fd, which stays open and unchanged until
+    // into_inner() hands the rings back.
     unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
         .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))
 }
 
 /// Writes every pending record; whether there was any.
 fn drain_pending(
-    ring: &mut EventRing,
+    ring: &mut EventRings,
     out: &mut RecordingOutput,
     watch: &mut EstablishedWatch,
 ) -> anyhow::Result<bool> {
@@ -470,7 +472,7 @@ fn drain_pending(
 /// Writes at most [`BATCH`] ring buffer records, shown to `watch` first; true when the buffer
 /// is now empty.
 fn drain_batch(
-    ring: &mut EventRing,
+    ring: &mut EventRings,
     out: &mut RecordingOutput,
     watch: &mut EstablishedWatch,
 ) -> anyhow::Result<bool> {

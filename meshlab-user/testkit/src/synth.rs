@@ -318,6 +318,7 @@ fn startup(node: usize, nic_irq: bool) -> Startup {
             ..Default::default()
         },
         ring_buffer_bytes: 1 << 24,
+        event_rings: 1,
         nic_irqs: if nic_irq {
             vec![NicIrqInfo {
                 irq: 40,

@@ -15,7 +15,7 @@ use aya::programs::{
     SockOps, TracePoint,
 };
 use aya::{Btf, Ebpf, EbpfLoader};
-use meshlab_common::{Config, EVENT_RINGS, KernelOffsets, event_ring_of_cpu, names};
+use meshlab_common::{Config, EVENT_RINGS, KernelOffsets, names};
 
 use super::kfunc::{KfuncIds, patch_object};
 use super::plan::{HookSpec, Tier, TierSpec};
@@ -69,17 +69,14 @@ pub fn load_object(
     Ok(loader.load(object.bytes())?)
 }
 
-/// The event rings some possible CPU writes (`event_ring_of_cpu`), in ring order: each gets
-/// `--ring-bytes` and is drained by the reader. CPU ids run 0..nr_cpus (aya's count of
-/// /sys/devices/system/cpu/possible, as for per-CPU maps); without it, all rings.
+/// The event rings some possible CPU writes, in ring order: each gets `--ring-bytes` and is
+/// drained by the reader. CPU ids run 0..nr_cpus (aya's count of
+/// /sys/devices/system/cpu/possible, as for per-CPU maps), and CPU `c < EVENT_RINGS` writes
+/// ring `c` (`event_ring_of_cpu`), so the rings used are the first min(CPUs, EVENT_RINGS);
+/// without a count, all rings.
 pub fn event_rings_used() -> Vec<usize> {
-    let cpus = aya::util::nr_cpus().map_or(EVENT_RINGS, |n| u32::try_from(n).unwrap_or(u32::MAX));
-    let mut rings: Vec<usize> = (0..cpus.min(EVENT_RINGS))
-        .map(|cpu| event_ring_of_cpu(cpu) as usize)
-        .collect();
-    rings.sort_unstable();
-    rings.dedup();
-    rings
+    let cpus = aya::util::nr_cpus().map_or(EVENT_RINGS as usize, |n| n.max(1));
+    (0..cpus.min(EVENT_RINGS as usize)).collect()
 }
 
 /// The smallest ring buffer the kernel accepts.

@@ -676,21 +676,12 @@ fn merge_kernel(exe: &Path, kernel: &[PathBuf], dir: &Path) -> Result<PathBuf> {
 
 /// `meshlab report --json` of a merged file.
 fn report_json(exe: &Path, merged: &Path) -> Result<serde_json::Value> {
-    let out = std::process::Command::new(exe)
-        .args(["report", "--json"])
-        .arg(merged)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .context("running meshlab report --json")?;
-    if !out.status.success() {
-        bail!(
-            "meshlab report --json {} failed ({}): {}",
-            merged.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("meshlab report --json: not JSON")
+    let out = run_quiet(
+        std::process::Command::new(exe)
+            .args(["report", "--json"])
+            .arg(merged),
+    )?;
+    serde_json::from_slice(&out).context("meshlab report --json: not JSON")
 }
 
 /// User and kernel CPU time, in ns.

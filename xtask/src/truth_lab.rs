@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-/// Runs a command quietly; fails with its stderr.
-pub fn run_quiet(cmd: &mut Command) -> Result<()> {
+/// Runs a command quietly; its stdout, or an error with its stderr.
+pub fn run_quiet(cmd: &mut Command) -> Result<Vec<u8>> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -24,7 +24,7 @@ pub fn run_quiet(cmd: &mut Command) -> Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(())
+    Ok(out.stdout)
 }
 
 /// Namespaces `PREFIX-PID-a` (client) and `PREFIX-PID-b` (server) with a veth pair

@@ -265,11 +265,15 @@ impl Cause {
             // arrival's phase (about 4, 8, 12 ms, more when the hogs get several ticks in a row
             // or other tasks take turns too). At 50 req/s (20 ms apart, longer than most such
             // waits) requests are sent on the client's schedule, not right after a late reply
-            // (which would find the server on its CPU and hide the wait). 20 ms is 5 ticks, not
-            // a multiple of the 3-tick cycle, so arrivals do not keep one phase of the turns.
+            // (which would find the server on its CPU and hide the wait). At 47 req/s requests
+            // are 5.32 ticks apart: not a whole number of ticks, so each arrives at another
+            // point of its tick (at 50 req/s, exactly 5 ticks, every arrival of a run kept one
+            // point of the tick: a run whose point fell just before a tick barely waited), and
+            // not a multiple of the 3-tick cycle, so arrivals step through every turn too. The
+            // waits then spread evenly over 0-8 ms instead of a run's luck of phase.
             Cause::CpuHogsBusyPoll => Workload {
                 payload: 64,
-                qps: 50,
+                qps: 47,
             },
             // TCG guests on a shared 2-CPU host take milliseconds per request: at 200 req/s
             // they idle between requests instead of running back to back.
@@ -1224,9 +1228,16 @@ mod tests {
         assert!(interval > longest_wait, "{interval:?}");
         assert_eq!(workload.payload, 64);
         // The interval in ticks, against the cycle of the server's and the hogs' turns: not a
-        // multiple of it, so arrivals step through every turn.
-        let ticks = interval.as_millis() / 4;
+        // multiple of it, so arrivals step through every turn; and not a whole number of
+        // ticks, so arrivals step through every point of a tick.
+        let tick = Duration::from_millis(4);
+        let ticks = interval.as_micros() / tick.as_micros();
         assert_ne!(ticks % (hogs as u128 + 1), 0);
+        let phase_step = interval.as_micros() % tick.as_micros();
+        assert!(
+            (tick.as_micros() / 10..=tick.as_micros() * 9 / 10).contains(&phase_step),
+            "{interval:?} leaves arrivals near one point of the tick"
+        );
         assert_eq!(Cause::CpuHogsLongHandler.hogs(), 3);
         assert_eq!(Cause::SlowHandler.hogs(), 0);
     }

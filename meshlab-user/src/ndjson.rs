@@ -431,7 +431,7 @@ mod tests {
         );
         assert!(err.contains("reads schema version 1;"), "{err}");
         // A newer version with fields this build does not know: still the version is named.
-        let newer = future.replacen('{', "{\"new_field\":true,", 1);
+        let newer = future.replacen("{", "{\"new_field\":true,", 1);
         assert!(first_error(&newer).contains("is 999"), "{newer}");
         let merged = format!(
             "{{\"type\":\"merge_info\",\"schema_version\":1,\"nodes\":[{}]}}",

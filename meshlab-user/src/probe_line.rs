@@ -224,7 +224,7 @@ impl<'a> Cursor<'a> {
     /// An unsigned integer as JSON writes it: `0` or digits without a leading zero, not
     /// followed by a fraction or exponent.
     // Always inlined: with the word reads the compiler put it out of line, and the calls
-    // cost what the words saved (8 144 -> 8 141 instructions per event; inlined, 8 129).
+    // cost about what the words saved (docs/benchmarks-merge-ab.md, round 24).
     #[inline(always)]
     fn integer(&mut self) -> Option<u64> {
         let bytes = self.rest.as_bytes();
@@ -400,7 +400,11 @@ mod tests {
                 }
             }
         }
-        let limits = ["18446744073709551615", "18446744073709551616", "99999999999999999999"];
+        let limits = [
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999",
+        ];
         cases.extend(limits.iter().map(|s| format!("{s},")));
         cases.extend(["0000000000000000,", "00000000", "12345678/", "1234567:8"].map(String::from));
         for case in &cases {

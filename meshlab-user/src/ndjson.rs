@@ -1,7 +1,7 @@
 //! Reading and writing NDJSON streams of [`Record`]s with errors that name file, line and field.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::schema::{KernelEvent, ProbeEvent, Record, SCHEMA_VERSION};
@@ -135,33 +135,33 @@ pub fn invalid_utf8() -> io::Error {
     )
 }
 
-/// Iterates over the records of one NDJSON file, skipping blank lines.
+/// Iterates over the records of one NDJSON file, skipping blank lines. Lines are taken in
+/// place from [`Lines`]' block buffer: `read_line` copied each into a String, found its end
+/// with the standard library's scalar memchr, and was about 2.6 % of a merge's instructions.
 pub struct RecordReader<R> {
     file: PathBuf,
     line: u64,
-    input: R,
-    buf: String,
+    input: Lines<R>,
     /// Reused for [`parse_bulk`]'s copy of a line without its tag.
     scratch: String,
 }
 
-impl RecordReader<BufReader<File>> {
+impl RecordReader<File> {
     pub fn open(path: &Path) -> Result<Self, NdjsonError> {
         let f = File::open(path).map_err(|source| NdjsonError::Open {
             file: path.into(),
             source,
         })?;
-        Ok(Self::new(path.into(), BufReader::with_capacity(1 << 16, f)))
+        Ok(Self::new(path.into(), f))
     }
 }
 
-impl<R: BufRead> RecordReader<R> {
+impl<R: io::Read> RecordReader<R> {
     pub fn new(file: PathBuf, input: R) -> Self {
         Self {
             file,
             line: 0,
-            input,
-            buf: String::new(),
+            input: Lines::new(input),
             scratch: String::new(),
         }
     }
@@ -176,16 +176,21 @@ impl<R: BufRead> RecordReader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for RecordReader<R> {
+impl<R: io::Read> Iterator for RecordReader<R> {
     type Item = Result<Record, NdjsonError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            self.buf.clear();
             self.line += 1;
-            match self.input.read_line(&mut self.buf) {
-                Ok(0) => return None,
-                Ok(_) => {}
+            // As read_line: an I/O error or a line that is not UTF-8 is a read error of this
+            // line (the line is consumed, so reading could go on after it).
+            let text = match self.input.next_line() {
+                Ok(None) => return None,
+                Ok(Some((_, bytes))) => std::str::from_utf8(bytes).map_err(|_| invalid_utf8()),
+                Err(source) => Err(source),
+            };
+            let text = match text {
+                Ok(text) => text.trim(),
                 Err(source) => {
                     return Some(Err(NdjsonError::Read {
                         file: self.file.clone(),
@@ -193,8 +198,7 @@ impl<R: BufRead> Iterator for RecordReader<R> {
                         source,
                     }));
                 }
-            }
-            let text = self.buf.trim();
+            };
             if text.is_empty() {
                 continue;
             }
@@ -367,6 +371,7 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{BufRead, BufReader};
 
     /// The fast path for probe and kernel lines gives what the general path gives: the same
     /// records, and for a line it cannot take (unknown field) the same error.
@@ -426,7 +431,7 @@ mod tests {
         );
         assert!(err.contains("reads schema version 1;"), "{err}");
         // A newer version with fields this build does not know: still the version is named.
-        let newer = future.replacen('{', "{\"new_field\":true,", 1);
+        let newer = future.replacen("{", "{\"new_field\":true,", 1);
         assert!(first_error(&newer).contains("is 999"), "{newer}");
         let merged = format!(
             "{{\"type\":\"merge_info\",\"schema_version\":1,\"nodes\":[{}]}}",
@@ -464,6 +469,50 @@ mod tests {
             .read_line(&mut s)
             .unwrap_err();
         assert_eq!(err.to_string(), invalid_utf8().to_string());
+    }
+
+    /// What the reader gave when it read with `read_line` (its code before it took lines from
+    /// [`Lines`]): each record or error as a string, for comparing the two.
+    fn read_line_oracle(input: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        let (mut r, mut line, mut buf) = (BufReader::new(input), 0, String::new());
+        loop {
+            buf.clear();
+            line += 1;
+            match r.read_line(&mut buf) {
+                Ok(0) => return out,
+                Err(e) => out.push(format!("f:{line}: read error: {e}")),
+                Ok(_) if buf.trim().is_empty() => {}
+                Ok(_) => out.push(match serde_json::from_str::<Record>(buf.trim()) {
+                    Ok(record) => format!("{record:?}"),
+                    Err(e) => format!("f:{line}: {}", describe_json_error(buf.trim(), &e)),
+                }),
+            }
+        }
+    }
+
+    #[test]
+    fn records_are_read_as_read_line_read_them() {
+        let good = RECORDING.lines().nth(1).unwrap();
+        let inputs: Vec<Vec<u8>> = vec![
+            format!("{good}\n{good}\n").into_bytes(),
+            format!("\n  \r\n{good}\r\n\t{good}  \n\n").into_bytes(),
+            format!("{good}\n{good}").into_bytes(),
+            [good.as_bytes(), b"\n\xff\xfe\n", good.as_bytes(), b"\n"].concat(),
+            [b"\xc3\n", good.as_bytes()].concat(),
+            format!("{good}\n42\n{{\"type\":\"probe\"}}\n").into_bytes(),
+            Vec::new(),
+            b"\n\n".to_vec(),
+        ];
+        for input in &inputs {
+            let ours: Vec<String> = RecordReader::new("f".into(), &input[..])
+                .map(|r| match r {
+                    Ok(record) => format!("{record:?}"),
+                    Err(e) => e.to_string(),
+                })
+                .collect();
+            assert_eq!(ours, read_line_oracle(input), "{input:?}");
+        }
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! field, escapes included), at a fraction of the cost. serde's generic serializer was a sixth
 //! of the merge's CPU: a request has about forty segments of eight fields each.
 
+use std::borrow::Cow;
+
 use crate::schema::{Derivation, MergedRequest, Placement, Segment};
 
 /// Appends `r` as `{"type":"request",...}` (no newline) to `out`.
@@ -44,7 +46,7 @@ pub fn write_request(out: &mut Vec<u8>, r: &MergedRequest) {
 
 fn segment(out: &mut Vec<u8>, s: &Segment) {
     out.extend_from_slice(b"{\"name\":");
-    string(out, &s.name);
+    name(out, &s.name);
     if let Some(n) = &s.node {
         out.extend_from_slice(b",\"node\":");
         string(out, n);
@@ -52,7 +54,7 @@ fn segment(out: &mut Vec<u8>, s: &Segment) {
     out.extend_from_slice(b",\"layer\":\"");
     out.extend_from_slice(s.layer.as_str().as_bytes());
     out.extend_from_slice(b"\",\"unit\":");
-    string(out, &s.unit);
+    name(out, &s.unit);
     out.extend_from_slice(b",\"kind\":\"");
     out.extend_from_slice(s.kind.as_str().as_bytes());
     out.push(b'"');
@@ -120,6 +122,26 @@ fn strings(out: &mut Vec<u8>, v: &[String]) {
     out.push(b']');
 }
 
+/// A segment's name or unit. A borrowed one is a catalog name or fixed unit
+/// (merge::segments' tables), none of which needs escaping (a unit test checks them all), so
+/// it is written without the byte scan: most of the strings of a request are these.
+#[expect(clippy::ptr_arg, reason = "whether the Cow borrows is what is tested")]
+fn name(out: &mut Vec<u8>, s: &Cow<'static, str>) {
+    match s {
+        Cow::Borrowed(s) => {
+            debug_assert!(!needs_escape(s), "{s}");
+            out.push(b'"');
+            out.extend_from_slice(s.as_bytes());
+            out.push(b'"');
+        }
+        Cow::Owned(s) => string(out, s),
+    }
+}
+
+fn needs_escape(s: &str) -> bool {
+    s.bytes().any(|b| NEEDS_ESCAPE[usize::from(b)])
+}
+
 fn number(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
@@ -142,7 +164,7 @@ static NEEDS_ESCAPE: [bool; 256] = {
 fn string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
-    if !bytes.iter().any(|&b| NEEDS_ESCAPE[usize::from(b)]) {
+    if !needs_escape(s) {
         out.extend_from_slice(bytes);
         out.push(b'"');
         return;

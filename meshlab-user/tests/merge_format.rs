@@ -254,3 +254,21 @@ fn node_flag_names_probe_files_and_output_goes_to_a_file() {
     assert!(merged.requests[0].complete);
     assert_eq!(merged.requests[0].e2e_ns, 82_100);
 }
+
+/// request_json writes a borrowed segment name or unit (these tables' names and fixed units)
+/// without scanning it for bytes to escape: none of them may have one.
+#[test]
+fn catalog_names_and_fixed_units_need_no_escaping() {
+    use meshlab_user::merge::segments::{READER_SEGMENTS, SEGMENTS, Unit};
+    let fixed = |u: Unit| match u {
+        Unit::Fixed(u) => Some(u),
+        Unit::Process => None,
+    };
+    let names = SEGMENTS.iter().flat_map(|d| [Some(d.name), fixed(d.unit)]);
+    let reader = READER_SEGMENTS
+        .iter()
+        .flat_map(|d| [Some(d.name), fixed(d.unit)]);
+    for s in names.chain(reader).flatten() {
+        assert_eq!(serde_json::to_string(s).unwrap(), format!("\"{s}\""), "{s}");
+    }
+}

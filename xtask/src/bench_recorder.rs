@@ -191,7 +191,8 @@ fn record_once(dir: &Path, mode: &Mode, client_exe: &Path, args: &RecorderCpuArg
     let pid = recorder.0.id() as i32;
     let cpu_at_ready = proc_cpu_s(pid)?;
     let started = std::time::Instant::now();
-    let client = Command::new(client_exe)
+    let mut client = Command::new(client_exe);
+    client
         .args(["lab", "client", "--connect", &format!("127.0.0.1:{PORT}")])
         .args([
             "--warmup",
@@ -201,9 +202,8 @@ fn record_once(dir: &Path, mode: &Mode, client_exe: &Path, args: &RecorderCpuArg
         ])
         .args(["--concurrency", &args.concurrency.to_string(), "--qps", "0"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .context("running meshlab lab client")?;
+        .stderr(Stdio::null());
+    let client = crate::cleanup::status_forwarding(&mut client, "meshlab lab client")?;
     ensure!(client.success(), "meshlab lab client failed: {client}");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGINT) };

@@ -11,7 +11,7 @@ use std::os::fd::FromRawFd;
 use std::panic::AssertUnwindSafe;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -78,12 +78,35 @@ impl Drop for Registered {
     }
 }
 
+/// The signal being handled once clean-up has begun; 0 before.
+static CLEANING: AtomicI32 = AtomicI32::new(0);
+
 /// Registers `action` (described by `what` in the signal line) until the result is dropped.
+/// Once clean-up has begun, the action runs at once and the calling thread stops there: what
+/// it has just started must not outlive xtask, and it must not go on to start more.
 pub fn register(
     what: impl Into<String>,
     action: impl FnOnce(libc::c_int) + Send + 'static,
 ) -> Registered {
-    Registered(registry().add(what.into(), Box::new(action)))
+    let action: Action = Box::new(action);
+    loop {
+        // Not lock(): the clean-up thread holds the lock until exit.
+        match REGISTRY.try_lock() {
+            Ok(mut registry) => return Registered(registry.add(what.into(), action)),
+            Err(TryLockError::Poisoned(e)) => {
+                return Registered(e.into_inner().add(what.into(), action));
+            }
+            Err(TryLockError::WouldBlock) => {}
+        }
+        let signal = CLEANING.load(Ordering::SeqCst);
+        if signal != 0 {
+            action(signal);
+            loop {
+                std::thread::park();
+            }
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// A child that is SIGKILLed (with its process group, if it leads one) and reaped if xtask is
@@ -205,8 +228,9 @@ extern "C" fn on_signal(signal: libc::c_int) {
 }
 
 fn clean_up_and_exit(signal: libc::c_int) -> ! {
-    // Held until exit: a guard dropped meanwhile waits here instead of racing the clean-up,
-    // and nothing new is registered (started) after it.
+    CLEANING.store(signal, Ordering::SeqCst);
+    // Held until exit: a guard dropped meanwhile waits here instead of racing the clean-up
+    // (and the thread dropping it goes no further); see register for one created meanwhile.
     let mut registry = registry();
     let done = registry.run_all(signal);
     let name = match signal {

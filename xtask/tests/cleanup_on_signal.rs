@@ -109,14 +109,16 @@ impl Xtask {
 impl Drop for Xtask {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
+            // The test failed before the signal: xtask cleans up nothing after a SIGKILL.
             // SAFETY: kill(2) on our own child, not yet reaped.
             unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
             let _ = self.child.wait();
+            // Only then: otherwise a later change (another bench on the machine) is not ours.
+            let _ = std::fs::write(STATS_SYSCTL, &self.stats_before);
         }
         for name in self.netns.iter().filter(|n| netns_exists(n)) {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
         }
-        let _ = std::fs::write(STATS_SYSCTL, &self.stats_before);
         let _ = std::fs::remove_file(&self.log);
     }
 }

@@ -109,9 +109,20 @@ impl Xtask {
 impl Drop for Xtask {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            // The test failed before the signal: xtask cleans up nothing after a SIGKILL.
+            // The test failed before its signal. SIGTERM first: xtask's own clean-up knows
+            // best; then SIGKILL for it and everything it started.
+            let pid = self.child.id() as i32;
+            let started = descendants(pid);
             // SAFETY: kill(2) on our own child, not yet reaped.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            for pid in std::iter::once(pid).chain(started.into_keys()) {
+                // SAFETY: kill(2) has no memory effects; a pid gone meanwhile gets ESRCH.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
             let _ = self.child.wait();
             // Only then: otherwise a later change (another bench on the machine) is not ours.
             let _ = std::fs::write(STATS_SYSCTL, &self.stats_before);

@@ -119,9 +119,12 @@ impl Drop for Xtask {
             while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            for pid in std::iter::once(pid).chain(started.into_keys()) {
-                // SAFETY: kill(2) has no memory effects; a pid gone meanwhile gets ESRCH.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+            if matches!(self.child.try_wait(), Ok(None)) {
+                // xtask still runs: its children are unreaped, their pids still theirs.
+                for pid in std::iter::once(pid).chain(started.into_keys()) {
+                    // SAFETY: kill(2) has no memory effects.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
             }
             let _ = self.child.wait();
             // Only then: otherwise a later change (another bench on the machine) is not ours.

@@ -398,6 +398,8 @@ fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
         samples.push(s);
     }
     let _ = client.0.wait();
+    // Reaped: its pid is no longer its own, so its clean-up registration ends here.
+    drop(client);
     // SIGINT: the recorder writes its final accounting, the server flushes its probe file.
     drop(recorder);
     drop(server);

@@ -217,6 +217,8 @@ fn record_once(dir: &Path, mode: &Mode, client_exe: &Path, args: &RecorderCpuArg
     // SAFETY: waiting for our own child, with valid out-pointers.
     let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let seconds = started.elapsed().as_secs_f64();
+    // Reaped: its pid is no longer its own, so its clean-up registration ends here.
+    drop(recorder);
     ensure!(rc > 0, "wait4: {}", std::io::Error::last_os_error());
     ensure!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,

@@ -149,8 +149,9 @@ pub fn sched_batch(cmd: &mut Command) -> &mut Command {
 /// killed.
 pub struct Proc {
     pub name: String,
-    child: Option<Child>,
-    _cleanup: Registered,
+    /// With its registration, which ends once the child is reaped: after that its pid may be
+    /// another process's.
+    child: Option<(Child, Registered)>,
 }
 
 impl Proc {
@@ -159,22 +160,22 @@ impl Proc {
             .stdin(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {name}: {cmd:?}"))?;
+        let cleanup = cleanup::kill_child(&child, name);
         Ok(Self {
             name: name.to_owned(),
-            _cleanup: cleanup::kill_child(&child, name),
-            child: Some(child),
+            child: Some((child, cleanup)),
         })
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().map(|(child, _)| child.id())
     }
 
     /// Waits for `ready` to appear; fails early if the child exits first.
     pub fn wait_ready(&mut self, ready: &Path, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         while !ready.exists() {
-            if let Some(child) = self.child.as_mut()
+            if let Some((child, _)) = self.child.as_mut()
                 && let Some(status) = child.try_wait()?
             {
                 bail!("{} exited with {status} before it was ready", self.name);
@@ -194,7 +195,7 @@ impl Proc {
 
     /// SIGINT, wait up to `grace` (then SIGKILL and an error).
     pub fn stop_within(&mut self, grace: Duration) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
+        let Some((mut child, _cleanup)) = self.child.take() else {
             return Ok(());
         };
         // SAFETY: kill(2) on our own child, not yet reaped.

@@ -200,11 +200,11 @@ fn boot_guests(spec: &RunSpec, run_dir: &RunDir, logs_dir: &Path) -> Result<Vec<
             logs_dir.join(format!("{}-{name}-{}.log", spec.label, std::process::id()));
         let args = qemu_args(spec, index, run_dir.path(), &console_log);
         let child = spawn_qemu(&args)?;
+        let cleanup = crate::cleanup::kill_child(&child, &format!("qemu (guest {name})"));
         let prefix = two.then(|| format!("{}| ", name.to_uppercase()));
         guests.push(RunningGuest {
             name,
-            _cleanup: crate::cleanup::kill_child(&child, &format!("qemu (guest {name})")),
-            child: Some(child),
+            child: Some((child, cleanup)),
             stdout: Relay::new(
                 run_dir.path().join(format!("{name}.stdout")),
                 prefix.clone(),
@@ -251,9 +251,8 @@ fn wait_for_guests(
 
 struct RunningGuest {
     name: &'static str,
-    child: Option<Child>,
-    /// qemu SIGKILLed if xtask is killed.
-    _cleanup: crate::cleanup::Registered,
+    /// qemu, SIGKILLed if xtask is killed while it is unreaped (its registration goes with it).
+    child: Option<(Child, crate::cleanup::Registered)>,
     stdout: Relay,
     stderr: Relay,
     peak_rss_kib: u64,
@@ -262,7 +261,7 @@ struct RunningGuest {
 
 impl RunningGuest {
     fn poll(&mut self, stream: bool) -> Result<()> {
-        if let Some(child) = &mut self.child {
+        if let Some((child, _)) = &mut self.child {
             self.peak_rss_kib = self.peak_rss_kib.max(peak_rss_kib(child.id()));
             if child.try_wait()?.is_some() {
                 self.child = None;
@@ -273,7 +272,7 @@ impl RunningGuest {
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some((mut child, _cleanup)) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -232,7 +232,11 @@ fn clean_up_and_exit(signal: libc::c_int) -> ! {
     // Held until exit: a guard dropped meanwhile waits here instead of racing the clean-up
     // (and the thread dropping it goes no further); see register for one created meanwhile.
     let mut registry = registry();
-    let done = registry.run_all(signal);
+    let mut done = registry.run_all(signal);
+    let others = kill_remaining_children();
+    if others > 0 {
+        done.push(format!("{others} other child process(es)"));
+    }
     let name = match signal {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
@@ -245,6 +249,30 @@ fn clean_up_and_exit(signal: libc::c_int) -> ! {
     };
     eprintln!("xtask: {name}: {done}; exiting with {}", 128 + signal);
     std::process::exit(128 + signal)
+}
+
+/// SIGKILLs the children no guard registered (short commands run with `output()`, such as a
+/// lab client or redis-benchmark): they must not outlive xtask either. How many there were.
+fn kill_remaining_children() -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    // Children are listed per thread (the one that started them).
+    let pids: Vec<libc::pid_t> = (tasks.flatten())
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            let pids: Vec<_> = list
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            pids
+        })
+        .collect();
+    for &pid in &pids {
+        // Not reaped (listed as our child): the pid is still this child's.
+        stop(pid, libc::SIGKILL, KILL_GRACE);
+    }
+    pids.len()
 }
 
 #[cfg(test)]

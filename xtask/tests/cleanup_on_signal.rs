@@ -87,13 +87,8 @@ impl Xtask {
         for name in &self.netns {
             assert!(!netns_exists(name), "namespace {name} left:\n{log}");
         }
-        // Reaped by xtask, or by init soon after it exited.
-        let deadline = Instant::now() + Duration::from_secs(3);
-        let mut left: Vec<_> = started.iter().filter(|(pid, _)| alive(**pid)).collect();
-        while !left.is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-            left.retain(|(pid, _)| alive(**pid));
-        }
+        // xtask reaps what it started before it exits: no grace for a straggler.
+        let left: Vec<_> = started.iter().filter(|(pid, _)| alive(**pid)).collect();
         assert!(
             left.is_empty(),
             "left running: {left:?} (of {started:?}):\n{log}"

@@ -26,6 +26,8 @@ struct Xtask {
     log: PathBuf,
     netns: Vec<String>,
     stats_before: String,
+    /// Its descendants when last looked at (pid -> comm): what a failed test has to stop.
+    seen: BTreeMap<i32, String>,
 }
 
 impl Xtask {
@@ -48,6 +50,7 @@ impl Xtask {
             log,
             netns,
             stats_before: std::fs::read_to_string(STATS_SYSCTL).expect("bpf_stats_enabled"),
+            seen: BTreeMap::new(),
         }
     }
 
@@ -77,7 +80,8 @@ impl Xtask {
     /// Sends `signal`; asserts the exit status 128+signal, and that the namespaces and the
     /// descendants seen just before are gone and bpf_stats_enabled is back.
     fn kill_and_check(&mut self, signal: libc::c_int) {
-        let started = descendants(self.child.id() as i32);
+        self.seen = descendants(self.child.id() as i32);
+        let started = self.seen.clone();
         // SAFETY: kill(2) on our own child, not yet reaped.
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
         let status = self.child.wait().expect("wait");
@@ -103,11 +107,10 @@ impl Xtask {
 
 impl Drop for Xtask {
     fn drop(&mut self) {
+        let pid = self.child.id() as i32;
         if let Ok(None) = self.child.try_wait() {
-            // The test failed before its signal. SIGTERM first: xtask's own clean-up knows
-            // best; then SIGKILL for it and everything it started.
-            let pid = self.child.id() as i32;
-            let started = descendants(pid);
+            // The test failed before its signal. SIGTERM: xtask's own clean-up knows best.
+            self.seen.extend(descendants(pid));
             // SAFETY: kill(2) on our own child, not yet reaped.
             unsafe { libc::kill(pid, libc::SIGTERM) };
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -115,15 +118,27 @@ impl Drop for Xtask {
                 std::thread::sleep(Duration::from_millis(50));
             }
             if matches!(self.child.try_wait(), Ok(None)) {
-                // xtask still runs: its children are unreaped, their pids still theirs.
-                for pid in std::iter::once(pid).chain(started.into_keys()) {
-                    // SAFETY: kill(2) has no memory effects.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
+                // SAFETY: kill(2) on our own child, not yet reaped (try_wait found it running).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
             }
             let _ = self.child.wait();
-            // Only then: otherwise a later change (another bench on the machine) is not ours.
+        }
+        if std::thread::panicking() {
+            // What xtask may have left: the processes it started (still the same programs),
+            // the switch. Not on success: a later change of the switch is not ours to undo.
+            for (pid, comm) in &self.seen {
+                let now = std::fs::read_to_string(format!("/proc/{pid}/comm"));
+                if now.is_ok_and(|now| now.trim() == comm) {
+                    // SAFETY: kill(2) has no memory effects.
+                    unsafe { libc::kill(*pid, libc::SIGKILL) };
+                }
+            }
             let _ = std::fs::write(STATS_SYSCTL, &self.stats_before);
+            // The scratch directories of bench (procs::tempdir) and truth (Scratch).
+            for task in ["bench", "truth"] {
+                let dir = std::env::temp_dir().join(format!("meshlab-{task}-{pid}"));
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
         for name in self.netns.iter().filter(|n| netns_exists(n)) {
             let _ = Command::new("ip").args(["netns", "del", name]).status();

@@ -161,7 +161,7 @@ pub fn spawn_server(exe: &Path, dir: &Path) -> Result<Proc> {
         .stdout(Stdio::null())
         .spawn()
         .context("starting meshlab lab server")?;
-    let server = Proc(child);
+    let server = Proc::new(child, "meshlab lab server");
     wait_for(&ready)?;
     Ok(server)
 }
@@ -184,7 +184,7 @@ fn spawn_recorder(exe: &Path, dir: &Path, name: &str, port: u16) -> Result<Proc>
         .stderr(Stdio::null())
         .spawn()
         .context("starting meshlab record")?;
-    let rec = Proc(child);
+    let rec = Proc::new(child, "meshlab record");
     wait_for(&ready)?;
     Ok(rec)
 }
@@ -356,7 +356,7 @@ fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
     let recording = dir.join("soak.ndjson");
     let recorder = spawn_soak_recorder(exe, &dir, &recording)?;
     let total = Duration::from_secs(minutes * 60);
-    let mut client = Proc(
+    let mut client = Proc::new(
         Command::new(exe)
             .args([
                 "lab",
@@ -381,6 +381,7 @@ fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
             .stderr(Stdio::null())
             .stdout(Stdio::null())
             .spawn()?,
+        "meshlab lab client",
     );
     let start = Instant::now();
     let mut samples = Vec::new();
@@ -397,6 +398,8 @@ fn soak(exe: &Path, minutes: u64, concurrency: usize, qps: u64) -> Result<()> {
         samples.push(s);
     }
     let _ = client.0.wait();
+    // Reaped: its pid is no longer its own, so its clean-up registration ends here.
+    drop(client);
     // SIGINT: the recorder writes its final accounting, the server flushes its probe file.
     drop(recorder);
     drop(server);
@@ -427,7 +430,7 @@ fn spawn_traced_server(exe: &Path, dir: &Path) -> Result<Proc> {
         .stdout(Stdio::null())
         .spawn()
         .context("starting meshlab lab server")?;
-    let server = Proc(child);
+    let server = Proc::new(child, "meshlab lab server");
     wait_for(&ready)?;
     Ok(server)
 }
@@ -452,7 +455,7 @@ fn spawn_soak_recorder(exe: &Path, dir: &Path, out: &Path) -> Result<Proc> {
         .stderr(Stdio::null())
         .spawn()
         .context("starting meshlab record")?;
-    let rec = Proc(child);
+    let rec = Proc::new(child, "meshlab record");
     wait_for(&ready)?;
     Ok(rec)
 }
@@ -547,6 +550,7 @@ fn merge_sampled(exe: &Path, inputs: &[PathBuf], out: &Path, events: u64) -> Res
         .arg(out)
         .stderr(std::fs::File::create(&log)?)
         .spawn()?;
+    let _cleanup = crate::cleanup::kill_child(&child, "meshlab merge");
     let started = Instant::now();
     let mut samples = Vec::new();
     while child.try_wait()?.is_none() {

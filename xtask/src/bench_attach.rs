@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::bench_recorder::{Guard, spawn_ready};
+use crate::bench_recorder::spawn_ready;
 use crate::{read_ndjson, run_cmd, workspace_root};
 
 #[derive(clap::Args)]
@@ -39,14 +39,15 @@ pub fn run(args: AttachDelayArgs) -> Result<()> {
     let port = listener.local_addr()?.port();
     let output = dir.join("attach.ndjson");
     let load_before = crate::machine_cpu::loadavg();
-    let recorder = Guard(spawn_ready(
+    let recorder = spawn_ready(
         Command::new(&exe)
             .args(["record", "--attach", "on-demand", "--format", "ndjson"])
             .args(["--port", &port.to_string(), "-o"])
             .arg(&output)
             .stderr(Stdio::null()),
         &dir.join("record.ready"),
-    )?);
+        "meshlab record",
+    )?;
     let pid = recorder.0.id();
     for cycle in 0..args.cycles {
         one_cycle(&listener, pid).with_context(|| format!("cycle {}", cycle + 1))?;

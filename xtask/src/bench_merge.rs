@@ -157,6 +157,7 @@ pub fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
         .stderr(Stdio::null())
         .spawn()
         .context("starting meshlab merge")?;
+    let _cleanup = crate::cleanup::kill_child(&child, "meshlab merge");
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

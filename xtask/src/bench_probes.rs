@@ -188,7 +188,7 @@ fn spawn_server(exe: &Path, dir: &Path, mode: ProbeMode) -> Result<Proc> {
         .stdout(Stdio::null())
         .spawn()
         .context("starting meshlab lab server")?;
-    let server = Proc(child);
+    let server = Proc::new(child, "meshlab lab server");
     wait_for(&ready)?;
     Ok(server)
 }

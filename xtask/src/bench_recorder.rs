@@ -12,10 +12,11 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail, ensure};
 
+use crate::procs::Proc;
 use crate::{run_cmd, workspace_root};
 
 #[derive(clap::Args)]
@@ -118,10 +119,11 @@ pub fn run(args: RecorderCpuArgs) -> Result<()> {
     let exe = workspace_root().join("target/release/meshlab");
     let dir = workspace_root().join("target/bench-recorder");
     std::fs::create_dir_all(&dir)?;
-    let _server = Guard(spawn_ready(
+    let _server = spawn_ready(
         Command::new(&exe).args(["lab", "server", "--listen", &format!("127.0.0.1:{PORT}")]),
         &dir.join("server.ready"),
-    )?);
+        "meshlab lab server",
+    )?;
     let modes = modes(&exe, &args)?;
     let mut runs: Vec<Vec<Run>> = modes.iter().map(|_| Vec::new()).collect();
     for round in 0..args.rounds.max(1) {
@@ -140,33 +142,23 @@ pub fn run(args: RecorderCpuArgs) -> Result<()> {
     Ok(())
 }
 
-/// A child stopped with SIGINT and reaped on drop.
-pub struct Guard(pub Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
-    }
-}
-
-pub fn spawn_ready(cmd: &mut Command, ready: &Path) -> Result<Child> {
+/// Starts meshlab with `--ready-file ready` and waits (up to 30 s) for it to serve.
+pub fn spawn_ready(cmd: &mut Command, ready: &Path, what: &str) -> Result<Proc> {
     let _ = std::fs::remove_file(ready);
-    let mut child = cmd
+    let child = cmd
         .arg("--ready-file")
         .arg(ready)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
-        .context("starting meshlab")?;
+        .with_context(|| format!("starting {what}"))?;
+    let mut child = Proc::new(child, what);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !ready.exists() {
-        if let Some(status) = child.try_wait()? {
-            bail!("meshlab exited before it was ready: {status}");
+        if let Some(status) = child.0.try_wait()? {
+            bail!("{what} exited before it was ready: {status}");
         }
         if std::time::Instant::now() > deadline {
-            let _ = child.kill();
             bail!("{} did not appear within 30 s", ready.display());
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -194,11 +186,13 @@ fn record_once(dir: &Path, mode: &Mode, client_exe: &Path, args: &RecorderCpuArg
             .stdout(stdout)
             .stderr(Stdio::piped()),
         &dir.join("record.ready"),
+        "meshlab record",
     )?;
-    let pid = recorder.id() as i32;
+    let pid = recorder.0.id() as i32;
     let cpu_at_ready = proc_cpu_s(pid)?;
     let started = std::time::Instant::now();
-    let client = Command::new(client_exe)
+    let mut client = Command::new(client_exe);
+    client
         .args(["lab", "client", "--connect", &format!("127.0.0.1:{PORT}")])
         .args([
             "--warmup",
@@ -208,14 +202,13 @@ fn record_once(dir: &Path, mode: &Mode, client_exe: &Path, args: &RecorderCpuArg
         ])
         .args(["--concurrency", &args.concurrency.to_string(), "--qps", "0"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .context("running meshlab lab client")?;
+        .stderr(Stdio::null());
+    let client = crate::cleanup::status_forwarding(&mut client, "meshlab lab client")?;
     ensure!(client.success(), "meshlab lab client failed: {client}");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid, libc::SIGINT) };
     let mut stderr = String::new();
-    if let Some(mut e) = recorder.stderr.take() {
+    if let Some(mut e) = recorder.0.stderr.take() {
         e.read_to_string(&mut stderr)?;
     }
     let mut status = 0;
@@ -224,6 +217,8 @@ fn record_once(dir: &Path, mode: &Mode, client_exe: &Path, args: &RecorderCpuArg
     // SAFETY: waiting for our own child, with valid out-pointers.
     let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let seconds = started.elapsed().as_secs_f64();
+    // Reaped: its pid is no longer its own, so its clean-up registration ends here.
+    drop(recorder);
     ensure!(rc > 0, "wait4: {}", std::io::Error::last_os_error());
     ensure!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,

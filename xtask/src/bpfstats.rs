@@ -11,21 +11,35 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+use crate::cleanup::{Registered, register};
+
 const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
-/// Turns BPF run-time statistics on and restores the previous setting on drop.
+/// Turns BPF run-time statistics on and restores the previous setting on drop (or when xtask
+/// is killed).
 pub struct StatsEnabled {
     previous: String,
+    _cleanup: Registered,
 }
 
 impl StatsEnabled {
     pub fn on() -> Result<StatsEnabled> {
         let previous = std::fs::read_to_string(STATS_SYSCTL)
             .with_context(|| format!("reading {STATS_SYSCTL}"))?;
+        let previous = previous.trim().to_owned();
+        // Registered before the write: a signal in between restores a value that was not
+        // changed, which is harmless; one after it must not leave the switch on.
+        let cleanup = {
+            let previous = previous.clone();
+            register(format!("kernel.bpf_stats_enabled={previous}"), move |_| {
+                let _ = std::fs::write(STATS_SYSCTL, &previous);
+            })
+        };
         std::fs::write(STATS_SYSCTL, "1")
             .with_context(|| format!("writing 1 to {STATS_SYSCTL}"))?;
         Ok(StatsEnabled {
-            previous: previous.trim().to_owned(),
+            previous,
+            _cleanup: cleanup,
         })
     }
 }

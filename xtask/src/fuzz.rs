@@ -118,7 +118,7 @@ fn run_cmd_here(cmd: &mut Command) -> Result<()> {
         .map(Path::to_owned)
         .unwrap_or_else(fuzz_dir);
     eprintln!("xtask: (in {})", dir.display());
-    let status = cmd.status()?;
+    let status = crate::cleanup::status_forwarding(cmd, "cargo fuzz")?;
     if !status.success() {
         bail!("fuzzing failed: {status}");
     }

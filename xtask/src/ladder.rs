@@ -320,7 +320,7 @@ pub(crate) fn spawn_echo_server(exe: &Path, dir: &Path) -> Result<Proc> {
         .stdout(Stdio::null())
         .spawn()
         .context("starting meshlab lab server")?;
-    let server = Proc(child);
+    let server = Proc::new(child, "meshlab lab server");
     wait_for(&ready)?;
     let bound = std::fs::read_to_string(&ready)?;
     let port = bound
@@ -356,7 +356,7 @@ fn spawn_recorder_with(
         .stderr(stderr)
         .spawn()
         .context("starting meshlab record")?;
-    let recorder = Proc(child);
+    let recorder = Proc::new(child, "meshlab record");
     wait_for(&ready)?;
     Ok(recorder)
 }

@@ -12,6 +12,7 @@ mod bench_recorder;
 mod bpffloor;
 mod bpfraw;
 mod bpfstats;
+mod cleanup;
 mod fuzz;
 mod ladder;
 mod ladder_doc;
@@ -99,6 +100,8 @@ struct TestArgs {
 }
 
 fn main() -> Result<()> {
+    // First: a signal before it kills xtask without clean-up.
+    cleanup::install()?;
     let cli = Cli::parse();
     match cli.command {
         Task::Setup => setup::run(),
@@ -139,15 +142,14 @@ pub fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
-/// Runs a command in the workspace root, echoing it; fails with its status.
+/// Runs a command in the workspace root, echoing it; fails with its status. A signal to xtask
+/// meanwhile is passed on to it (often xtask again, or sudo: it cleans up after itself).
 pub fn run_cmd(cmd: &mut Command) -> Result<()> {
-    eprintln!("xtask: $ {}", render(cmd));
-    let status = cmd
-        .current_dir(workspace_root())
-        .status()
-        .with_context(|| format!("starting {}", render(cmd)))?;
+    let what = render(cmd);
+    eprintln!("xtask: $ {what}");
+    let status = cleanup::status_forwarding(cmd.current_dir(workspace_root()), &what)?;
     if !status.success() {
-        bail!("`{}` failed: {status}", render(cmd));
+        bail!("`{what}` failed: {status}");
     }
     Ok(())
 }

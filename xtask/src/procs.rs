@@ -1,5 +1,5 @@
-//! Processes and scratch directories the benchmarks start, cleaned up when dropped (also when
-//! a benchmark fails half-way).
+//! Processes, network namespaces and scratch directories the benchmarks start, cleaned up when
+//! dropped (also when a benchmark fails half-way) and when xtask is killed (crate::cleanup).
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -7,15 +7,65 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
-/// A child process killed (SIGINT, then reaped) on drop.
-pub struct Proc(pub Child);
+use crate::cleanup::{self, Registered, register};
+
+/// A child process stopped (SIGINT, then reaped) on drop unless it has exited already (and
+/// SIGKILLed if xtask is killed).
+pub struct Proc(pub Child, #[allow(dead_code)] Registered);
+
+impl Proc {
+    /// `what` names the child in the line xtask prints when it is killed.
+    pub fn new(child: Child, what: &str) -> Proc {
+        let cleanup = cleanup::kill_child(&child, what);
+        Proc(child, cleanup)
+    }
+}
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let _ = self.0.wait();
+        // Err: reaped by its owner already (wait4 for its rusage), so not ours to signal.
+        if let Ok(None) = self.0.try_wait() {
+            // SAFETY: signalling our own child, not yet reaped.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            let _ = self.0.wait();
+        }
     }
+}
+
+/// A network namespace (`ip netns add`), deleted on drop or when xtask is killed; the devices
+/// inside go with it.
+pub struct Netns {
+    pub name: String,
+    _cleanup: Registered,
+}
+
+impl Netns {
+    pub fn add(name: &str) -> Result<Netns> {
+        ip_netns("add", name)?;
+        let cleanup = {
+            let name = name.to_owned();
+            register(format!("netns {name}"), move |_| {
+                let _ = ip_netns("del", &name);
+            })
+        };
+        Ok(Netns {
+            name: name.to_owned(),
+            _cleanup: cleanup,
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if let Err(e) = ip_netns("del", &self.name) {
+            eprintln!("xtask: removing namespace {}: {e:#}", self.name);
+        }
+    }
+}
+
+fn ip_netns(verb: &str, name: &str) -> Result<()> {
+    crate::truth_lab::run_quiet(std::process::Command::new("ip").args(["netns", verb, name]))?;
+    Ok(())
 }
 
 /// Waits (up to 30 s) for a ready file a child writes once it is serving.
@@ -30,8 +80,8 @@ pub fn wait_for(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A scratch directory removed on drop.
-pub struct TempDir(PathBuf);
+/// A scratch directory removed on drop (or when xtask is killed).
+pub struct TempDir(PathBuf, #[allow(dead_code)] Registered);
 
 impl std::ops::Deref for TempDir {
     type Target = Path;
@@ -49,7 +99,14 @@ impl Drop for TempDir {
 pub fn tempdir() -> Result<TempDir> {
     let dir = std::env::temp_dir().join(format!("meshlab-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    Ok(TempDir(dir))
+    Ok(TempDir(dir.clone(), remove_dir_when_killed(dir)))
+}
+
+/// Registers the removal of `dir` for when xtask is killed.
+pub fn remove_dir_when_killed(dir: PathBuf) -> Registered {
+    register(format!("directory {}", dir.display()), move |_| {
+        let _ = std::fs::remove_dir_all(&dir);
+    })
 }
 
 /// Which side of a benchmark a process is on. Servers run on CPU 1 and clients (the load

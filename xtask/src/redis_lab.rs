@@ -2,14 +2,14 @@
 //! the bench's real-world workload, crossing a device like traffic between two nodes would.
 //!
 //! Namespace, device and address names carry the bench's pid, so parallel runs do not clash;
-//! everything is removed on drop, also when the bench fails half-way.
+//! everything is removed on drop, also when the bench fails half-way or xtask is killed.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::procs::{Side, pinned};
+use crate::procs::{Netns, Proc, Side, pinned};
 
 pub const REDIS_PORT: u16 = 6379;
 
@@ -17,10 +17,11 @@ pub const REDIS_PORT: u16 = 6379;
 pub struct RedisLab {
     server_ns: String,
     client_ns: String,
-    /// Server end of the veth pair (removed on drop if it never left the root namespace).
-    veth: String,
     pub server_addr: String,
-    server: Option<Child>,
+    /// Declared first: dropped (stopped) before the namespaces it runs in.
+    server: Option<Proc>,
+    /// Deleting them removes the veth pair with them.
+    _namespaces: Vec<Netns>,
 }
 
 fn ip(args: &[&str]) -> Result<()> {
@@ -42,35 +43,38 @@ impl RedisLab {
         let mut lab = RedisLab {
             server_ns: format!("mlbench{id}s"),
             client_ns: format!("mlbench{id}c"),
-            veth: format!("mlb{id}a"),
             server_addr: format!("{net}.1"),
             server: None,
+            _namespaces: Vec::new(),
         };
         lab.wire(&net, id)?;
-        lab.server = Some(
-            pinned(&mut lab.in_server_ns("redis-server"), Side::Server)
-                .args([
-                    "--bind",
-                    &lab.server_addr,
-                    "--port",
-                    &REDIS_PORT.to_string(),
-                ])
-                .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-                .stdout(Stdio::null())
-                .spawn()
-                .context("starting redis-server (cargo xtask setup installs it)")?,
-        );
+        let server = pinned(&mut lab.in_server_ns("redis-server"), Side::Server)
+            .args([
+                "--bind",
+                &lab.server_addr,
+                "--port",
+                &REDIS_PORT.to_string(),
+            ])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting redis-server (cargo xtask setup installs it)")?;
+        lab.server = Some(Proc::new(server, "redis-server"));
         lab.wait_ready()?;
         Ok(lab)
     }
 
-    fn wire(&self, net: &str, id: u32) -> Result<()> {
-        let (a, b) = (&self.veth, format!("mlb{id}b"));
-        ip(&["netns", "add", &self.server_ns])?;
-        ip(&["netns", "add", &self.client_ns])?;
-        ip(&["link", "add", a, "type", "veth", "peer", "name", &b])?;
-        for (dev, ns, addr) in [(a, &self.server_ns, "1"), (&b, &self.client_ns, "2")] {
-            ip(&["link", "set", dev, "netns", ns])?;
+    fn wire(&mut self, net: &str, id: u32) -> Result<()> {
+        for ns in [&self.server_ns, &self.client_ns] {
+            self._namespaces.push(Netns::add(ns)?);
+        }
+        let (a, b) = (format!("mlb{id}a"), format!("mlb{id}b"));
+        // Made inside the namespaces: no end of the pair is ever left in the root namespace.
+        let (server, client) = (&self.server_ns, &self.client_ns);
+        ip(&[
+            "-n", server, "link", "add", &a, "type", "veth", "peer", "name", &b, "netns", client,
+        ])?;
+        for (dev, ns, addr) in [(&a, &self.server_ns, "1"), (&b, &self.client_ns, "2")] {
             ip(&[
                 "-n",
                 ns,
@@ -171,24 +175,6 @@ fn parse_ping_csv(csv: &str) -> Result<(f64, f64)> {
             .with_context(|| format!("redis-benchmark CSV: bad number in column {col}: {row:?}"))
     };
     Ok((number(rps_col)?, number(p50_col)? * 1000.0))
-}
-
-impl Drop for RedisLab {
-    fn drop(&mut self) {
-        if let Some(mut server) = self.server.take() {
-            let _ = server.kill();
-            let _ = server.wait();
-        }
-        // Deleting the namespaces removes the veth pair with them.
-        let _ = ip(&["netns", "del", &self.server_ns]);
-        let _ = ip(&["netns", "del", &self.client_ns]);
-        if std::path::Path::new("/sys/class/net")
-            .join(&self.veth)
-            .exists()
-        {
-            let _ = ip(&["link", "del", &self.veth]);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::bpfstats::{self, StatsEnabled};
+use crate::cleanup::Registered;
+use crate::procs::remove_dir_when_killed;
 use crate::truth_breakdown::{self, RunBreakdown};
 use crate::truth_lab::{
     CpuHogs, Proc, SchedSetup, TbfQdisc, TruthNetns, busy_between, cpu_ticks, median, own_session,
@@ -1100,10 +1102,12 @@ pub fn print_breakdowns(results: &BTreeMap<(Cause, bool), Vec<RunStats>>) {
     }
 }
 
-/// Where run directories go: a kept directory, or a temporary one removed at the end.
+/// Where run directories go: a kept directory, or a temporary one removed at the end (or when
+/// xtask is killed).
 struct Scratch {
     root: PathBuf,
     keep: bool,
+    _cleanup: Option<Registered>,
 }
 
 impl Scratch {
@@ -1116,7 +1120,12 @@ impl Scratch {
             ),
         };
         std::fs::create_dir_all(&root).with_context(|| format!("mkdir {}", root.display()))?;
-        Ok(Self { root, keep })
+        let cleanup = (!keep).then(|| remove_dir_when_killed(root.clone()));
+        Ok(Self {
+            root,
+            keep,
+            _cleanup: cleanup,
+        })
     }
 
     fn run_dir(&self, round: usize, cause: Cause, with_cause: bool) -> Result<PathBuf> {

@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::cleanup::{self, Registered, register};
+use crate::procs::Netns;
+
 /// Runs a command quietly; its stdout, or an error with its stderr.
 pub fn run_quiet(cmd: &mut Command) -> Result<Vec<u8>> {
     let out = cmd
@@ -29,7 +32,7 @@ pub fn run_quiet(cmd: &mut Command) -> Result<Vec<u8>> {
 
 /// Namespaces `PREFIX-PID-a` (client) and `PREFIX-PID-b` (server) with a veth pair
 /// `traPID`/`trbPID` between them (names unique on the machine, so the bpftrace reference can
-/// pick the device by name), in 10.202.S.0/24; deleted on drop.
+/// pick the device by name), in 10.202.S.0/24; deleted on drop (or when xtask is killed).
 pub struct TruthNetns {
     pub a: String,
     pub b: String,
@@ -37,6 +40,7 @@ pub struct TruthNetns {
     pub dev_b: String,
     pub addr_a: String,
     pub addr_b: String,
+    _namespaces: Vec<Netns>,
 }
 
 impl TruthNetns {
@@ -44,16 +48,17 @@ impl TruthNetns {
         let pid = std::process::id();
         // The subnet differs from the lab's 10.201/16 and between concurrent harnesses.
         let subnet = pid % 250 + 1;
-        let ns = Self {
+        let mut ns = Self {
             a: format!("{prefix}-{pid}-a"),
             b: format!("{prefix}-{pid}-b"),
             dev_a: format!("tra{pid}"),
             dev_b: format!("trb{pid}"),
             addr_a: format!("10.202.{subnet}.1"),
             addr_b: format!("10.202.{subnet}.2"),
+            _namespaces: Vec::new(),
         };
         for name in [&ns.a, &ns.b] {
-            run_quiet(Command::new("ip").args(["netns", "add", name]))?;
+            ns._namespaces.push(Netns::add(name)?);
         }
         // From here on, drop removes whatever was made.
         ns.configure()?;
@@ -140,20 +145,13 @@ pub fn sched_batch(cmd: &mut Command) -> &mut Command {
     }
 }
 
-impl Drop for TruthNetns {
-    fn drop(&mut self) {
-        for name in [&self.a, &self.b] {
-            if let Err(e) = run_quiet(Command::new("ip").args(["netns", "del", name])) {
-                eprintln!("truth: removing namespace {name}: {e:#}");
-            }
-        }
-    }
-}
-
-/// A child stopped with SIGINT (SIGKILL after 5 s) and reaped on drop.
+/// A child stopped with SIGINT (SIGKILL after 5 s) and reaped on drop; SIGKILLed if xtask is
+/// killed.
 pub struct Proc {
     pub name: String,
-    child: Option<Child>,
+    /// With its registration, which ends once the child is reaped: after that its pid may be
+    /// another process's.
+    child: Option<(Child, Registered)>,
 }
 
 impl Proc {
@@ -162,21 +160,22 @@ impl Proc {
             .stdin(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {name}: {cmd:?}"))?;
+        let cleanup = cleanup::kill_child(&child, name);
         Ok(Self {
             name: name.to_owned(),
-            child: Some(child),
+            child: Some((child, cleanup)),
         })
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().map(|(child, _)| child.id())
     }
 
     /// Waits for `ready` to appear; fails early if the child exits first.
     pub fn wait_ready(&mut self, ready: &Path, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         while !ready.exists() {
-            if let Some(child) = self.child.as_mut()
+            if let Some((child, _)) = self.child.as_mut()
                 && let Some(status) = child.try_wait()?
             {
                 bail!("{} exited with {status} before it was ready", self.name);
@@ -196,7 +195,7 @@ impl Proc {
 
     /// SIGINT, wait up to `grace` (then SIGKILL and an error).
     pub fn stop_within(&mut self, grace: Duration) -> Result<()> {
-        let Some(mut child) = self.child.take() else {
+        let Some((mut child, _cleanup)) = self.child.take() else {
             return Ok(());
         };
         // SAFETY: kill(2) on our own child, not yet reaped.
@@ -229,10 +228,11 @@ impl Drop for Proc {
     }
 }
 
-/// A TBF rate limit on a device inside a namespace; deleted on drop.
+/// A TBF rate limit on a device inside a namespace; deleted on drop (or when xtask is killed).
 pub struct TbfQdisc {
     ns: String,
     dev: String,
+    _cleanup: Registered,
 }
 
 impl TbfQdisc {
@@ -245,18 +245,29 @@ impl TbfQdisc {
                     "root", "tbf", "rate", rate, "burst", "1600", "latency", "500ms",
                 ]),
         )?;
+        let cleanup = {
+            let (ns, dev) = (ns.to_owned(), dev.to_owned());
+            register(format!("tbf qdisc on {dev} in {ns}"), move |_| {
+                let _ = delete_root_qdisc(&ns, &dev);
+            })
+        };
         Ok(Self {
             ns: ns.to_owned(),
             dev: dev.to_owned(),
+            _cleanup: cleanup,
         })
     }
 }
 
+fn delete_root_qdisc(ns: &str, dev: &str) -> std::io::Result<std::process::Output> {
+    Command::new("tc")
+        .args(["-n", ns, "qdisc", "del", "dev", dev, "root"])
+        .output()
+}
+
 impl Drop for TbfQdisc {
     fn drop(&mut self) {
-        let del = Command::new("tc")
-            .args(["-n", &self.ns, "qdisc", "del", "dev", &self.dev, "root"])
-            .output();
+        let del = delete_root_qdisc(&self.ns, &self.dev);
         if !matches!(del, Ok(ref out) if out.status.success()) {
             eprintln!(
                 "truth: removing the tbf qdisc on {} in {}: {del:?}",

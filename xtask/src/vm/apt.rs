@@ -177,7 +177,7 @@ fn apt_install(packages: &[String], target_release: Option<&str>) -> Result<()> 
 }
 
 fn run_checked(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    let status = crate::cleanup::status_forwarding(cmd, &format!("{cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed: {status}");
     }

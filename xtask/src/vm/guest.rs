@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -126,7 +125,6 @@ pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
 
 /// Boots the guests, relays their output, and returns once all have stopped.
 pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
-    install_signal_handlers();
     super::qemu::which_qemu()?;
     let run_dir = RunDir::create()?;
     let logs_dir = super::target_dir().join("vm/logs");
@@ -202,10 +200,11 @@ fn boot_guests(spec: &RunSpec, run_dir: &RunDir, logs_dir: &Path) -> Result<Vec<
             logs_dir.join(format!("{}-{name}-{}.log", spec.label, std::process::id()));
         let args = qemu_args(spec, index, run_dir.path(), &console_log);
         let child = spawn_qemu(&args)?;
+        let cleanup = crate::cleanup::kill_child(&child, &format!("qemu (guest {name})"));
         let prefix = two.then(|| format!("{}| ", name.to_uppercase()));
         guests.push(RunningGuest {
             name,
-            child: Some(child),
+            child: Some((child, cleanup)),
             stdout: Relay::new(
                 run_dir.path().join(format!("{name}.stdout")),
                 prefix.clone(),
@@ -220,7 +219,7 @@ fn boot_guests(spec: &RunSpec, run_dir: &RunDir, logs_dir: &Path) -> Result<Vec<
 }
 
 /// Relays output until every guest stopped, one crashed, or the deadline passed (returns
-/// whether it did). Ctrl-C is an error; the guests are killed as they drop.
+/// whether it did). A signal to xtask kills the guests through crate::cleanup.
 fn wait_for_guests(
     spec: &RunSpec,
     run_dir: &RunDir,
@@ -243,10 +242,6 @@ fn wait_for_guests(
         if crashed {
             return Ok(false);
         }
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            // Guests are killed and the run directory removed as `guests`/`run_dir` drop.
-            bail!("interrupted: guests killed");
-        }
         if Instant::now() >= deadline {
             return Ok(true);
         }
@@ -256,7 +251,8 @@ fn wait_for_guests(
 
 struct RunningGuest {
     name: &'static str,
-    child: Option<Child>,
+    /// qemu, SIGKILLed if xtask is killed while it is unreaped (its registration goes with it).
+    child: Option<(Child, crate::cleanup::Registered)>,
     stdout: Relay,
     stderr: Relay,
     peak_rss_kib: u64,
@@ -265,7 +261,7 @@ struct RunningGuest {
 
 impl RunningGuest {
     fn poll(&mut self, stream: bool) -> Result<()> {
-        if let Some(child) = &mut self.child {
+        if let Some((child, _)) = &mut self.child {
             self.peak_rss_kib = self.peak_rss_kib.max(peak_rss_kib(child.id()));
             if child.try_wait()?.is_some() {
                 self.child = None;
@@ -276,7 +272,7 @@ impl RunningGuest {
     }
 
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some((mut child, _cleanup)) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -312,22 +308,5 @@ fn print_console_tail(log: &Path) {
     eprintln!("vm: last lines of {}:", log.display());
     for line in &lines[lines.len().saturating_sub(25)..] {
         eprintln!("  {line}");
-    }
-}
-
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_signal: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Ctrl-C, SIGTERM and SIGHUP set a flag the run loop checks, so it can kill the guests and
-/// remove the run directory before exiting.
-fn install_signal_handlers() {
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            libc::signal(signal, on_signal as *const () as libc::sighandler_t);
-        }
     }
 }

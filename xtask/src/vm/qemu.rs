@@ -103,7 +103,8 @@ pub fn spawn_qemu(args: &[OsString]) -> Result<Child> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
-    // Own process group: a terminal Ctrl-C reaches xtask, which kills the guests in order.
+    // Own process group: a terminal Ctrl-C reaches only xtask, which kills the guests in order
+    // (crate::cleanup).
     cmd.process_group(0);
     // SAFETY: the closure runs in the forked child before exec and only calls prctl, which is
     // async-signal-safe. PDEATHSIG kills qemu if xtask dies without running its destructors.

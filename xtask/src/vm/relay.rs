@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 /// A private directory shared read-write with the guests (scripts in, output and status out,
-/// the link's unix sockets); removed on drop, also when the run fails or is interrupted.
-pub struct RunDir(PathBuf);
+/// the link's unix sockets); removed on drop, also when the run fails or xtask is killed.
+pub struct RunDir(PathBuf, #[allow(dead_code)] crate::cleanup::Registered);
 
 impl RunDir {
     pub fn create() -> Result<Self> {
@@ -19,7 +19,10 @@ impl RunDir {
             .unwrap_or_default();
         let path = std::env::temp_dir().join(format!("meshlab-vm-{}-{nanos}", std::process::id()));
         std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(RunDir(path))
+        Ok(RunDir(
+            path.clone(),
+            crate::procs::remove_dir_when_killed(path),
+        ))
     }
 
     pub fn path(&self) -> &Path {

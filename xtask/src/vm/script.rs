@@ -65,16 +65,16 @@ pub fn cargo_test_in_guest(kernel: KernelLabel, cargo_args: &[String]) -> Result
     if !runner.is_file() {
         bail!("{} is missing", runner.display());
     }
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
         .arg("test")
         .args(cargo_args)
         .env("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", &runner)
         .env("MESHLAB_VM_KERNEL", kernel.as_str())
         // The runner calls this binary directly: a nested `cargo run` would wait on the build
         // lock the outer `cargo test` holds.
-        .env("MESHLAB_XTASK", &xtask)
-        .status()
-        .context("running cargo test")?;
+        .env("MESHLAB_XTASK", &xtask);
+    let status = crate::cleanup::status_forwarding(&mut cargo, "cargo test (in guests)")?;
     Ok(status.code().unwrap_or(1))
 }
 

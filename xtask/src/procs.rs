@@ -2,10 +2,10 @@
 //! dropped (also when a benchmark fails half-way) and when xtask is killed (crate::cleanup).
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 
 use crate::cleanup::{self, Registered, register};
 
@@ -64,8 +64,24 @@ impl Drop for Netns {
 }
 
 fn ip_netns(verb: &str, name: &str) -> Result<()> {
-    crate::truth_lab::run_quiet(std::process::Command::new("ip").args(["netns", verb, name]))?;
+    run_quiet(Command::new("ip").args(["netns", verb, name]))?;
     Ok(())
+}
+
+/// Runs a command quietly; its stdout, or an error with its stderr.
+pub fn run_quiet(cmd: &mut Command) -> Result<Vec<u8>> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout)
 }
 
 /// Waits (up to 30 s) for a ready file a child writes once it is serving.

@@ -15,11 +15,11 @@ use anyhow::{Context, Result, bail};
 
 use crate::bpfstats::{self, StatsEnabled};
 use crate::cleanup::Registered;
-use crate::procs::remove_dir_when_killed;
+use crate::procs::{remove_dir_when_killed, run_quiet};
 use crate::truth_breakdown::{self, RunBreakdown};
 use crate::truth_lab::{
     CpuHogs, Proc, SchedSetup, TbfQdisc, TruthNetns, busy_between, cpu_ticks, median, own_session,
-    run_quiet, sched_batch,
+    sched_batch,
 };
 use crate::truth_reference::{self, Reference, ReferenceRun};
 use crate::{run_cmd, workspace_root};

@@ -12,23 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::cleanup::{self, Registered, register};
-use crate::procs::Netns;
-
-/// Runs a command quietly; its stdout, or an error with its stderr.
-pub fn run_quiet(cmd: &mut Command) -> Result<Vec<u8>> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("starting {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(out.stdout)
-}
+use crate::procs::{Netns, run_quiet};
 
 /// Namespaces `PREFIX-PID-a` (client) and `PREFIX-PID-b` (server) with a veth pair
 /// `traPID`/`trbPID` between them (names unique on the machine, so the bpftrace reference can

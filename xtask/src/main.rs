@@ -142,6 +142,28 @@ pub fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
+/// This xtask binary, to run again or to hand to a guest runner. `cargo test --all-targets`
+/// rebuilds target/debug/xtask while this process runs (xtask's integration tests build the
+/// binary with their dev-dependencies' features), so the running binary's path reads
+/// "PATH (deleted)": the rebuilt file at PATH is the same xtask source and is what is run then.
+pub fn self_exe() -> Result<PathBuf> {
+    live_exe(std::env::current_exe().context("locating the xtask binary")?)
+}
+
+/// `exe` as /proc/self/exe names it, or the file now at its path if it was replaced.
+fn live_exe(exe: PathBuf) -> Result<PathBuf> {
+    let Some(live) = exe.to_str().and_then(|p| p.strip_suffix(" (deleted)")) else {
+        return Ok(exe);
+    };
+    let live = PathBuf::from(live);
+    anyhow::ensure!(
+        live.is_file(),
+        "the xtask binary {} was removed while it ran",
+        live.display()
+    );
+    Ok(live)
+}
+
 /// Runs a command in the workspace root, echoing it; fails with its status. A signal to xtask
 /// meanwhile is passed on to it (often xtask again, or sudo: it cleans up after itself).
 pub fn run_cmd(cmd: &mut Command) -> Result<()> {
@@ -182,7 +204,7 @@ fn test(args: TestArgs) -> Result<()> {
     setup::run()?;
     if !args.no_vm {
         // Before `cargo test`: xtask's own VM tests boot guests and need qemu and the kernels.
-        run_cmd(Command::new(std::env::current_exe()?).args(["vm", "prepare"]))?;
+        run_cmd(Command::new(self_exe()?).args(["vm", "prepare"]))?;
     }
     run_cmd(cargo().args(["fmt", "--all", "--check"]))?;
     run_cmd(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
@@ -206,11 +228,9 @@ fn test(args: TestArgs) -> Result<()> {
     run_cmd(&mut test)?;
     truth_quick(args.ci)?;
     // The cost ladder's smoke test: every bench code path once, no thresholds (~1 min).
-    run_cmd(
-        setup::as_root(&std::env::current_exe()?.to_string_lossy()).args(["bench", "--quick"]),
-    )?;
+    run_cmd(setup::as_root(&self_exe()?.to_string_lossy()).args(["bench", "--quick"]))?;
     // Seconds: the merge benchmark's smoke run (capture and NDJSON inputs) on the debug build.
-    run_cmd(Command::new(std::env::current_exe()?).args(["bench", "merge", "--quick"]))?;
+    run_cmd(Command::new(self_exe()?).args(["bench", "merge", "--quick"]))?;
     // Every parser's fuzz target for a few seconds, after replaying the kept regressions.
     fuzz::run(&fuzz::FuzzArgs {
         seconds: None,
@@ -235,7 +255,7 @@ fn truth_quick(ci: bool) -> Result<()> {
     }
     // The debug build `cargo test` has just made: a release build of meshlab and its eBPF
     // object costs CI minutes, and the quick table has no thresholds to hold a build to.
-    run_cmd(Command::new(std::env::current_exe()?).args(["truth", "--quick", "--debug"]))
+    run_cmd(Command::new(self_exe()?).args(["truth", "--quick", "--debug"]))
 }
 
 /// The stock Debian kernels under qemu (prepared before `cargo test`): see vm_scenarios.rs.
@@ -256,4 +276,24 @@ fn demo(args: &[String]) -> Result<()> {
     };
     cmd.arg("demo").args(args);
     run_cmd(&mut cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_binary_is_run_from_its_path_and_a_removed_one_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("xtask-self-exe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("xtask");
+        std::fs::write(&bin, b"rebuilt").unwrap();
+        let deleted = PathBuf::from(format!("{} (deleted)", bin.display()));
+        assert_eq!(live_exe(deleted.clone()).unwrap(), bin);
+        assert_eq!(live_exe(bin.clone()).unwrap(), bin);
+        std::fs::remove_file(&bin).unwrap();
+        let err = live_exe(deleted).unwrap_err().to_string();
+        assert!(err.contains("was removed while it ran"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

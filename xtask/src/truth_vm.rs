@@ -181,7 +181,7 @@ fn boot_and_run(
     // start and the cause's switch.
     let timeout = 180 + runs.len() as u64 * (seconds + 15);
     run_cmd(
-        dies_with_parent(&mut Command::new(std::env::current_exe()?))
+        dies_with_parent(&mut Command::new(crate::self_exe()?))
             .args(["vm", "run", "--kernel", KERNEL, "--cpus", &cpus.to_string()])
             .args(["--memory", GUEST_MEMORY_MIB])
             .args(["--timeout", &timeout.to_string(), "--rw"])

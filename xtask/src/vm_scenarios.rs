@@ -20,7 +20,7 @@ const TWO_MACHINE_KERNEL: &str = "6.12";
 
 /// `nic_only`: just the two-guest scenario (developer shortcut).
 pub fn run(ci: bool, nic_only: bool) -> Result<()> {
-    let xtask = std::env::current_exe()?;
+    let xtask = crate::self_exe()?;
     if nic_only {
         return KERNELS
             .iter()

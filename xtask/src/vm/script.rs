@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use super::kernel::KernelLabel;
 
@@ -60,7 +60,7 @@ pub fn runner_script() -> PathBuf {
 /// so each test binary runs inside a guest booted on `kernel`.
 pub fn cargo_test_in_guest(kernel: KernelLabel, cargo_args: &[String]) -> Result<i32> {
     super::image::prepared(kernel)?;
-    let xtask = std::env::current_exe().context("locating the xtask binary")?;
+    let xtask = crate::self_exe()?;
     let runner = runner_script();
     if !runner.is_file() {
         bail!("{} is missing", runner.display());

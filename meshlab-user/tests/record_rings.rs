@@ -21,7 +21,8 @@ fn events_of_every_cpu_ring_are_all_read() {
         return;
     }
     let possible = possible_cpus();
-    if (possible.len() < 2 || !online(0) || !online(1))
+    let online = aya::util::online_cpus().unwrap_or_default();
+    if (possible.len() < 2 || !online.contains(&0) || !online.contains(&1))
         && !meshlab_testkit::privileged::skip(
             "events_of_every_cpu_ring_are_all_read",
             &format!("needs CPUs 0 and 1 online (possible: {possible:?})"),
@@ -133,22 +134,7 @@ fn expected_rings(possible: &[u32]) -> u32 {
 /// /sys/devices/system/cpu/possible, e.g. "0-1" or "0,2-3".
 fn possible_cpus() -> Vec<u32> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
-    let mut cpus = Vec::new();
-    for range in text.trim().split(',') {
-        match range.split_once('-') {
-            Some((a, b)) => cpus.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
-            None => cpus.push(range.parse().unwrap()),
-        }
-    }
-    cpus
-}
-
-fn online(cpu: u32) -> bool {
-    // CPU 0 often has no "online" file (it cannot be taken offline).
-    std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/online")).map_or(
-        std::path::Path::new(&format!("/sys/devices/system/cpu/cpu{cpu}")).exists(),
-        |s| s.trim() == "1",
-    )
+    meshlab_user::kernel::nic::sysfs::parse_cpu_list(&text)
 }
 
 /// Keeps the calling thread on `cpu`.

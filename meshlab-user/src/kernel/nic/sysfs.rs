@@ -145,7 +145,7 @@ pub(crate) fn parse_cpu_mask(mask: &str) -> Vec<u32> {
 }
 
 /// A CPU list (`0-3,8,10-11`) -> CPUs.
-pub(crate) fn parse_cpu_list(list: &str) -> Vec<u32> {
+pub fn parse_cpu_list(list: &str) -> Vec<u32> {
     let mut cpus = Vec::new();
     for part in list.trim().split(',').filter(|p| !p.is_empty()) {
         let range = match part.split_once('-') {

@@ -1,7 +1,7 @@
 //! Raw BPF programs and maps through bpf(2), so xtask needs no eBPF library: a few-line
-//! assembler, map creation, program load, raw tracepoint attach and a ring buffer drain.
-//! Used for the empty floor program (crate::bpffloor) and the helper micro-benchmark
-//! (crate::bench_helpers).
+//! assembler, map creation, program load, raw tracepoint and XDP attach and a ring buffer
+//! drain. Used for the empty floor program (crate::bpffloor), the helper micro-benchmark
+//! (crate::bench_helpers) and truth's loss on the wire (crate::wire_loss).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -10,7 +10,11 @@ use anyhow::{Result, bail};
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+pub const BPF_PROG_TYPE_XDP: u32 = 6;
+/// `enum bpf_attach_type` BPF_XDP: a BPF link on a network device's XDP hook.
+const BPF_XDP: u32 = 37;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 
@@ -18,6 +22,7 @@ pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 pub mod helper {
     pub const MAP_LOOKUP_ELEM: i32 = 1;
     pub const KTIME_GET_NS: i32 = 5;
+    pub const GET_PRANDOM_U32: i32 = 7;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
     pub const GET_CURRENT_TASK: i32 = 35;
@@ -111,6 +116,12 @@ impl Asm {
         self.push(0x55, reg, 0, 0, 0);
         self.insns.len() - 1
     }
+    /// `if (u32)reg < imm goto <label>` (a 32-bit compare: `imm` is not sign-extended);
+    /// returns the jump's index for [`Asm::label_here`].
+    pub fn jlt32_imm_fwd(&mut self, reg: u8, imm: u32) -> usize {
+        self.push(0xa6, reg, 0, 0, imm as i32);
+        self.insns.len() - 1
+    }
     /// `goto <label>`; returns the jump's index for [`Asm::label_here`].
     pub fn ja_fwd(&mut self) -> usize {
         self.push(0x05, 0, 0, 0, 0);
@@ -124,7 +135,11 @@ impl Asm {
     }
     /// `r0 = 0; exit`.
     pub fn exit_zero(&mut self) -> &mut Asm {
-        self.mov_imm(R0, 0);
+        self.exit_with(0)
+    }
+    /// `r0 = value; exit`.
+    pub fn exit_with(&mut self, value: i32) -> &mut Asm {
+        self.mov_imm(R0, value);
         self.push(0x95, 0, 0, 0, 0)
     }
     pub fn insns(&self) -> &[u64] {
@@ -216,10 +231,15 @@ pub fn map_create(map_type: u32, value_size: u32, max_entries: u32, name: &str) 
 /// Loads a raw tracepoint program (GPL: bpf_probe_read_kernel is GPL-only); on a verifier
 /// rejection the error carries the verifier's log.
 pub fn load_raw_tp(name: &str, asm: &Asm) -> Result<OwnedFd> {
+    load_program(BPF_PROG_TYPE_RAW_TRACEPOINT, name, asm)
+}
+
+/// Loads a program of type `prog_type` ([`load_raw_tp`]'s license and verifier log).
+pub fn load_program(prog_type: u32, name: &str, asm: &Asm) -> Result<OwnedFd> {
     let license = c"GPL";
     let mut log = vec![0u8; 64 * 1024];
     let mut attr = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_RAW_TRACEPOINT,
+        prog_type,
         insn_cnt: asm.insns().len() as u32,
         insns: asm.insns().as_ptr() as u64,
         license: license.as_ptr() as u64,
@@ -257,6 +277,31 @@ pub fn attach_raw_tp(program: &OwnedFd, tracepoint: &str) -> Result<OwnedFd> {
     };
     bpf(BPF_RAW_TRACEPOINT_OPEN, &mut open)
         .map_err(|e| anyhow::anyhow!("attaching to raw tracepoint {tracepoint}: {e}"))
+}
+
+/// `union bpf_attr` for BPF_LINK_CREATE, up to flags; the tail (the per-type union) is zero.
+#[repr(C)]
+struct LinkCreateAttr {
+    prog_fd: u32,
+    target_ifindex: u32,
+    attach_type: u32,
+    flags: u32,
+    tail: [u8; 48],
+}
+
+/// Attaches XDP `program` to the device `ifindex` of the calling thread's network namespace
+/// (the kernel picks the driver's native hook where there is one); closing the returned link
+/// detaches it, and so does the process's exit.
+pub fn attach_xdp(program: &OwnedFd, ifindex: u32) -> Result<OwnedFd> {
+    let mut attr = LinkCreateAttr {
+        prog_fd: program.as_raw_fd() as u32,
+        target_ifindex: ifindex,
+        attach_type: BPF_XDP,
+        flags: 0,
+        tail: [0; 48],
+    };
+    bpf(BPF_LINK_CREATE, &mut attr)
+        .map_err(|e| anyhow::anyhow!("attaching XDP to interface {ifindex}: {e}"))
 }
 
 /// A BPF ring buffer that userspace only drains (moves the consumer position up to the

@@ -26,6 +26,7 @@ mod truth;
 mod truth_breakdown;
 mod truth_lab;
 mod truth_reference;
+mod truth_retransmit;
 mod truth_vm;
 mod truth_vm_script;
 mod vm;
@@ -33,6 +34,7 @@ mod vm_irq_counts;
 mod vm_scenarios;
 mod vm_two_machines;
 mod vm_wire_rounds;
+mod wire_loss;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -22,6 +22,8 @@ use crate::truth_lab::{
     sched_batch,
 };
 use crate::truth_reference::{self, Reference, ReferenceRun};
+use crate::truth_retransmit::{self, Retransmissions, retransmissions};
+use crate::wire_loss::WireLoss;
 use crate::{run_cmd, workspace_root};
 
 #[derive(clap::Args)]
@@ -99,6 +101,13 @@ pub enum Cause {
     /// A small SO_RCVBUF on the server's connection, requests larger than it -> the client's
     /// send queue (the request waits there for the server's window).
     SmallRcvbuf,
+    /// 1 % of the frames arriving at either veth dropped at random by an XDP program, before
+    /// the receiving stack sees them (crate::wire_loss), the same program passing every frame
+    /// in the runs without: a frame lost on the wire -> TCP's retransmission, noted by the
+    /// merge, and its wait in the derived network_round_trip (the sender's stages and the
+    /// receiver's all happened for the copy each timed). It moves the mean, not the p50: the
+    /// retransmitted requests are reported on their own.
+    WireLoss,
     /// Guests only: netem delay on guest A's NIC -> A's tx_qdisc (netem is a qdisc) and the
     /// derived network segment.
     NetemDelay,
@@ -114,13 +123,14 @@ pub enum Cause {
 }
 
 /// The causes a run without `--cause` injects, in table order.
-const CAUSES: [Cause; 6] = [
+const CAUSES: [Cause; 7] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsLongHandler,
     Cause::CpuHogsBusyPoll,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
+    Cause::WireLoss,
 ];
 
 /// The causes `--vm` injects (the guests' kernel has netem and a real NIC), in table order.
@@ -132,7 +142,7 @@ pub const VM_CAUSES: [Cause; 4] = [
 ];
 
 /// Every cause, in table order.
-const ALL_CAUSES: [Cause; 12] = [
+const ALL_CAUSES: [Cause; 13] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
@@ -141,11 +151,15 @@ const ALL_CAUSES: [Cause; 12] = [
     Cause::CpuHogsBusyPoll,
     Cause::SlowHandler,
     Cause::SmallRcvbuf,
+    Cause::WireLoss,
     Cause::NetemDelay,
     Cause::NetemLoss,
     Cause::WireDelay,
     Cause::IrqBusyCpu,
 ];
+
+/// The share of frames [`Cause::WireLoss`] drops, per million.
+const WIRE_LOSS_PPM: u32 = 10_000;
 
 /// CPU time the server's handler needs per request in the busy-server CPU-hog runs (with and
 /// without the hogs): a server that uses the CPU, so that it competes with the hogs for it. A
@@ -167,6 +181,7 @@ impl Cause {
             Cause::CpuHogsBusyPoll => "2 CPU hogs, busy-poll server",
             Cause::SlowHandler => "server handler spins 200us",
             Cause::SmallRcvbuf => "server SO_RCVBUF 4 KiB, 64 KiB",
+            Cause::WireLoss => "loss 1% on the wire (XDP)",
             Cause::NetemDelay => "netem delay 5ms on A's NIC",
             Cause::NetemLoss => "netem loss 1% on A's NIC",
             Cause::WireDelay => "wire relay 2.5ms each way",
@@ -191,7 +206,7 @@ impl Cause {
             Cause::SlowHandler => "B server_app",
             Cause::SmallRcvbuf => "A tx_socket_queue",
             Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
-            Cause::WireDelay => "network_round_trip",
+            Cause::WireDelay | Cause::WireLoss => "network_round_trip",
             Cause::IrqBusyCpu => "B irq+softirq",
         }
     }
@@ -219,7 +234,7 @@ impl Cause {
             Cause::NetemDelay | Cause::NetemLoss => {
                 (seg.node == "A" && seg.name == "tx_qdisc") || seg.name == "network_round_trip"
             }
-            Cause::WireDelay => seg.name == "network_round_trip",
+            Cause::WireDelay | Cause::WireLoss => seg.name == "network_round_trip",
             // rx_irq_handler (unit irq) and rx_softirq_delay (unit softirq) on the server.
             Cause::IrqBusyCpu => seg.node == "B" && (seg.unit == "irq" || seg.unit == "softirq"),
         }
@@ -276,6 +291,12 @@ impl Cause {
             Cause::CpuHogsBusyPoll => Workload {
                 payload: 64,
                 qps: 47,
+            },
+            // A lost frame costs its request a tail loss probe or an RTO (10-200+ ms): at 200
+            // req/s a 2 s run has ~400 requests, ~1200 frames, a dozen lost.
+            Cause::WireLoss => Workload {
+                payload: 64,
+                qps: 200,
             },
             // TCG guests on a shared 2-CPU host take milliseconds per request: at 200 req/s
             // they idle between requests instead of running back to back.
@@ -377,6 +398,8 @@ pub struct RunStats {
     client_programs: Vec<bpfstats::ProgramCost>,
     /// Every BPF program loaded on the machine at the end of the run (reference runs only).
     loaded_programs: Vec<String>,
+    /// The requests the merge noted retransmitted (host runs; the guests count per boot).
+    retransmissions: Retransmissions,
 }
 
 /// Rounds and seconds per run of `args` (`--quick`: one short round), after checking that
@@ -466,6 +489,7 @@ pub fn run(args: TruthArgs) -> Result<()> {
         }
     }
     print_table(&results, &TableSetting::namespaces(rounds, seconds));
+    print_retransmissions(&results);
     if args.breakdown {
         print_breakdowns(&results);
     }
@@ -552,6 +576,13 @@ fn one_run(
     }
     let _qdisc = match (cause, with_cause) {
         (Cause::TbfRateLimit, true) => Some(TbfQdisc::add(&netns.a, &netns.dev_a, "2mbit")?),
+        _ => None,
+    };
+    let _wire_loss = match cause {
+        Cause::WireLoss => Some(WireLoss::attach(
+            &[(&netns.a, &netns.dev_a), (&netns.b, &netns.dev_b)],
+            if with_cause { WIRE_LOSS_PPM } else { 0 },
+        )?),
         _ => None,
     };
     let hogs = match (cause, with_cause) {
@@ -815,10 +846,14 @@ pub fn target_ns(request: &serde_json::Value, cause: Cause) -> u64 {
         .sum()
 }
 
-/// Reads a merged file: medians over its complete requests.
+/// Reads a merged file: medians over its complete requests, and its retransmitted requests.
 fn run_stats(merged: &Path, cause: Cause) -> Result<RunStats> {
     let records = crate::read_ndjson(merged)?;
-    request_stats(records.iter(), cause).with_context(|| merged.display().to_string())
+    let mut stats =
+        request_stats(records.iter(), cause).with_context(|| merged.display().to_string())?;
+    let requests = records.iter().filter(|v| v["type"] == "request");
+    stats.retransmissions = retransmissions(requests, |r| target_ns(r, cause));
+    Ok(stats)
 }
 
 /// Medians over the complete requests among `records` (other records are skipped).
@@ -899,6 +934,7 @@ pub fn request_stats<'a>(
         target_keys,
         present_p50_ns: medians(present),
         breakdown,
+        retransmissions: Retransmissions::default(),
     })
 }
 
@@ -1069,6 +1105,20 @@ fn cost_cell(per_run_ns: &[Option<f64>]) -> String {
         format!("{:>7.1}*", median(measured) / 1e3)
     } else {
         format!("{:>8.1}", median(measured) / 1e3)
+    }
+}
+
+/// The retransmitted requests of the causes that lose frames, all runs of each condition.
+fn print_retransmissions(results: &BTreeMap<(Cause, bool), Vec<RunStats>>) {
+    let lossy = |cause: &Cause| *cause == Cause::WireLoss;
+    if !results.keys().any(|(cause, _)| lossy(cause)) {
+        return;
+    }
+    truth_retransmit::print_header();
+    for ((cause, on), runs) in results.iter().filter(|((cause, _), _)| lossy(cause)) {
+        let mut counts = Retransmissions::default();
+        runs.iter().for_each(|run| counts.add(&run.retransmissions));
+        truth_retransmit::print_row(cause.name(), cause.target_name(), *on, &counts);
     }
 }
 

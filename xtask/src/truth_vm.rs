@@ -13,6 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result, ensure};
 
 use crate::truth::{self, Cause, RunStats, TableSetting, VM_CAUSES};
+use crate::truth_retransmit::{self, retransmissions};
 use crate::truth_vm_script::{
     self, HOG_CPU, IDLE_IRQ_CPU, IRQ_GUEST_CPUS, PlannedRun, cause_slug, guest_cpus,
 };
@@ -309,78 +310,20 @@ fn round_stats(
     Ok(results)
 }
 
-/// Requests of one condition the merge noted as retransmitted, and what they took.
-#[derive(Debug, Default, PartialEq)]
-pub struct Retransmissions {
-    pub requests: usize,
-    pub noted: usize,
-    pub noted_complete: usize,
-    /// Sums over the complete noted requests: e2e, and the cause's target segments.
-    pub e2e_ns: u64,
-    pub target_ns: u64,
-}
-
-/// The merge notes a request whose bytes an skb hook saw twice (the first transmission is
-/// the one timed): `retransmitted: ...` in its `notes`.
-fn is_retransmitted(request: &serde_json::Value) -> bool {
-    (request["notes"].as_array().into_iter().flatten())
-        .any(|n| n.as_str().is_some_and(|n| n.starts_with("retransmitted:")))
-}
-
-pub fn retransmissions<'a>(
-    requests: impl Iterator<Item = &'a serde_json::Value>,
-    cause: Cause,
-) -> Retransmissions {
-    let mut counts = Retransmissions::default();
-    for request in requests {
-        counts.requests += 1;
-        if !is_retransmitted(request) {
-            continue;
-        }
-        counts.noted += 1;
-        if request["complete"] != true {
-            continue;
-        }
-        counts.noted_complete += 1;
-        counts.e2e_ns += request["e2e_ns"].as_u64().unwrap_or(0);
-        counts.target_ns += truth::target_ns(request, cause);
-    }
-    counts
-}
-
 /// Per cause and condition: how many requests the merge marked retransmitted, and for the
 /// complete ones their mean e2e and the share of it in the cause's target segments.
 fn print_retransmissions(boots: &[Boot]) {
-    println!(
-        "\nretransmissions (requests the merge notes `retransmitted:`, all rounds of the \
-         condition; mean e2e and target over the complete ones)"
-    );
+    truth_retransmit::print_header();
     for boot in boots {
         for &cause in &boot.causes {
             for on in [false, true] {
                 let of_condition = (boot.rounds.iter()).filter(|r| r.cause == cause && r.on == on);
                 let requests = of_condition.flat_map(|r| inside(&boot.requests, r));
-                print_retransmission_row(cause, on, &retransmissions(requests, cause));
+                let counts = retransmissions(requests, |r| truth::target_ns(r, cause));
+                truth_retransmit::print_row(cause.name(), cause.target_name(), on, &counts);
             }
         }
     }
-}
-
-fn print_retransmission_row(cause: Cause, on: bool, counts: &Retransmissions) {
-    let mean = |ns: u64| ns as f64 / counts.noted_complete.max(1) as f64 / 1e3;
-    println!(
-        "{:<28} {:<7} {:>4} of {:>6} requests retransmitted ({} complete): mean e2e \
-         {:>9.1} us, in {} {:>9.1} us ({:.0} %)",
-        cause.name(),
-        if on { "cause" } else { "without" },
-        counts.noted,
-        counts.requests,
-        counts.noted_complete,
-        mean(counts.e2e_ns),
-        cause.target_name(),
-        mean(counts.target_ns),
-        counts.target_ns as f64 / counts.e2e_ns.max(1) as f64 * 100.0
-    );
 }
 
 /// What the relay really added per round trip (both directions' median per-frame delay, host
@@ -534,6 +477,7 @@ impl Drop for RunDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::truth_retransmit::Retransmissions;
     use serde_json::json;
 
     #[test]
@@ -600,7 +544,7 @@ mod tests {
             request(30, true, &["rx context: ..."], json!([])),
             request(40, true, &[], json!([])),
         ];
-        let counts = retransmissions(requests.iter(), Cause::NetemLoss);
+        let counts = retransmissions(requests.iter(), |r| truth::target_ns(r, Cause::NetemLoss));
         assert_eq!(
             counts,
             Retransmissions {

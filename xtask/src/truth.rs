@@ -333,6 +333,12 @@ impl Cause {
         )
     }
 
+    /// The cause drops frames: it moves the mean, not the p50, and its retransmitted requests
+    /// are reported on their own (crate::truth_retransmit).
+    pub fn loses_frames(self) -> bool {
+        matches!(self, Cause::WireLoss | Cause::NetemLoss)
+    }
+
     /// The server runs SCHED_BATCH in this cause's runs (with and without it).
     fn batch_server(self) -> bool {
         self == Cause::CpuHogs
@@ -1110,12 +1116,14 @@ fn cost_cell(per_run_ns: &[Option<f64>]) -> String {
 
 /// The retransmitted requests of the causes that lose frames, all runs of each condition.
 fn print_retransmissions(results: &BTreeMap<(Cause, bool), Vec<RunStats>>) {
-    let lossy = |cause: &Cause| *cause == Cause::WireLoss;
-    if !results.keys().any(|(cause, _)| lossy(cause)) {
+    if !results.keys().any(|(cause, _)| cause.loses_frames()) {
         return;
     }
     truth_retransmit::print_header();
-    for ((cause, on), runs) in results.iter().filter(|((cause, _), _)| lossy(cause)) {
+    for ((cause, on), runs) in results
+        .iter()
+        .filter(|((cause, _), _)| cause.loses_frames())
+    {
         let mut counts = Retransmissions::default();
         runs.iter().for_each(|run| counts.add(&run.retransmissions));
         truth_retransmit::print_row(cause.name(), cause.target_name(), *on, &counts);

@@ -80,3 +80,32 @@ pub fn print_row(cause: &str, target: &str, on: bool, counts: &Retransmissions) 
         counts.target_ns as f64 / counts.e2e_ns.max(1) as f64 * 100.0
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conditions_runs_add_up() {
+        let run = |noted, e2e_ns| Retransmissions {
+            requests: 100,
+            noted,
+            noted_complete: noted,
+            e2e_ns,
+            target_ns: e2e_ns - 1,
+        };
+        let mut total = Retransmissions::default();
+        total.add(&run(2, 300));
+        total.add(&run(3, 500));
+        assert_eq!(
+            total,
+            Retransmissions {
+                requests: 200,
+                noted: 5,
+                noted_complete: 5,
+                e2e_ns: 800,
+                target_ns: 798
+            }
+        );
+    }
+}

@@ -400,8 +400,9 @@ pub struct RunStats {
     recorder_cpu_ns_per_request: CpuTimes,
     /// What bpftrace measured, in the runs the reference watched.
     reference: Option<truth_reference::BpftraceRun>,
-    /// The client recorder's programs' run time during the run (reference runs only).
-    client_programs: Vec<bpfstats::ProgramCost>,
+    /// The report's own-cost estimate per stage on the client's node (reference runs only):
+    /// the mean run time of meshlab's programs at the stage's two ends, over the recording.
+    client_stage_own_ns: BTreeMap<String, f64>,
     /// Every BPF program loaded on the machine at the end of the run (reference runs only).
     loaded_programs: Vec<String>,
     /// The requests the merge noted retransmitted (host runs; the guests count per boot).
@@ -561,7 +562,7 @@ fn reference_run(
         offsets: truth_reference::clock_offsets(&r.reads, &meshlab_reads),
         bpftrace: r.medians,
         meshlab: stats.present_p50_ns,
-        meshlab_programs: stats.client_programs,
+        meshlab_stage_own_ns: stats.client_stage_own_ns,
         loaded_programs: stats.loaded_programs,
     }))
 }
@@ -601,14 +602,6 @@ fn one_run(
         RunKind::Reference { stamps } => Some(Reference::start(&netns.dev_a, stamps, dir)?),
         _ => None,
     };
-    // Only the reference table uses the client recorder's per-program costs.
-    let client_before = match &reference {
-        Some(_) => {
-            let pid = recorders[0].pid().context("client recorder stopped")?;
-            Some((pid, bpfstats::snapshot(pid)?))
-        }
-        None => None,
-    };
     let ticks_before = cpu_ticks()?;
     let mut server = start_server(exe, netns, cause, with_cause, dir)?;
     if let Some(hogs) = &hogs {
@@ -616,11 +609,9 @@ fn one_run(
     }
     run_client(exe, netns, cause, seconds)?;
     server.stop()?;
-    let programs = match client_before {
-        Some((pid, before)) => Some((
-            bpfstats::delta(&before, &bpfstats::snapshot(pid)?),
-            bpfstats::loaded_program_names()?,
-        )),
+    // While every tool's programs are still loaded: the reference's `progs` column.
+    let loaded_programs = match &reference {
+        Some(_) => Some(bpfstats::loaded_program_names()?),
         None => None,
     };
     let cpu_busy = busy_between(&ticks_before, &cpu_ticks()?);
@@ -630,13 +621,14 @@ fn one_run(
     }
     let merged = merge_kernel(exe, &kernel, dir)?;
     let mut stats = run_stats(&merged, cause)?;
-    let own = own_cost_per_request(&report_json(exe, &merged)?)
+    let report = report_json(exe, &merged)?;
+    let own = own_cost_per_request(&report)
         .with_context(|| format!("meshlab report --json {}: own_cost", merged.display()))?;
     (stats.bpf_ns_per_request, stats.recorder_cpu_ns_per_request) = own;
     stats.breakdown.cpu_busy = cpu_busy;
     stats.reference = reference;
-    if let Some((client_programs, loaded_programs)) = programs {
-        stats.client_programs = client_programs;
+    if let Some(loaded_programs) = loaded_programs {
+        stats.client_stage_own_ns = truth_reference::client_stage_own_ns(&report);
         stats.loaded_programs = loaded_programs;
     }
     Ok(stats)
@@ -934,7 +926,7 @@ pub fn request_stats<'a>(
         bpf_ns_per_request: None,
         recorder_cpu_ns_per_request: CpuTimes::default(),
         reference: None,
-        client_programs: Vec::new(),
+        client_stage_own_ns: BTreeMap::new(),
         loaded_programs: Vec::new(),
         per_segment_p50_ns: medians(per_segment),
         target_keys,

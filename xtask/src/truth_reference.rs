@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::bpfstats::ProgramCost;
 use crate::truth_lab::{Proc, median};
 use crate::workspace_root;
 
@@ -83,8 +82,9 @@ pub struct ReferenceRun {
     pub offsets: ClockOffsets,
     /// "NODE segment" -> median ns over the requests that have it.
     pub meshlab: BTreeMap<String, f64>,
-    /// The client's recorder's programs during the run (kernel BPF statistics).
-    pub meshlab_programs: Vec<ProgramCost>,
+    /// Stage -> meshlab's own BPF time in it on the client, as `meshlab report` estimates it
+    /// ([`client_stage_own_ns`]).
+    pub meshlab_stage_own_ns: BTreeMap<String, f64>,
     /// Names of all BPF programs loaded on the machine during the run: other tracers'
     /// programs on a stage's tracepoints run between the two tools' clock reads too.
     pub loaded_programs: Vec<String>,
@@ -251,17 +251,21 @@ fn parse_map_line(line: &str) -> Option<(&'static str, f64, usize)> {
     Some((stage.name, steps * STEP_NS, count.trim().parse().ok()?))
 }
 
-/// Mean run time of the client recorder's program on `tracepoint` (kernel names are cut to
-/// 15 characters; the program is `TRACEPOINT_btf` or `TRACEPOINT_raw`, whichever attached).
-fn program_ns_per_run(programs: &[ProgramCost], tracepoint: &str) -> f64 {
-    let prefix = program_prefix(tracepoint);
-    programs
-        .iter()
-        .filter(|p| p.runs > 0 && p.name.starts_with(prefix))
-        .map(|p| p.ns_per_run)
-        .sum()
+/// The report's `own_cost.stages[].own_ns_est` of the client's node (A), by stage: the sum of
+/// the mean run times of meshlab's programs at the stage's two ends (report/own_cost.rs
+/// `STAGE_PROGRAMS`), over the whole recording; one definition for the report and this table.
+pub fn client_stage_own_ns(report: &serde_json::Value) -> BTreeMap<String, f64> {
+    let stages = report["own_cost"]["stages"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    stages
+        .filter(|s| s["node"] == "A")
+        .filter_map(|s| Some((s["stage"].as_str()?.to_owned(), s["own_ns_est"].as_f64()?)))
+        .collect()
 }
 
+/// A program name's prefix the kernel keeps (names are cut to 15 characters).
 fn program_prefix(tracepoint: &str) -> &str {
     &tracepoint[..tracepoint.len().min(15)]
 }
@@ -278,7 +282,8 @@ pub fn print_comparison(all: &[ReferenceRun]) {
     println!(
         "\nindependent reference (bpftrace, xtask/truth/reference.bt) on {} run(s) of its own, \
          client veth and socket, data packets, medians (us; meshlab: over the requests that \
-         have the segment; own BPF: mean run time of meshlab's programs at both ends; progs: \
+         have the segment; own BPF: `meshlab report`'s own ns est of the stage on the client, \
+         the mean run time of meshlab's programs at its two ends over the recording; progs: \
          BPF programs of any tool loaded for the stage's end tracepoint, machine-wide). Clock \
          reads, from {} more run(s) in which the script kept them: off from/to = bpftrace's \
          read minus meshlab's for the same event at the stage's start and end point (median \
@@ -309,12 +314,7 @@ pub fn print_comparison(all: &[ReferenceRun]) {
         let reference = |r: &ReferenceRun| r.bpftrace.get(stage.name).copied();
         let diff =
             |runs: &[&ReferenceRun]| (over(runs, &meshlab) / over(runs, &reference) - 1.0) * 100.0;
-        let own = over(&runs, &|r| {
-            Some(
-                program_ns_per_run(&r.meshlab_programs, stage.from)
-                    + program_ns_per_run(&r.meshlab_programs, stage.to),
-            )
-        });
+        let own = over(&runs, &|r| r.meshlab_stage_own_ns.get(stage.name).copied());
         let programs = over(&runs, &|r| {
             let prefix = program_prefix(stage.to);
             Some(
@@ -406,22 +406,16 @@ mod tests {
     }
 
     #[test]
-    fn a_stage_costs_the_programs_at_both_its_ends() {
-        let cost = |name: &str, ns_per_run: f64| ProgramCost {
-            name: name.to_owned(),
-            runs: 10,
-            ns_per_run,
-            bytes_xlated: 0,
-            bytes_jited: 0,
-        };
-        // Kernel program names are cut to 15 characters.
-        let programs = [
-            cost("net_dev_start_x", 300.0),
-            cost("net_dev_xmit_bt", 200.0),
-            cost("net_dev_queue_b", 100.0),
-        ];
-        assert_eq!(program_ns_per_run(&programs, "net_dev_start_xmit"), 300.0);
-        assert_eq!(program_ns_per_run(&programs, "net_dev_xmit"), 200.0);
-        assert_eq!(program_ns_per_run(&programs, "sched_switch"), 0.0);
+    fn the_own_cost_column_is_the_reports_estimate_on_the_client() {
+        let report = serde_json::json!({"own_cost": {"stages": [
+            {"stage": "tx_qdisc", "node": "A", "own_ns_est": 640.5},
+            {"stage": "tx_qdisc", "node": "B", "own_ns_est": 999.0},
+            {"stage": "rx_ip_tcp", "node": "A", "own_ns_est": 880.0},
+        ]}});
+        let own = client_stage_own_ns(&report);
+        assert_eq!(own.len(), 2);
+        assert_eq!(own["tx_qdisc"], 640.5);
+        assert_eq!(own["rx_ip_tcp"], 880.0);
+        assert!(client_stage_own_ns(&serde_json::json!({})).is_empty());
     }
 }

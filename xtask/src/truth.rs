@@ -105,8 +105,9 @@ pub enum Cause {
     /// the receiving stack sees them (crate::wire_loss), the same program passing every frame
     /// in the runs without: a frame lost on the wire -> TCP's retransmission, noted by the
     /// merge, and its wait in the derived network_round_trip (the sender's stages and the
-    /// receiver's all happened for the copy each timed). It moves the mean, not the p50: the
-    /// retransmitted requests are reported on their own.
+    /// receiver's all happened for the copy each timed). Its p50 moves only through the paced
+    /// client catching up after each stall (docs/truth.md): the retransmitted requests are
+    /// reported on their own.
     WireLoss,
     /// Guests only: netem delay on guest A's NIC -> A's tx_qdisc (netem is a qdisc) and the
     /// derived network segment.
@@ -160,6 +161,8 @@ const ALL_CAUSES: [Cause; 13] = [
 
 /// The share of frames [`Cause::WireLoss`] drops, per million.
 const WIRE_LOSS_PPM: u32 = 10_000;
+// The cause's name in the table says "1%".
+const _: () = assert!(WIRE_LOSS_PPM == 10_000);
 
 /// CPU time the server's handler needs per request in the busy-server CPU-hog runs (with and
 /// without the hogs): a server that uses the CPU, so that it competes with the hogs for it. A
@@ -333,8 +336,9 @@ impl Cause {
         )
     }
 
-    /// The cause drops frames: it moves the mean, not the p50, and its retransmitted requests
-    /// are reported on their own (crate::truth_retransmit).
+    /// The cause drops frames: its retransmitted requests are reported on their own
+    /// (crate::truth_retransmit; the host table lists only these causes, the guests' every
+    /// cause they ran).
     pub fn loses_frames(self) -> bool {
         matches!(self, Cause::WireLoss | Cause::NetemLoss)
     }

@@ -13,7 +13,8 @@ use crate::truth_lab::{Proc, median};
 use crate::workspace_root;
 
 /// A stage the script times: its map's (and meshlab's segment's) name and the tracepoints at
-/// its ends, whose meshlab programs run inside the interval.
+/// its ends (the points of the clock-read offsets and of the `progs` column; the `own BPF`
+/// column is the report's, [`client_stage_own_ns`]).
 pub struct Stage {
     pub name: &'static str,
     from: &'static str,
@@ -271,8 +272,9 @@ fn program_prefix(tracepoint: &str) -> &str {
 }
 
 /// The reference table: per stage, meshlab's and bpftrace's medians over the reference runs,
-/// and meshlab's own program run time at the stage's two ends (an upper bound of the tracer's
-/// time inside the interval: the tail of the first program and the head of the second).
+/// and meshlab's own program run time at the stage's two ends: the report's estimate (mean
+/// runs, which under-states an emitting run) of what can fall between the two tools' clock
+/// reads, the tail of the first program and the head of the second.
 pub fn print_comparison(all: &[ReferenceRun]) {
     let (stamped, runs): (Vec<&ReferenceRun>, Vec<&ReferenceRun>) =
         all.iter().partition(|r| r.stamps);

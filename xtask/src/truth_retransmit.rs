@@ -1,11 +1,11 @@
 //! Requests the merge noted as retransmitted (`retransmitted: ...` in `notes`) and what they
-//! took, for the causes that lose frames: a loss moves the mean, not the p50, so the table's
-//! shares say nothing of it and these requests are reported on their own. Shared by the
+//! took, for the causes that lose frames: a lost frame stalls one request for a tail loss
+//! probe or an RTO, which the p50 does not show, so these requests are reported on their own. Shared by the
 //! namespace runs (crate::truth) and the guests' (crate::truth_vm); the cause's target comes
 //! in as a function, so this module depends on neither.
 
 /// Requests of one condition the merge noted as retransmitted, and what they took.
-#[derive(Debug, Default, PartialEq, Clone)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Retransmissions {
     pub requests: usize,
     pub noted: usize,
@@ -84,27 +84,42 @@ pub fn print_row(cause: &str, target: &str, on: bool, counts: &Retransmissions) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
+    fn request(complete: bool, notes: &[&str], e2e_ns: u64) -> serde_json::Value {
+        json!({"type": "request", "complete": complete, "e2e_ns": e2e_ns, "notes": notes})
+    }
+
+    /// Only noted requests count, only complete ones are timed, and a condition's runs add up.
     #[test]
-    fn a_conditions_runs_add_up() {
-        let run = |noted, e2e_ns| Retransmissions {
-            requests: 100,
-            noted,
-            noted_complete: noted,
-            e2e_ns,
-            target_ns: e2e_ns - 1,
+    fn noted_requests_are_counted_timed_when_complete_and_summed_over_runs() {
+        let run = [
+            request(true, &["retransmitted: request on A; ..."], 1_000),
+            request(false, &["retransmitted: response on B; ..."], 9_000),
+            request(true, &["rx context: ..."], 500),
+            request(true, &[], 400),
+        ];
+        let target = |r: &serde_json::Value| r["e2e_ns"].as_u64().unwrap() - 100;
+        let counts = retransmissions(run.iter(), target);
+        let expected = Retransmissions {
+            requests: 4,
+            noted: 2,
+            noted_complete: 1,
+            e2e_ns: 1_000,
+            target_ns: 900,
         };
+        assert_eq!(counts, expected);
         let mut total = Retransmissions::default();
-        total.add(&run(2, 300));
-        total.add(&run(3, 500));
+        total.add(&counts);
+        total.add(&retransmissions(run[..2].iter(), target));
         assert_eq!(
             total,
             Retransmissions {
-                requests: 200,
-                noted: 5,
-                noted_complete: 5,
-                e2e_ns: 800,
-                target_ns: 798
+                requests: 6,
+                noted: 4,
+                noted_complete: 2,
+                e2e_ns: 2_000,
+                target_ns: 1_800
             }
         );
     }

@@ -109,7 +109,7 @@ fn kernel_item(
     let tx_wire = on_nic_clock(plan, node, k.aux.filter(|_| hook == Hook::TxTstampHw));
     let (ts, error_ns, sample) =
         tx_wire.map_or((ts, 0, u32::MAX), |at| (at.ns, at.error_ns, at.sample));
-    Ok(Item::Kernel(KEvent {
+    Ok(Item::Kernel(Box::new(KEvent {
         hook,
         stamp: Stamp {
             time: NodeTime::new(node, ts),
@@ -132,7 +132,7 @@ fn kernel_item(
             sock,
             peer: k.unix_peer.unwrap_or(0),
         }),
-    }))
+    })))
 }
 
 /// The receive context a `netif_receive_skb` event carries, its times moved by `moved`.

@@ -76,6 +76,15 @@ pub struct Decoder {
     unix: FastMap<u64, UnixState>,
     dev_names: FastMap<u32, String>,
     tally: HookTally,
+    spare: Spare,
+}
+
+/// Strings of events decoded earlier, refilled for the next event instead of allocating a
+/// node (and device) name per event.
+#[derive(Default)]
+struct Spare {
+    node: String,
+    dev: String,
 }
 
 impl Decoder {
@@ -86,6 +95,7 @@ impl Decoder {
             unix: FastMap::default(),
             dev_names: dev_names.into_iter().collect(),
             tally: HookTally::default(),
+            spare: Spare::default(),
         }
     }
 
@@ -110,10 +120,22 @@ impl Decoder {
     }
 
     /// Decodes one raw event into the record its NDJSON line parses to, without JSON (the
-    /// merge reading a binary capture); `None` for an unknown hook id.
-    pub fn decode(&mut self, ev: &Event) -> Option<KernelEvent> {
-        let hook = self.tally.count(ev.hook)?;
-        Some(self.view(hook, ev).to_owned_event())
+    /// merge reading a binary capture), in place of the event `out` held: its Strings are
+    /// refilled rather than allocated per event. False for an unknown hook id (`out` kept).
+    pub fn decode_into(&mut self, ev: &Event, out: &mut Option<KernelEvent>) -> bool {
+        let Some(hook) = self.tally.count(ev.hook) else {
+            return false;
+        };
+        let mut spare = std::mem::take(&mut self.spare);
+        if let Some(old) = out.take() {
+            spare.node = old.node;
+            if let Some(dev) = old.dev {
+                spare.dev = dev;
+            }
+        }
+        *out = Some(self.view(hook, ev).to_event(&mut spare));
+        self.spare = spare;
+        true
     }
 
     fn view<'a>(&'a mut self, hook: Hook, ev: &Event) -> KernelLine<'a> {
@@ -415,10 +437,17 @@ impl<'a> KernelLine<'a> {
         }
     }
 
-    fn to_owned_event(&self) -> KernelEvent {
+    /// The owned event, its node and device names written into `spare`'s Strings.
+    fn to_event(&self, spare: &mut Spare) -> KernelEvent {
         let addr = |a: Option<Addr>| a.map(|a| a.to_ip().to_string());
+        let refill = |s: &mut String, v: &str| {
+            let mut s = std::mem::take(s);
+            s.clear();
+            s.push_str(v);
+            s
+        };
         KernelEvent {
-            node: self.node.to_owned(),
+            node: refill(&mut spare.node, self.node),
             hook: self.hook,
             ts_ns: self.ts_ns,
             cpu: self.cpu,
@@ -431,7 +460,7 @@ impl<'a> KernelLine<'a> {
             offset: self.offset,
             dir: self.dir,
             ifindex: self.ifindex,
-            dev: self.dev.map(str::to_owned),
+            dev: self.dev.map(|d| refill(&mut spare.dev, d)),
             queue: self.queue,
             value: self.value,
             aux: self.aux,
@@ -625,5 +654,43 @@ mod tests {
         d.write_event(&bad, &mut out).unwrap();
         assert!(out.is_empty());
         assert_eq!(d.unknown_hooks(), 1);
+    }
+
+    /// One event refilled in place for a stream of events (devices set and unset, a tuple,
+    /// unix sockets, an unknown hook between them) is, event by event, the record its NDJSON
+    /// line parses to, from a second decoder fed the same events.
+    #[test]
+    fn events_refilled_in_place_are_what_their_lines_parse_to() {
+        let devs = HashMap::from([(3, "eth0".to_owned()), (4, "veth-long-name".to_owned())]);
+        let mut reused = Decoder::new("A".into(), devs.clone());
+        let mut by_line = Decoder::new("A".into(), devs);
+        let mut est = event(Hook::SockEstablished, 1_000_001, 0);
+        est.aux = 5_000_001;
+        let mut events = vec![est];
+        for (i, hook) in Hook::ALL
+            .into_iter()
+            .cycle()
+            .take(3 * Hook::ALL.len())
+            .enumerate()
+        {
+            let mut ev = event(hook, 1_000_101 + i as u32, 100);
+            ev.ifindex = [0, 3, 4, 9][i % 4];
+            ev.flags = [0, EVENT_FLAG_TUPLE, meshlab_common::EVENT_FLAG_UNIX][i % 3];
+            ev.hook = if i % 7 == 6 { 999 } else { ev.hook };
+            events.push(ev);
+        }
+        let mut out = None;
+        for ev in &events {
+            let mut line = Vec::new();
+            by_line.write_event(ev, &mut line).unwrap();
+            let decoded = reused.decode_into(ev, &mut out);
+            assert_eq!(decoded, !line.is_empty(), "{ev:?}");
+            if decoded {
+                let parsed = serde_json::from_slice::<Record>(&line).unwrap();
+                assert_eq!(Record::Kernel(out.clone().unwrap()), parsed);
+            }
+        }
+        assert_eq!(reused.unknown_hooks(), by_line.unknown_hooks());
+        assert!(reused.unknown_hooks() > 0);
     }
 }

@@ -12,7 +12,7 @@ use crate::capture::reader::CaptureReader;
 use crate::capture::source::CaptureRecords;
 use crate::capture::{MAGIC, is_capture};
 use crate::ndjson::{NdjsonError, RecordReader};
-use crate::schema::Record;
+use crate::schema::{Incoming, Record};
 
 /// Records per message between the decoding thread and the consumer.
 const BATCH: usize = 1024;
@@ -34,7 +34,7 @@ pub struct RecordSource {
 impl RecordSource {
     pub fn open(path: &Path) -> Result<Self, NdjsonError> {
         let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
-        spawn_parser(path, tx, |n, record| Ok(Some((n, record))))?;
+        spawn_parser(path, tx, |n, record| Ok(Some((n, record.into_owned()))))?;
         Ok(RecordSource {
             batches: rx,
             current: Vec::new().into_iter(),
@@ -56,10 +56,11 @@ pub struct ReducedSource<T, E> {
 }
 
 impl<T: Send + 'static, E: From<NdjsonError> + Send + 'static> ReducedSource<T, E> {
-    /// `reduce` gets each record with its line (NDJSON) or record number (capture).
+    /// `reduce` gets each record with its line (NDJSON) or record number (capture); a
+    /// capture's kernel events are borrowed (the decoder refills one event in place).
     pub fn open(
         path: &Path,
-        reduce: impl FnMut(u64, Record) -> Result<Option<T>, E> + Send + 'static,
+        reduce: impl FnMut(u64, Incoming<'_>) -> Result<Option<T>, E> + Send + 'static,
     ) -> Result<Self, NdjsonError> {
         let (tx, rx) = sync_channel(BATCHES_IN_FLIGHT);
         spawn_parser(path, tx, reduce)?;
@@ -89,14 +90,14 @@ impl<T, E> Iterator for ReducedSource<T, E> {
 fn spawn_parser<T: Send + 'static, E: From<NdjsonError> + Send + 'static>(
     path: &Path,
     tx: SyncSender<Vec<Result<T, E>>>,
-    mut reduce: impl FnMut(u64, Record) -> Result<Option<T>, E> + Send + 'static,
+    mut reduce: impl FnMut(u64, Incoming<'_>) -> Result<Option<T>, E> + Send + 'static,
 ) -> Result<(), NdjsonError> {
     let spawned = if file_is_capture(path)? {
         let mut records = CaptureRecords::new(CaptureReader::open(path)?);
         let next = move || {
             loop {
-                let kept = match records.next_record() {
-                    Ok(Some(r)) => reduce(records.number(), r),
+                let kept = match records.next_incoming() {
+                    Ok(Some((number, r))) => reduce(number, r),
                     Ok(None) => return None,
                     Err(e) => Err(E::from(NdjsonError::from(e))),
                 };
@@ -111,7 +112,7 @@ fn spawn_parser<T: Send + 'static, E: From<NdjsonError> + Send + 'static>(
         let next = move || {
             loop {
                 let kept = match reader.next()? {
-                    Ok(r) => reduce(reader.line(), r),
+                    Ok(r) => reduce(reader.line(), Incoming::Owned(r)),
                     Err(e) => Err(E::from(e)),
                 };
                 if let Some(item) = kept.transpose() {

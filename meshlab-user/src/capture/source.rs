@@ -5,7 +5,7 @@ use std::io::BufRead;
 use std::path::Path;
 
 use crate::decode::Decoder;
-use crate::schema::Record;
+use crate::schema::{Incoming, KernelEvent, Record};
 
 use super::reader::{CaptureReader, RawRecord};
 use super::{CaptureError, RecordKind};
@@ -15,6 +15,8 @@ pub struct CaptureRecords<R> {
     file: std::path::PathBuf,
     reader: CaptureReader<R>,
     decoder: Decoder,
+    /// The event decoded last, refilled by the next ([`Decoder::decode_into`]).
+    event: Option<KernelEvent>,
     warned_truncated: bool,
 }
 
@@ -25,6 +27,7 @@ impl<R: BufRead> CaptureRecords<R> {
             file: reader.file().to_owned(),
             reader,
             decoder: Decoder::new(meta.node, meta.dev_names),
+            event: None,
             warned_truncated: false,
         }
     }
@@ -37,27 +40,39 @@ impl<R: BufRead> CaptureRecords<R> {
     /// The next record, or `None` at the end (an incomplete last record is reported once as a
     /// warning: everything before it is valid).
     pub fn next_record(&mut self) -> Result<Option<Record>, CaptureError> {
+        Ok(self.next_incoming()?.map(|(_, r)| r.into_owned()))
+    }
+
+    /// The next record with its number ([`Self::number`]), a kernel event borrowed until the
+    /// next call; `None` at the end, as [`Self::next_record`].
+    pub fn next_incoming(&mut self) -> Result<Option<(u64, Incoming<'_>)>, CaptureError> {
         loop {
             let Some(raw) = self.reader.next_raw()? else {
-                if let (Some(at), false) = (self.reader.truncated_at(), self.warned_truncated) {
-                    self.warned_truncated = true;
-                    log::warn!(
-                        "{}: byte {at}: the last record is incomplete (the recorder stopped mid-write); using the records before it",
-                        self.file.display()
-                    );
-                }
+                self.warn_truncated();
                 return Ok(None);
             };
             if raw.kind == RecordKind::Event {
-                match self.decoder.decode(&raw.event()) {
-                    Some(k) => return Ok(Some(Record::Kernel(k))),
-                    None => continue, // unknown hook id: skipped, as in NDJSON
+                if self.decoder.decode_into(&raw.event(), &mut self.event) {
+                    break;
                 }
+                continue; // unknown hook id: skipped, as in NDJSON
             }
             let record = parse_json_record(&raw).map_err(|m| {
                 CaptureError::record(&self.file, raw.offset, raw.number, raw.kind.name(), m)
             })?;
-            return Ok(Some(record));
+            return Ok(Some((raw.number, Incoming::Owned(record))));
+        }
+        let number = self.reader.number();
+        Ok(self.event.as_ref().map(|k| (number, Incoming::Kernel(k))))
+    }
+
+    fn warn_truncated(&mut self) {
+        if let (Some(at), false) = (self.reader.truncated_at(), self.warned_truncated) {
+            self.warned_truncated = true;
+            log::warn!(
+                "{}: byte {at}: the last record is incomplete (the recorder stopped mid-write); using the records before it",
+                self.file.display()
+            );
         }
     }
 }

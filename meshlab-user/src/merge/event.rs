@@ -205,11 +205,18 @@ pub struct PEvent {
 }
 
 /// One node's input, in node time order after the reorder window.
+///
+/// Both kinds boxed: an item is moved from the reading thread's reduction through its batch,
+/// the channel and the reorder buffer to the joiner, and a 184-byte `KEvent` cost a memcpy call
+/// at each move, more than its one allocation does (merge-callgrind, docs/benchmarks-merge-ab.md
+/// round 25).
 #[derive(Clone, Debug)]
 pub enum Item {
-    Kernel(KEvent),
+    Kernel(Box<KEvent>),
     Probe(Box<PEvent>),
 }
+
+const _: () = assert!(std::mem::size_of::<Item>() == 16);
 
 impl Item {
     pub fn stamp(&self) -> Stamp {

@@ -6,7 +6,7 @@
 //! after its definition, lookups for an RX message right when it is defined (its events are in
 //! the past), so each sees all of its events while they are still retained.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::HashMap;
 
@@ -30,9 +30,15 @@ struct RangeEvent {
 
 /// Events keyed by the byte range they cover (`offset`, `offset + len`); several events may
 /// share a start (a retransmission, a repeated tcp_sendmsg).
+///
+/// A deque sorted by key rather than a BTreeMap: a connection's offsets grow with time, so an
+/// insert is almost always a push at the back and an eviction (oldest first) a pop at the
+/// front, and a lookup is a binary search over contiguous entries. Out-of-order keys (a
+/// retransmission's lower offset) are inserted and removed in the middle, in key order still.
 #[derive(Default)]
 struct RangeIndex {
-    by_start: BTreeMap<(u64, u64), RangeEvent>,
+    /// Sorted by key `(start, seq)`; `seq` (unique, growing) keeps equal starts apart.
+    by_start: VecDeque<((u64, u64), RangeEvent)>,
     by_age: VecDeque<(u64, (u64, u64))>,
     max_len: u64,
     seq: u64,
@@ -44,7 +50,20 @@ impl RangeIndex {
         let key = (start, self.seq);
         self.max_len = self.max_len.max(ev.end - start);
         self.by_age.push_back((ev.stamp.ns(), key));
-        self.by_start.insert(key, ev);
+        // Every held key has a smaller seq: the new one goes after all with start <= `start`.
+        if self.by_start.back().is_none_or(|(k, _)| k.0 <= start) {
+            self.by_start.push_back((key, ev));
+        } else {
+            let at = self.by_start.partition_point(|(k, _)| k.0 <= start);
+            self.by_start.insert(at, (key, ev));
+        }
+    }
+
+    /// The entries whose start is in `[lo, hi]`, in key order.
+    fn starting_within(&self, lo: u64, hi: u64) -> impl Iterator<Item = &RangeEvent> {
+        let from = self.by_start.partition_point(|(k, _)| k.0 < lo);
+        let within = self.by_start.range(from..);
+        within.take_while(move |(k, _)| k.0 <= hi).map(|(_, ev)| ev)
     }
 
     /// The earliest first transmission covering `byte`, and whether a retransmission of it was
@@ -53,7 +72,7 @@ impl RangeIndex {
         let lowest_start = byte.saturating_sub(self.max_len);
         let mut best: Option<&RangeEvent> = None;
         let mut retransmitted = false;
-        for (_, ev) in self.by_start.range((lowest_start, 0)..=(byte, u64::MAX)) {
+        for ev in self.starting_within(lowest_start, byte) {
             if ev.end <= byte {
                 continue;
             }
@@ -68,7 +87,7 @@ impl RangeIndex {
 
     /// The earliest event whose pointer reached `end` (data queued / read / written up to it).
     fn first_reaching(&self, end: u64) -> Option<&RangeEvent> {
-        let mut range = self.by_start.range((end, 0)..).map(|(_, ev)| ev);
+        let mut range = self.starting_within(end, u64::MAX);
         let first = range.next()?;
         // Pointers grow with time; equal pointers (a repeated event) keep the earliest.
         Some(
@@ -87,7 +106,16 @@ impl RangeIndex {
                 break;
             }
             self.by_age.pop_front();
-            self.by_start.remove(&key);
+            self.remove(key);
+        }
+    }
+
+    /// Removes the entry of `key` (held: every key in `by_age` is in `by_start`).
+    fn remove(&mut self, key: (u64, u64)) {
+        if self.by_start.front().is_some_and(|(k, _)| *k == key) {
+            self.by_start.pop_front();
+        } else if let Ok(at) = self.by_start.binary_search_by(|(k, _)| k.cmp(&key)) {
+            self.by_start.remove(at);
         }
     }
 
@@ -568,5 +596,134 @@ fn tx_device_hook(id: PointId) -> Hook {
         PointId::TxTstampSw => Hook::TxTstampSw,
         PointId::TxTstampHw => Hook::TxTstampHw,
         _ => Hook::NetDevXmit,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::event::Origin;
+    use super::*;
+
+    /// The index as it was, a BTreeMap keyed by `(start, seq)`: what the deque must answer.
+    #[derive(Default)]
+    struct Reference {
+        by_start: BTreeMap<(u64, u64), RangeEvent>,
+        by_age: VecDeque<(u64, (u64, u64))>,
+        max_len: u64,
+        seq: u64,
+    }
+
+    impl Reference {
+        fn insert(&mut self, start: u64, ev: RangeEvent) {
+            self.seq += 1;
+            let key = (start, self.seq);
+            self.max_len = self.max_len.max(ev.end - start);
+            self.by_age.push_back((ev.stamp.ns(), key));
+            self.by_start.insert(key, ev);
+        }
+
+        fn covering(&self, byte: u64) -> (Option<u32>, bool) {
+            let lowest_start = byte.saturating_sub(self.max_len);
+            let mut best: Option<&RangeEvent> = None;
+            let mut retransmitted = false;
+            for (_, ev) in self.by_start.range((lowest_start, 0)..=(byte, u64::MAX)) {
+                if ev.end <= byte {
+                    continue;
+                }
+                if ev.retrans {
+                    retransmitted = true;
+                } else if best.is_none_or(|b| ev.stamp.ns() < b.stamp.ns()) {
+                    best = Some(ev);
+                }
+            }
+            (best.map(|e| e.tid), retransmitted)
+        }
+
+        fn first_reaching(&self, end: u64) -> Option<u32> {
+            let mut range = self.by_start.range((end, 0)..).map(|(_, ev)| ev);
+            let first = range.next()?;
+            let earliest = (range.take_while(|ev| ev.end == first.end)).fold(first, |a, b| {
+                if b.stamp.ns() < a.stamp.ns() { b } else { a }
+            });
+            Some(earliest.tid)
+        }
+
+        fn evict_before(&mut self, cutoff_ns: u64) {
+            while let Some(&(ts, key)) = self.by_age.front() {
+                if ts >= cutoff_ns {
+                    break;
+                }
+                self.by_age.pop_front();
+                self.by_start.remove(&key);
+            }
+        }
+    }
+
+    fn event(end: u64, ns: u64, tid: u32, retrans: bool) -> RangeEvent {
+        let stamp = Stamp {
+            time: NodeTime::new(super::super::time::NodeId(0), ns),
+            error_ns: 0,
+            sample: u32::MAX,
+            origin: Origin { file: 0, line: 0 },
+            place: Default::default(),
+        };
+        RangeEvent {
+            end,
+            stamp,
+            tid,
+            retrans,
+            rx: None,
+        }
+    }
+
+    /// A small deterministic generator (xorshift64): no dependency, the same run every time.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Mostly growing offsets and times, with retransmissions of lower offsets, repeated
+    /// starts, zero-length (pointer) events, times out of order and evictions in between:
+    /// every lookup of the deque answers what the BTreeMap answered.
+    #[test]
+    fn deque_index_answers_what_the_btreemap_answered() {
+        for seed in 1..40u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let (mut new, mut old) = (RangeIndex::default(), Reference::default());
+            let (mut offset, mut ns) = (0u64, 1_000u64);
+            for tid in 0..400u32 {
+                let start = match rng.below(8) {
+                    0 => offset.saturating_sub(rng.below(40)),
+                    1 => offset,
+                    _ => offset + rng.below(3),
+                };
+                let end = start + [0, 1, 10, 25][rng.below(4) as usize];
+                offset = offset.max(end);
+                ns = (ns + rng.below(50)).saturating_sub(rng.below(8));
+                let retrans = rng.below(6) == 0;
+                new.insert(start, event(end, ns, tid, retrans));
+                old.insert(start, event(end, ns, tid, retrans));
+                if rng.below(10) == 0 {
+                    let cutoff = ns.saturating_sub(rng.below(600));
+                    new.evict_before(cutoff);
+                    old.evict_before(cutoff);
+                }
+                for byte in offset.saturating_sub(60)..=offset + 2 {
+                    let (best, retransmitted) = new.covering(byte);
+                    assert_eq!((best.map(|e| e.tid), retransmitted), old.covering(byte));
+                    let first = new.first_reaching(byte).map(|e| e.tid);
+                    assert_eq!(first, old.first_reaching(byte), "seed {seed} byte {byte}");
+                }
+                assert_eq!(new.is_empty(), old.by_start.is_empty());
+            }
+        }
     }
 }

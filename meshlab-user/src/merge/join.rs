@@ -152,7 +152,7 @@ impl NodeJoiner {
         let now = item.stamp().ns();
         self.frontier_ns = self.frontier_ns.max(now);
         match item {
-            Item::Kernel(ev) => self.kernel(ev),
+            Item::Kernel(ev) => self.kernel(&ev),
             Item::Probe(p) => self.probe(*p),
         }
         self.run_deadlines(self.frontier_ns);
@@ -162,20 +162,20 @@ impl NodeJoiner {
         }
     }
 
-    fn kernel(&mut self, ev: KEvent) {
+    fn kernel(&mut self, ev: &KEvent) {
         if let (Some(est), Some(cookie)) = (&ev.established, ev.cookie) {
             self.conns.insert(cookie, (**est).clone());
             return;
         }
         if let Some(ends) = ev.unix {
-            self.legs.insert_unix(&ev, ends);
+            self.legs.insert_unix(ev, ends);
             return;
         }
-        self.index.insert(&ev);
+        self.index.insert(ev);
         let Some(cookie) = ev.cookie else { return };
         match (ev.hook, ev.offset) {
-            (Hook::TcpSendmsg, Some(offset)) => self.tcp_sendmsg(&ev, cookie, offset),
-            (Hook::RecvReturn, Some(ptr)) => self.recv_return(&ev, cookie, ptr),
+            (Hook::TcpSendmsg, Some(offset)) => self.tcp_sendmsg(ev, cookie, offset),
+            (Hook::RecvReturn, Some(ptr)) => self.recv_return(ev, cookie, ptr),
             _ => {}
         }
     }

@@ -1,7 +1,7 @@
 //! Reduction of one validated record to the merge's [`Item`]: node check, `--inject-skew`,
 //! clock conversion of probe timestamps, and field errors naming file, line and field.
 
-use crate::schema::{Hook, InputKind, KernelEvent, ProbeEvent, Record};
+use crate::schema::{Hook, Incoming, InputKind, KernelEvent, ProbeEvent, Record};
 
 use super::MergeError;
 use super::event::{
@@ -11,14 +11,15 @@ use super::input::{Plan, parse_err, shift};
 use super::nic_clock::OnMonotonic;
 use super::time::{NodeId, NodeTime};
 
-/// Reduces one record of `file` (already parsed) to an item of `node`, or `None` when the
-/// record is not an event of that node (other records, other nodes' probe lines).
+/// Reduces one record of `file` (already parsed, or a capture's event borrowed from its
+/// decoder) to an item of `node`, or `None` when the record is not an event of that node
+/// (other records, other nodes' probe lines).
 pub fn to_item(
     plan: &Plan,
     file: usize,
     line: u64,
     node: NodeId,
-    record: Record,
+    record: Incoming<'_>,
 ) -> Result<Option<Item>, MergeError> {
     let f = &plan.files[file];
     let origin = Origin {
@@ -34,29 +35,25 @@ pub fn to_item(
             format!("in a `{record}` record: field `{field}`: {what}"),
         )
     };
+    let kernel = |k: &KernelEvent| {
+        node_checked(node_name, k)
+            .and_then(|k| kernel_item(plan, node, origin, skew, k))
+            .map(Some)
+            .map_err(|(field, what)| bad("kernel", field, what))
+    };
     match (f.kind, record) {
-        (InputKind::Kernel, Record::Kernel(k)) => {
-            if k.node != *node_name {
-                return Err(bad(
-                    "kernel",
-                    "node",
-                    format!("\"{}\" in the recording of node \"{node_name}\"", k.node),
-                ));
-            }
-            kernel_item(plan, node, origin, skew, &k)
-                .map(Some)
-                .map_err(|(field, what)| bad("kernel", field, what))
-        }
-        (InputKind::Kernel, Record::Probe(_)) => Err(bad(
+        (InputKind::Kernel, Incoming::Kernel(k)) => kernel(k),
+        (InputKind::Kernel, Incoming::Owned(Record::Kernel(k))) => kernel(&k),
+        (InputKind::Kernel, Incoming::Owned(Record::Probe(_))) => Err(bad(
             "probe",
             "type",
             "a probe record inside a kernel recording".into(),
         )),
-        (InputKind::Kernel, Record::Startup(_)) if line > 1 => {
+        (InputKind::Kernel, Incoming::Owned(Record::Startup(_))) if line > 1 => {
             Err(bad("startup", "type", "a second startup record".into()))
         }
         (InputKind::Kernel, _) => Ok(None),
-        (InputKind::Probe, Record::Probe(p)) => {
+        (InputKind::Probe, Incoming::Owned(Record::Probe(p))) => {
             let this = p.node.as_ref().or(f.node.as_ref());
             if this != Some(node_name) {
                 return Ok(None);
@@ -74,6 +71,15 @@ pub fn to_item(
 }
 
 type FieldError = (&'static str, String);
+
+/// `k`, if it is an event of `node_name` (the node whose recording it came in).
+fn node_checked<'k>(node_name: &str, k: &'k KernelEvent) -> Result<&'k KernelEvent, FieldError> {
+    if k.node != node_name {
+        let what = format!("\"{}\" in the recording of node \"{node_name}\"", k.node);
+        return Err(("node", what));
+    }
+    Ok(k)
+}
 
 fn kernel_item(
     plan: &Plan,
@@ -103,7 +109,7 @@ fn kernel_item(
     let tx_wire = on_nic_clock(plan, node, k.aux.filter(|_| hook == Hook::TxTstampHw));
     let (ts, error_ns, sample) =
         tx_wire.map_or((ts, 0, u32::MAX), |at| (at.ns, at.error_ns, at.sample));
-    Ok(Item::Kernel(KEvent {
+    Ok(Item::Kernel(Box::new(KEvent {
         hook,
         stamp: Stamp {
             time: NodeTime::new(node, ts),
@@ -126,7 +132,7 @@ fn kernel_item(
             sock,
             peer: k.unix_peer.unwrap_or(0),
         }),
-    }))
+    })))
 }
 
 /// The receive context a `netif_receive_skb` event carries, its times moved by `moved`.

@@ -4,6 +4,7 @@
 //! in order, and the buffer holds about a window of events, whatever the input size.
 
 use crate::records::ReducedSource;
+use crate::schema::Incoming;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
@@ -129,7 +130,8 @@ impl NodeStream {
         for (i, f) in plan.files.iter().enumerate() {
             if f.nodes.contains(name) {
                 let plan = Arc::clone(&shared);
-                let reduce = move |line, record| to_item(&plan, i, line, node, record);
+                let reduce =
+                    move |line, record: Incoming<'_>| to_item(&plan, i, line, node, record);
                 sources.push(Source {
                     items: ReducedSource::open(&f.path, reduce)?,
                     high_ns: 0,

@@ -67,15 +67,10 @@ fn drop_threshold(loss_ppm: u32) -> u32 {
 /// Attaches from a thread of its own that enters the namespace (a link is created against the
 /// caller's network namespace) and ends after the attach: the rest of xtask stays where it is.
 fn attach_in_netns(program: &OwnedFd, netns: &str, dev: &str) -> Result<OwnedFd> {
-    let ns = File::open(format!("/run/netns/{netns}"))
-        .with_context(|| format!("opening /run/netns/{netns}"))?;
     let dev = std::ffi::CString::new(dev)?;
     std::thread::scope(|scope| {
         let attach = scope.spawn(|| {
-            // SAFETY: `ns` is an open namespace file; only this thread changes namespace.
-            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                bail!("setns: {}", std::io::Error::last_os_error());
-            }
+            enter_netns(netns)?;
             // SAFETY: a NUL-terminated name.
             let ifindex = unsafe { libc::if_nametoindex(dev.as_ptr()) };
             if ifindex == 0 {
@@ -87,6 +82,18 @@ fn attach_in_netns(program: &OwnedFd, netns: &str, dev: &str) -> Result<OwnedFd>
             .join()
             .map_err(|_| anyhow::anyhow!("attach thread panicked"))?
     })
+}
+
+/// Moves the calling thread (only it: network namespaces are per thread) into `ip netns`
+/// namespace `netns`.
+fn enter_netns(netns: &str) -> Result<()> {
+    let ns = File::open(format!("/run/netns/{netns}"))
+        .with_context(|| format!("opening /run/netns/{netns}"))?;
+    // SAFETY: `ns` is an open namespace file; setns changes only this thread's namespace.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        bail!("setns into {netns}: {}", std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -109,18 +116,10 @@ mod tests {
     /// of the last), each side from a thread inside its namespace.
     fn udp_across(ns: &TruthNetns, count: usize) -> Result<usize> {
         let port = 47_000 + (std::process::id() % 1000) as u16;
-        let in_netns = |name: &str| -> Result<()> {
-            let file = File::open(format!("/run/netns/{name}"))?;
-            // SAFETY: an open namespace file; this test thread alone moves.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                bail!("setns: {}", std::io::Error::last_os_error());
-            }
-            Ok(())
-        };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         std::thread::scope(|scope| {
             let receiver = scope.spawn(|| -> Result<usize> {
-                in_netns(&ns.b)?;
+                enter_netns(&ns.b)?;
                 let socket = UdpSocket::bind((ns.addr_b.as_str(), port))?;
                 socket.set_read_timeout(Some(Duration::from_millis(300)))?;
                 ready_tx.send(())?;
@@ -134,7 +133,7 @@ mod tests {
             ready_rx.recv()?;
             scope
                 .spawn(|| -> Result<()> {
-                    in_netns(&ns.a)?;
+                    enter_netns(&ns.a)?;
                     let socket = UdpSocket::bind((ns.addr_a.as_str(), 0))?;
                     for _ in 0..count {
                         socket.send_to(b"meshlab wire-loss test", (ns.addr_b.as_str(), port))?;

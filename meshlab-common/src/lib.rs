@@ -238,7 +238,10 @@ pub struct ConnInfo {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Turn {
-    /// `TURN_NONE`, `TURN_TX` or `TURN_RX`: the direction of the current turn.
+    /// `TURN_NONE`, `TURN_TX` or `TURN_RX`: the direction of the current turn. Kept here
+    /// for a connection whose record lives in the kernel's hash map; one that owns its
+    /// prefilter slot keeps it in the slot's second cache line (meshlab-ebpf maps.rs
+    /// `ConnSlot`), because it changes with every message.
     pub direction: u8,
     /// Non-zero when the current turn (and so every event of it) is sampled.
     pub sampled: u8,

@@ -4,7 +4,7 @@ use aya_ebpf::helpers::{bpf_probe_read_kernel, bpf_skc_to_tcp_sock};
 use meshlab_common::{ConnInfo, KFUNC_PLACEHOLDER_RDONLY_CAST};
 
 use crate::globals::offset;
-use crate::prefilter::traced_conn;
+use crate::prefilter::{TracedConn, traced_conn};
 use crate::turn::turn_sampled;
 
 /// How a program reads a field of a kernel struct it holds a pointer to.
@@ -193,7 +193,7 @@ pub fn sock_cookie<M: KernelRead>(sk: u64) -> u64 {
 /// The traced connection `sk` belongs to: its cookie and its record, in place (the hooks that
 /// decide a turn update it; see [`traced_conn`]).
 #[inline(always)]
-pub fn traced_sock<M: KernelRead>(sk: u64) -> Option<(u64, &'static mut ConnInfo)> {
+pub fn traced_sock<M: KernelRead>(sk: u64) -> Option<(u64, TracedConn)> {
     let cookie = sock_cookie::<M>(sk);
     Some((cookie, traced_conn(cookie)?))
 }
@@ -204,8 +204,9 @@ pub fn traced_sock<M: KernelRead>(sk: u64) -> Option<(u64, &'static mut ConnInfo
 /// Hooks with a unix-socket fallback then try it, which a TCP socket fails on its family.
 #[inline(always)]
 pub fn sampled_sock<M: KernelRead>(sk: u64) -> Option<(u64, &'static ConnInfo)> {
-    let (cookie, info) = traced_sock::<M>(sk)?;
-    turn_sampled(info).then_some((cookie, &*info))
+    let (cookie, conn) = traced_sock::<M>(sk)?;
+    let info = conn.info();
+    turn_sampled(info).then_some((cookie, info))
 }
 
 /// A 16-byte address as two native-endian words of its bytes (IPv4-mapped for IPv4): what the

@@ -144,21 +144,32 @@ pub static TRACED_LIVE: Array<u64> = Array::with_max_entries(1, 0);
 
 /// One traced connection as its prefilter slot holds it: the cookie that owns the slot
 /// (`cookie & (PREFILTER_SLOTS - 1)`), or PREFILTER_COLLIDED_COOKIE when two traced cookies
-/// share it, and that connection's record (tuple, sequence bases, turn). 64 bytes, in a
-/// page-aligned (mmapable) array: one cache line per connection, so the turn writes of one
-/// connection never invalidate another's line (TURN_SLOTS, a byte per connection, put 64
-/// connections in one line, and the client's and server's connections of one exchange, whose
-/// cookies are usually adjacent, shared it).
+/// share it, and that connection's record (tuple, sequence bases, turn), in the first cache
+/// line; the direction of its current turn alone in the second. The array is page-aligned
+/// (mmapable), so each slot is exactly two lines and no connection's writes touch another's.
+///
+/// Why two lines: with sampling, the hooks that decide turns write the direction on every
+/// message, one from the sending CPU and one from the receiving CPU, while every other hook of
+/// the connection reads the first line. In one line, each message moved it between the CPUs
+/// and the next reader on the other CPU waited for it (~90-120 ns per hook in `bench
+/// kernel-ab`'s sampling rung: netif_receive_skb, skb_copy_datagram_iovec, sched_switch). The
+/// first line is now written at ESTABLISHED and when a request turn's sampling decision
+/// changes (turn.rs).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ConnSlot {
     pub cookie: u64,
     /// Authoritative while `cookie` owns the slot alone: TRACED_CONNS' copy of the turn is
-    /// then stale (sock_ops copies it back when a second connection collides).
+    /// then stale (sock_ops copies it back when a second connection collides). Its
+    /// `turn.direction` is unused here: [`ConnSlot::direction`] holds it.
     pub info: ConnInfo,
+    /// `TURN_NONE`, `TURN_TX` or `TURN_RX`, while `cookie` owns the slot alone.
+    pub direction: u8,
+    pub _line: [u8; 63],
 }
 
-const _: () = assert!(core::mem::size_of::<ConnSlot>() == 64);
+const _: () = assert!(core::mem::size_of::<ConnSlot>() == 128);
+const _: () = assert!(core::mem::offset_of!(ConnSlot, direction) == 64);
 
 /// Prefilter and fast path in front of TRACED_CONNS (see [`ConnSlot`]). Array lookups are
 /// inlined by the verifier; hash lookups are helper calls with a hash computation.

@@ -45,9 +45,63 @@ pub fn no_socket_traced() -> bool {
     config!(trace_unix) == 0 && nothing_traced()
 }
 
-/// The record of traced connection `cookie`: in its CONN_SLOTS slot while it owns the slot
-/// alone (no hash lookup), else TRACED_CONNS' value. `None`: not traced (sock_ops clears the
-/// slot when it removes the connection; a zero cookie, not assigned yet, is never traced).
+/// A traced connection as the prefilter found it: its record, and the byte holding the
+/// direction of its current turn (a separate cache line for a connection that owns its slot,
+/// [`crate::maps::ConnSlot`]; the record's `turn.direction` in TRACED_CONNS). Raw pointers:
+/// the hooks that decide turns write both through it while other CPUs read them.
+#[derive(Clone, Copy)]
+pub struct TracedConn {
+    info: *mut ConnInfo,
+    direction: *mut u8,
+}
+
+impl TracedConn {
+    /// The record. Only its turn changes after ESTABLISHED, through the setters below.
+    #[inline(always)]
+    pub fn info(self) -> &'static ConnInfo {
+        // SAFETY: a map value, valid for the program's lifetime (array) or RCU read section
+        // (hash map); see traced_conn on concurrent writers.
+        unsafe { &*self.info }
+    }
+
+    /// Whether the current turn is sampled, read now (not through an earlier [`Self::info`]).
+    #[inline(always)]
+    pub fn sampled(self) -> bool {
+        // SAFETY: as in info.
+        unsafe { core::ptr::read_volatile(&raw const (*self.info).turn.sampled) != 0 }
+    }
+
+    /// Records the current turn's decision. Written only when it changes: the line it sits
+    /// in is read by every hook of the connection, on both CPUs.
+    #[inline(always)]
+    pub fn set_sampled(self, sampled: bool) {
+        let value = u8::from(sampled);
+        // SAFETY: as in info.
+        unsafe {
+            let field = &raw mut (*self.info).turn.sampled;
+            if core::ptr::read_volatile(field) != value {
+                core::ptr::write_volatile(field, value);
+            }
+        }
+    }
+
+    /// `TURN_NONE`, `TURN_TX` or `TURN_RX`: the direction of the current turn.
+    #[inline(always)]
+    pub fn direction(self) -> u8 {
+        // SAFETY: as in info; a byte of the same map value.
+        unsafe { core::ptr::read_volatile(self.direction) }
+    }
+
+    #[inline(always)]
+    pub fn set_direction(self, direction: u8) {
+        // SAFETY: as in direction.
+        unsafe { core::ptr::write_volatile(self.direction, direction) }
+    }
+}
+
+/// Traced connection `cookie`: in its CONN_SLOTS slot while it owns the slot alone (no hash
+/// lookup), else TRACED_CONNS' value. `None`: not traced (sock_ops clears the slot when it
+/// removes the connection; a zero cookie, not assigned yet, is never traced).
 ///
 /// Both are written in place by the hooks that decide a turn; fields another CPU may write at
 /// the same time (the turn) only ever receive the same decision (turn.rs). A slot taken over
@@ -55,7 +109,7 @@ pub fn no_socket_traced() -> bool {
 /// one whose cookie has the same 16 low bits was established meanwhile) would give one event
 /// the newcomer's tuple; the window is a few instructions.
 #[inline(always)]
-pub fn traced_conn(cookie: u64) -> Option<&'static mut ConnInfo> {
+pub fn traced_conn(cookie: u64) -> Option<TracedConn> {
     let slot = CONN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK)?;
     // SAFETY: valid array value for the program's lifetime; the owner is read once.
     let owner = unsafe { core::ptr::read_volatile(&raw const (*slot).cookie) };
@@ -64,22 +118,29 @@ pub fn traced_conn(cookie: u64) -> Option<&'static mut ConnInfo> {
     }
     if owner == cookie {
         // SAFETY: as above; see the note on concurrent writers.
-        return Some(unsafe { &mut (*slot).info });
+        return Some(unsafe {
+            TracedConn {
+                info: &raw mut (*slot).info,
+                direction: &raw mut (*slot).direction,
+            }
+        });
     }
     if owner != PREFILTER_COLLIDED_COOKIE {
         return None;
     }
-    // SAFETY: map values stay valid for the program's RCU read section.
-    TRACED_CONNS
-        .get_ptr_mut(&cookie)
-        .map(|info| unsafe { &mut *info })
+    let info = TRACED_CONNS.get_ptr_mut(&cookie)?;
+    Some(TracedConn {
+        info,
+        // SAFETY: a field of a map value, valid for the program's RCU read section.
+        direction: unsafe { &raw mut (*info).turn.direction },
+    })
 }
 
 /// The traced connection a received segment belongs to, by its local-view 4-tuple (local =
 /// the segment's destination): the cookie from TUPLE_SLOTS, confirmed against the record's
 /// tuple; TUPLES only when two traced tuples share the slot.
 #[inline(always)]
-pub fn rx_conn(seg: &TcpSegment) -> Option<(u64, &'static mut ConnInfo)> {
+pub fn rx_conn(seg: &TcpSegment) -> Option<(u64, TracedConn)> {
     let index = tuple_index(seg.daddr, seg.dport, seg.saddr, seg.sport);
     // SAFETY: array value read at once.
     let mut cookie = unsafe { core::ptr::read_volatile(TUPLE_SLOTS.get(index)?) };
@@ -97,13 +158,13 @@ pub fn rx_conn(seg: &TcpSegment) -> Option<(u64, &'static mut ConnInfo)> {
         // SAFETY: value copied out at once.
         cookie = *unsafe { TUPLES.get(&key) }?;
     }
-    let info = traced_conn(cookie)?;
-    let tuple = &info.tuple;
+    let conn = traced_conn(cookie)?;
+    let tuple = &conn.info().tuple;
     let same = tuple.local_port == seg.dport
         && tuple.remote_port == seg.sport
         && addr_words(&tuple.local_addr) == seg.daddr
         && addr_words(&tuple.remote_addr) == seg.saddr;
-    same.then_some((cookie, info))
+    same.then_some((cookie, conn))
 }
 
 /// TUPLE_SLOTS index of a local-view 4-tuple ([`tuple_slot_index`]).
@@ -184,12 +245,14 @@ pub fn conn_added(cookie: u64, info: &ConnInfo) {
                 // where stores stay in order (x86); on weaker memory models a reader may see a
                 // stale record for one event, a race of the kind the module note tolerates.
                 core::ptr::write_volatile(&raw mut (*slot).info, *info);
+                core::ptr::write_volatile(&raw mut (*slot).direction, info.turn.direction);
                 core::ptr::write_volatile(&raw mut (*slot).cookie, cookie);
             } else if owner != PREFILTER_COLLIDED_COOKIE {
                 // The owner's turn lived in the slot alone: hand it to its map value, which
                 // its hooks use from now on.
                 if let Some(owned) = TRACED_CONNS.get_ptr_mut(&owner) {
                     (*owned).turn = (*slot).info.turn;
+                    (*owned).turn.direction = (*slot).direction;
                 }
                 core::ptr::write_volatile(&raw mut (*slot).cookie, PREFILTER_COLLIDED_COOKIE);
             }

@@ -40,13 +40,13 @@ fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
     if seg.len == 0 {
         return None;
     }
-    let (cookie, info) = rx_conn(&seg)?;
+    let (cookie, conn) = rx_conn(&seg)?;
     let ifindex = skb_ifindex::<C::Mem>(skb);
     let wanted = config!(ifindex);
     if wanted != 0 && wanted != ifindex {
         return None;
     }
-    if !conn_payload_sampled(info, TURN_RX, seg.seq) {
+    if !conn_payload_sampled(conn, TURN_RX, seg.seq) {
         return None;
     }
     emit(Hook::NetifReceiveSkb, |ev| {
@@ -93,9 +93,9 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
     if nothing_traced() {
         return None;
     }
-    let (cookie, info) = traced_sock::<C::Mem>(ctx.arg_u64(0))?;
+    let (cookie, conn) = traced_sock::<C::Mem>(ctx.arg_u64(0))?;
     // Most segments of a message come after netif_receive_skb decided its turn.
-    if unsampled_turn_continues(info, TURN_RX) {
+    if unsampled_turn_continues(conn, TURN_RX) {
         return None;
     }
     let skb = ctx.arg_u64(1);
@@ -108,7 +108,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
         return None;
     };
     let len = end_seq.wrapping_sub(seq);
-    if len == 0 || !conn_payload_sampled(info, TURN_RX, seq) {
+    if len == 0 || !conn_payload_sampled(conn, TURN_RX, seq) {
         return None;
     }
     emit(Hook::TcpProbe, |ev| {
@@ -116,7 +116,7 @@ fn try_tcp_probe<C: TpArgs>(ctx: &C) -> Option<()> {
         ev.skb = skb;
         ev.seq = seq;
         ev.len = len;
-        set_conn_tuple(ev, info);
+        set_conn_tuple(ev, conn.info());
         attach_cpu_context(ev);
         Some(())
     });

@@ -50,11 +50,11 @@ fn tracked_cookie(tid: u32) -> Option<u64> {
         // SAFETY: value copied out at once.
         ThreadSlot::Collided => *unsafe { TRACKED_THREADS.get(&tid) }?,
     };
-    let Some(info) = traced_conn(cookie) else {
+    let Some(conn) = traced_conn(cookie) else {
         forget_thread(tid);
         return None;
     };
-    turn_sampled(info).then_some(cookie)
+    turn_sampled(conn.info()).then_some(cookie)
 }
 
 #[inline(always)]

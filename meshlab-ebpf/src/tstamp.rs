@@ -59,7 +59,7 @@ pub fn on_sendmsg(ctx: &SockOpsContext) -> Option<()> {
     }
     // SAFETY: helper valid for sock_ops contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    if !turn_sampled(traced_conn(cookie)?) {
+    if !turn_sampled(traced_conn(cookie)?.info()) {
         return None;
     }
     // SAFETY: the op is TSTAMP_SENDMSG (the kfunc's precondition) and ctx is the program's
@@ -112,7 +112,7 @@ pub fn on_timestamp(ctx: &SockOpsContext, op: u32) -> Option<()> {
     };
     // SAFETY: helper valid for sock_ops contexts.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    let info = traced_conn(cookie)?;
+    let info = traced_conn(cookie)?.info();
     let tskey = skb_tskey(ctx)?;
     let hw = if hook == Hook::TxTstampHw {
         // SAFETY: UAPI context field, rewritten by the verifier into skb_hwtstamps(skb).

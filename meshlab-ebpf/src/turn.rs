@@ -5,30 +5,36 @@
 use meshlab_common::{ConnInfo, TURN_TX, message_sampled};
 
 use crate::globals::config;
+use crate::prefilter::TracedConn;
 
-/// Payload of a traced connection (its record, [`crate::prefilter::traced_conn`]) flows in
-/// `direction` (TURN_TX or TURN_RX) from sequence number `seq`. A change of direction starts a
-/// new turn; a request turn decides by the stream offset of its first byte, a response turn
-/// keeps the decision of the request it answers. Returns whether the turn is sampled. Called
-/// by the hooks that see a message's bytes first: tcp_sendmsg (TX), netif_receive_skb and
-/// tcp_probe (RX). A racing update of the same turn on another CPU writes the same decision
-/// (it is a function of the same byte).
+/// Payload of traced connection `conn` flows in `direction` (TURN_TX or TURN_RX) from sequence
+/// number `seq`. A change of direction starts a new turn; a request turn decides by the stream
+/// offset of its first byte, a response turn keeps the decision of the request it answers.
+/// Returns whether the turn is sampled. Called by the hooks that see a message's bytes first:
+/// tcp_sendmsg (TX), netif_receive_skb and tcp_probe (RX). A racing update of the same turn on
+/// another CPU writes the same decision (it is a function of the same byte).
+///
+/// The direction changes with every message; the decision, in the line every other hook
+/// reads, only when it differs from the last request's (maps.rs `ConnSlot`).
 #[inline(always)]
-pub fn conn_payload_sampled(info: &mut ConnInfo, direction: u8, seq: u32) -> bool {
+pub fn conn_payload_sampled(conn: TracedConn, direction: u8, seq: u32) -> bool {
     let every = config!(sample_messages_every);
     if every <= 1 {
         return true;
     }
-    if info.turn.direction != direction {
-        info.turn.direction = direction;
-        let sent = direction == TURN_TX;
-        if sent == (info.turn.requests_are_sent != 0) {
-            let base = if sent { info.snd_base } else { info.rcv_base };
-            let offset = seq.wrapping_sub(base);
-            info.turn.sampled = u8::from(message_sampled(info.sample_hash, offset, every));
-        }
+    if conn.direction() == direction {
+        return conn.sampled();
     }
-    info.turn.sampled != 0
+    conn.set_direction(direction);
+    let info = conn.info();
+    let sent = direction == TURN_TX;
+    if sent != (info.turn.requests_are_sent != 0) {
+        return conn.sampled();
+    }
+    let base = if sent { info.snd_base } else { info.rcv_base };
+    let sampled = message_sampled(info.sample_hash, seq.wrapping_sub(base), every);
+    conn.set_sampled(sampled);
+    sampled
 }
 
 /// Whether the current turn of a traced connection (its record) is sampled: the hooks after a
@@ -42,6 +48,6 @@ pub fn turn_sampled(info: &ConnInfo) -> bool {
 /// needs: the turn already runs that way and is not sampled (the rest of an unsampled message
 /// costs what an untraced socket costs).
 #[inline(always)]
-pub fn unsampled_turn_continues(info: &ConnInfo, direction: u8) -> bool {
-    config!(sample_messages_every) > 1 && info.turn.direction == direction && info.turn.sampled == 0
+pub fn unsampled_turn_continues(conn: TracedConn, direction: u8) -> bool {
+    config!(sample_messages_every) > 1 && conn.direction() == direction && !conn.sampled()
 }

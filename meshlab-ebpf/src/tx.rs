@@ -51,10 +51,10 @@ fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -
     if nothing_traced() {
         return None;
     }
-    let (cookie, info) = traced_sock::<M>(sk)?;
+    let (cookie, conn) = traced_sock::<M>(sk)?;
     // The copy loop fires again for every chunk of one send, and one message can take several
     // sends: only a turn's first send needs the write pointer to decide.
-    if unsampled_turn_continues(info, TURN_TX) {
+    if unsampled_turn_continues(conn, TURN_TX) {
         return None;
     }
     let Some(write_seq) = M::tcp_load::<u32>(sk, offset!(tcp_sock_write_seq)) else {
@@ -65,7 +65,7 @@ fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -
         );
         return None;
     };
-    if !conn_payload_sampled(info, TURN_TX, write_seq) {
+    if !conn_payload_sampled(conn, TURN_TX, write_seq) {
         return None;
     }
     let bytes = bytes()?;
@@ -73,7 +73,7 @@ fn on_tcp_sendmsg<M: KernelRead>(sk: u64, bytes: impl FnOnce() -> Option<u64>) -
         ev.cookie = cookie;
         ev.seq = write_seq;
         ev.len = bytes as u32;
-        set_conn_tuple(ev, info);
+        set_conn_tuple(ev, conn.info());
         track_thread(ev.tid, cookie);
         Some(())
     });

@@ -152,7 +152,9 @@ fn markdown(r: &LadderReport) -> String {
          (events/s and peak RSS at 1e5, 1e6 and 1e7 events): docs/benchmarks-merge.md. The \
          kernel programs before/after, side by side: `cargo xtask bench kernel-ab`; the \
          pieces of one traced event (ring record by size, clock, kernel read): `cargo xtask \
-         bench helpers`; both in docs/benchmarks-kernel.md.\n"
+         bench helpers`; both in docs/benchmarks-kernel.md. Where an unsampled message's time \
+         goes, cut point by cut point (`xtask/sampled-path-cuts.sh`): \
+         docs/benchmarks-kernel-sampled.md.\n"
     );
     md
 }

@@ -4,15 +4,19 @@
 //! TRACED_CONNS, and the first one's turn is handed over there); two whose 4-tuples hash to
 //! the same TUPLE_SLOTS slot make netif_receive_skb ask TUPLES. The test makes both happen on
 //! purpose, then checks that every connection's messages are recorded on both ends with that
-//! connection's own ports, and that the accounting is exact.
+//! connection's own ports, and that the accounting is exact. With `--sample-messages`, the
+//! turn's direction of a connection in its own slot lives in the slot's second line and moves
+//! into TRACED_CONNS when a second connection collides: the second test checks that every
+//! connection, before and after that hand-over, is sampled by the shared rule on both ends.
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::FromRawFd;
 
-use meshlab_common::{PREFILTER_SLOTS, tuple_slot_index};
+use meshlab_common::{PREFILTER_SLOTS, conn_sample_hash, message_sampled, tuple_slot_index};
 use meshlab_user::schema::Hook;
 use support::{
     LoopbackRecording, Recording, loopback_recording, privileged_or_skip, socket_cookie,
@@ -60,6 +64,112 @@ fn connections_sharing_a_prefilter_slot_are_each_recorded_whole() {
         check_connection(&rec, cookie, local, remote);
     }
     rec.assert_exact_accounting();
+}
+
+/// Requests per connection in the sampled test, and its sampling rate.
+const SAMPLED_REQUESTS: usize = 36;
+const SAMPLE_EVERY: u32 = 3;
+
+#[test]
+fn sampled_turns_of_connections_sharing_a_slot_follow_the_shared_rule() {
+    let name = "sampled_turns_of_connections_sharing_a_slot_follow_the_shared_rule";
+    if !privileged_or_skip(name) {
+        return;
+    }
+    pin_to_current_cpu();
+    let every = format!("1/{SAMPLE_EVERY}");
+    let LoopbackRecording {
+        dir: _dir,
+        listener,
+        port,
+        recorder,
+    } = loopback_recording("collide-sampled", &["--sample-messages", every.as_str()]);
+
+    // The first connection runs a third of its turns alone in its slot, so the hand-over of
+    // its turn to TRACED_CONNS happens between two of its turns.
+    let mut first = open_pair(&listener, port, None);
+    let before = SAMPLED_REQUESTS / 3;
+    for _ in 0..before {
+        exchange_once(&mut first.0, &mut first.1);
+    }
+    let (cookie_pair, attempts) = pair_in_slot_of(socket_cookie(&first.0), &listener, port);
+    let mut pairs: Vec<((TcpStream, TcpStream), usize)> = vec![(first, before)];
+    pairs.extend(attempts.into_iter().map(|pair| (pair, 0)));
+    pairs.push((cookie_pair, 0));
+    let (addr_a, port_a, addr_b, port_b) = colliding_clients(port);
+    pairs.push((open_pair(&listener, port, Some((addr_a, port_a))), 0));
+    pairs.push((open_pair(&listener, port, Some((addr_b, port_b))), 0));
+    for ((client, server), done) in &mut pairs {
+        for _ in *done..SAMPLED_REQUESTS {
+            exchange_once(client, server);
+        }
+    }
+    let connections: Vec<SampledConnection> = pairs
+        .iter()
+        .map(|((client, server), _)| SampledConnection::of(client, server))
+        .collect();
+    drop(pairs);
+    let rec = recorder.stop();
+
+    for conn in connections {
+        conn.check(&rec);
+    }
+    rec.assert_exact_accounting();
+}
+
+/// One connection of the sampled test: both ends' cookies and the requests the rule picks.
+struct SampledConnection {
+    client: u64,
+    server: u64,
+    expected: BTreeSet<usize>,
+}
+
+impl SampledConnection {
+    fn of(client: &TcpStream, server: &TcpStream) -> Self {
+        let (c, s) = (client.local_addr().unwrap(), server.local_addr().unwrap());
+        let hash = conn_sample_hash(&mapped(c.ip()), c.port(), &mapped(s.ip()), s.port());
+        let expected = (0..SAMPLED_REQUESTS)
+            .filter(|&k| message_sampled(hash, (k * MESSAGE) as u32, SAMPLE_EVERY))
+            .collect();
+        SampledConnection {
+            client: socket_cookie(client),
+            server: socket_cookie(server),
+            expected,
+        }
+    }
+
+    /// Requests are sampled where the rule says, on both ends, and so are their responses.
+    fn check(&self, rec: &Recording) {
+        let seen = |hook: Hook, cookie: u64| -> BTreeSet<usize> {
+            rec.of(hook, cookie)
+                .into_iter()
+                .filter_map(|e| e.offset)
+                .map(|offset| (offset / MESSAGE as u64) as usize)
+                // The FIN (one sequence number after the last request) starts a turn too.
+                .filter(|&k| k < SAMPLED_REQUESTS)
+                .collect()
+        };
+        let (client, server) = (self.client, self.server);
+        for (what, hook, cookie) in [
+            ("client sends the request", Hook::TcpSendmsg, client),
+            ("server receives it", Hook::TcpProbe, server),
+            ("server sends the response", Hook::TcpSendmsg, server),
+            ("client receives it", Hook::TcpProbe, client),
+        ] {
+            assert_eq!(
+                seen(hook, cookie),
+                self.expected,
+                "connection {client}/{server}: {what} ({hook:?}), sampled turns"
+            );
+        }
+    }
+}
+
+fn mapped(addr: IpAddr) -> [u8; 16] {
+    match addr {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
 }
 
 /// Keeps this thread on the CPU it runs on (cookies are handed out per CPU).
@@ -213,13 +323,18 @@ fn ends(sock: &TcpStream) -> (u64, u16, u16) {
 
 /// ROUNDS request/response exchanges of MESSAGE bytes each way.
 fn exchange(client: &mut TcpStream, server: &mut TcpStream) {
-    let mut buf = [0u8; MESSAGE];
     for _ in 0..ROUNDS {
-        client.write_all(&[b'q'; MESSAGE]).unwrap();
-        server.read_exact(&mut buf).unwrap();
-        server.write_all(&buf).unwrap();
-        client.read_exact(&mut buf).unwrap();
+        exchange_once(client, server);
     }
+}
+
+/// One request/response exchange of MESSAGE bytes each way.
+fn exchange_once(client: &mut TcpStream, server: &mut TcpStream) {
+    let mut buf = [0u8; MESSAGE];
+    client.write_all(&[b'q'; MESSAGE]).unwrap();
+    server.read_exact(&mut buf).unwrap();
+    server.write_all(&buf).unwrap();
+    client.read_exact(&mut buf).unwrap();
 }
 
 /// Both directions of one socket are recorded, every event with this socket's own ports.

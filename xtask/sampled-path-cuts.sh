@@ -17,7 +17,7 @@ set -euo pipefail
 baseline=${1:?usage: $0 BASELINE_MESHLAB [ROUNDS] [CUT...]}
 rounds=${2:-3}
 shift $(( $# < 2 ? $# : 2 ))
-cuts=${*:-"1 2 3 4 5 6 8 0 11 15 12 13 14"}
+cuts=${*:-"1 2 3 4 5 6 8 0 11 15 12 16 17 13 14"}
 root=$(git rev-parse --show-toplevel)
 work=$(mktemp -d /tmp/meshlab-cuts.XXXXXX)
 cleanup() {

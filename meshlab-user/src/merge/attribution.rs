@@ -16,7 +16,9 @@ use std::borrow::Cow;
 
 use super::HashMap;
 
-use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment};
+use crate::schema::{
+    Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment, interned_node,
+};
 
 use super::chain::Point;
 use super::event::{Place, Stamp};
@@ -69,7 +71,7 @@ struct Kept {
 /// Borrows from its half what it only reads (processes, reader and thread timelines): two
 /// chains per request, and cloning those was a measurable part of the merge's allocations.
 struct Chain<'h> {
-    node: String,
+    node: &'static str,
     node_id: usize,
     /// The half's probed process, then the proxies its points may belong to ([`Point::owner`]).
     processes: Vec<&'h str>,
@@ -107,12 +109,12 @@ impl<'h> Chain<'h> {
         trace: &str,
     ) -> Self {
         let Findings { missing, errors } = found;
-        let node = names.nodes[usize::from(half.node.0)].clone();
+        let node = interned_node(&names.nodes[usize::from(half.node.0)]);
         let mut kept: Vec<Kept> = Vec::with_capacity(points.len());
         let last_seen = points.iter().rposition(|p| p.stamp.is_some());
         for (pos, p) in points.iter().enumerate() {
             let Some(stamp) = p.stamp else {
-                note_missing(half, p, &node, missing);
+                note_missing(half, p, node, missing);
                 continue;
             };
             if reported_after_handoff(p.id) && reported_late(points, pos, stamp) {
@@ -125,7 +127,7 @@ impl<'h> Chain<'h> {
             while pinned && kept.len() > 1 && kept.last().is_some_and(|k| k.stamp.ns() > stamp.ns())
             {
                 let k = kept.pop().expect("non-empty");
-                errors.push(out_of_order(names, &node, trace, &k, (p.id, &stamp)));
+                errors.push(out_of_order(names, node, trace, &k, (p.id, &stamp)));
                 missing.push(format!("{node}:{} (out of order)", k.id.name()));
             }
             match kept.last() {
@@ -135,7 +137,7 @@ impl<'h> Chain<'h> {
                     if prev.stamp.ns() > stamp.ns()
                         && matches!(p.id, PointId::ClientReadReady | PointId::ServerReadReady) => {}
                 Some(prev) if prev.stamp.ns() > stamp.ns() => {
-                    errors.push(out_of_order(names, &node, trace, prev, (p.id, &stamp)));
+                    errors.push(out_of_order(names, node, trace, prev, (p.id, &stamp)));
                     missing.push(format!("{node}:{} (out of order)", p.id.name()));
                 }
                 _ => kept.push(Kept {
@@ -172,7 +174,7 @@ impl<'h> Chain<'h> {
                 .flatten();
             let seg = Segment {
                 name,
-                node: Some(self.node.clone()),
+                node: Some(Cow::Borrowed(self.node)),
                 layer,
                 unit,
                 kind,
@@ -522,8 +524,8 @@ pub fn attribute(
     Ok(Attributed {
         request: MergedRequest {
             trace_id: trace,
-            client_node: cside.chain.node.clone(),
-            server_node: sside.as_ref().map(|s| s.chain.node.clone()),
+            client_node: cside.chain.node.to_owned(),
+            server_node: sside.as_ref().map(|s| s.chain.node.to_owned()),
             join,
             start_ns: cside.first.stamp.ns(),
             e2e_ns,
@@ -540,15 +542,15 @@ pub fn attribute(
 /// Kept points in causal order: client until the request left, server, client from the
 /// response's arrival.
 fn timeline(cside: &ClientSide, sside: Option<&ServerSide>) -> Vec<(String, PointId, Stamp)> {
-    let point = |node: &String, k: &Kept| (node.clone(), k.id, k.stamp);
+    let point = |node: &str, k: &Kept| (node.to_owned(), k.id, k.stamp);
     let client = |kept: &[Kept]| {
         kept.iter()
-            .map(|k| point(&cside.chain.node, k))
+            .map(|k| point(cside.chain.node, k))
             .collect::<Vec<_>>()
     };
     let mut timeline = client(cside.pre());
     if let Some(s) = sside {
-        timeline.extend(s.chain.kept.iter().map(|k| point(&s.chain.node, k)));
+        timeline.extend(s.chain.kept.iter().map(|k| point(s.chain.node, k)));
     }
     timeline.extend(client(cside.post()));
     timeline
@@ -599,7 +601,7 @@ fn wait_for_peer(
     let outer_from = |n: usize| Outer {
         span: span(cc, &pre[n - 1], &arrived),
         ends: (pre[n - 1], arrived),
-        node: &cside.chain.node,
+        node: cside.chain.node,
     };
     let Some(s) = server else {
         return (pre.len(), vec![peer_wait(&outer_from(pre.len()))]);
@@ -623,10 +625,10 @@ fn wait_for_peer(
 }
 
 /// The client's wait for its peer: request left -> response arrived.
-struct Outer<'n, 'c> {
+struct Outer<'n> {
     span: Span<'n>,
     ends: (Kept, Kept),
-    node: &'c String,
+    node: &'static str,
 }
 
 /// The outer wait split by the difference method: network round trip = outer - inner (the
@@ -656,9 +658,9 @@ fn split_wait(
                 error_ns: difference_bound([oa.stamp, ob.stamp], [ia.stamp, ib.stamp]),
                 derived: Some(Derivation {
                     method: "difference".into(),
-                    outer_node: outer.node.clone(),
+                    outer_node: outer.node.to_owned(),
                     outer: vec![oa.id.name().into(), ob.id.name().into()],
-                    inner_node: s.node.clone(),
+                    inner_node: s.node.to_owned(),
                     inner: vec![ia.id.name().into(), ib.id.name().into()],
                 }),
                 place: None,
@@ -782,7 +784,7 @@ fn peer_wait(outer: &Outer) -> Segment {
     let (a, b) = outer.ends;
     Segment {
         name: PEER_WAIT.into(),
-        node: Some(outer.node.clone()),
+        node: Some(Cow::Borrowed(outer.node)),
         layer: Layer::Network,
         unit: "peer".into(),
         kind: Kind::Wait,

@@ -104,7 +104,7 @@ impl NicAgg {
             let (Some(place), Some(node)) = (&seg.place, &seg.node) else {
                 continue;
             };
-            let per_cpu = cpus.entry((node.clone(), place.cpu)).or_default();
+            let per_cpu = cpus.entry((node.to_string(), place.cpu)).or_default();
             *per_cpu.entry(seg.name.to_string()).or_default() += seg.dur_ns;
             if let Some(key) = queue_key(node, seg) {
                 let (stages, irq) = queues.entry(key).or_default();

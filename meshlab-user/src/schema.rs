@@ -979,8 +979,10 @@ pub struct Segment {
     /// ends are in the same clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_ns: Option<u64>,
+    /// Boxed: one segment of a request has it, and every segment is moved as it is built
+    /// (a `Derivation` inline made them 112 bytes larger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub derived: Option<Derivation>,
+    pub derived: Option<Box<Derivation>>,
     /// Kernel stages: where the stage ran (the event that ends it), for per-CPU and per-queue
     /// aggregation (`report --nic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -656,13 +656,13 @@ fn split_wait(
                 start_ns: None,
                 dur_ns: rtt,
                 error_ns: difference_bound([oa.stamp, ob.stamp], [ia.stamp, ib.stamp]),
-                derived: Some(Derivation {
+                derived: Some(Box::new(Derivation {
                     method: "difference".into(),
                     outer_node: outer.node.to_owned(),
                     outer: vec![oa.id.name().into(), ob.id.name().into()],
                     inner_node: s.node.to_owned(),
                     inner: vec![ia.id.name().into(), ib.id.name().into()],
-                }),
+                })),
                 place: None,
             }];
             v.extend(s.segments(names, sc, kept));

@@ -161,10 +161,16 @@ impl<'h> Chain<'h> {
         }
     }
 
-    /// Segments between consecutive kept points in `kept[range]`.
-    fn segments<'n>(&self, names: &Names, clock: &NodeClock<'n>, kept: &[Kept]) -> Vec<Segment> {
-        // Room for the spans and a few split ones (a split adds a run-queue wait and a rest).
-        let mut out = Vec::with_capacity(kept.len().saturating_sub(1) + 8);
+    /// Appends the segments between consecutive kept points in `kept` to `out` (the request's
+    /// one vector, sized by [`segment_room`], rather than a vector per part regrown as the
+    /// parts are joined).
+    fn segments<'n>(
+        &self,
+        names: &Names,
+        clock: &NodeClock<'n>,
+        kept: &[Kept],
+        out: &mut Vec<Segment>,
+    ) {
         for w in kept.windows(2) {
             let span = span(clock, &w[0], &w[1]);
             let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
@@ -185,12 +191,11 @@ impl<'h> Chain<'h> {
                 place,
             };
             if self.thread_runs(&w[0], &w[1], &seg) {
-                self.by_thread_state(seg, &w[0], &w[1], &mut out);
+                self.by_thread_state(seg, &w[0], &w[1], out);
             } else {
-                self.by_reader_state(seg, &w[0], &mut out);
+                self.by_reader_state(seg, &w[0], out);
             }
         }
-        out
     }
 
     /// Whether the half's own thread ran the span from `a` to `b` (`seg`): process time or
@@ -571,16 +576,25 @@ fn client_segments(
     let (pre, post) = (cside.pre(), cside.post());
     let (Some(_), Some(arrived)) = (pre.last(), post.first()) else {
         // Only reachable when every point of one side was dropped: no wait to split.
-        let mut segs = chain.segments(names, cc, pre);
-        segs.extend(chain.segments(names, cc, &chain.kept[cside.cut.saturating_sub(1)..]));
+        let rest = &chain.kept[cside.cut.saturating_sub(1)..];
+        let mut segs = Vec::with_capacity(segment_room(pre.len() + rest.len()));
+        chain.segments(names, cc, pre, &mut segs);
+        chain.segments(names, cc, rest, &mut segs);
         return (segs, e2e);
     };
     let server = sside.filter(|s| s.chain.kept.len() >= 2);
     let (sent, wait) = wait_for_peer(cc, cside, *arrived, server, names, trace, found);
-    let mut segs = chain.segments(names, cc, &pre[..sent]);
+    let mut segs = Vec::with_capacity(segment_room(sent + post.len()) + wait.len());
+    chain.segments(names, cc, &pre[..sent], &mut segs);
     segs.extend(wait);
-    segs.extend(chain.segments(names, cc, post));
+    chain.segments(names, cc, post, &mut segs);
     (segs, e2e)
+}
+
+/// Room for the segments between `kept` points and a few split ones (a split adds a
+/// run-queue wait and a rest).
+fn segment_room(kept: usize) -> usize {
+    kept + 8
 }
 
 /// The wait for the peer, from the request's last kept point until the response `arrived`,
@@ -647,7 +661,8 @@ fn split_wait(
     let (ia, ib) = (kept[0], kept[kept.len() - 1]);
     match result {
         Ok(rtt) => {
-            let mut v = vec![Segment {
+            let mut v = Vec::with_capacity(1 + segment_room(kept.len()));
+            v.push(Segment {
                 name: NETWORK_ROUND_TRIP.into(),
                 node: None,
                 layer: Layer::Network,
@@ -664,8 +679,8 @@ fn split_wait(
                     inner: vec![ia.id.name().into(), ib.id.name().into()],
                 })),
                 place: None,
-            }];
-            v.extend(s.segments(names, sc, kept));
+            });
+            s.segments(names, sc, kept, &mut v);
             Ok(v)
         }
         Err(e) => Err(format!(

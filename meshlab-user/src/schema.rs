@@ -963,7 +963,7 @@ pub struct Segment {
     /// one's name and unit was a measurable part of its cost (docs/benchmarks-merge-ab.md).
     pub name: Cow<'static, str>,
     /// Node the segment was measured on; `None` for cross-node derived segments. Borrowed
-    /// when the merge writes it ([`interned_node`]): one allocation per segment otherwise.
+    /// when the merge writes it ([`interned`]): one allocation per segment otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<Cow<'static, str>>,
     pub layer: Layer,
@@ -989,11 +989,12 @@ pub struct Segment {
     pub place: Option<Placement>,
 }
 
-/// `name` for [`Segment::node`], from a process-wide set of leaked names: a request has about
-/// forty segments, and allocating (then freeing) each one's node name was ~4 % of the merge's
-/// instructions (docs/benchmarks-merge-ab.md, round 26). A merge has a few nodes and each name
-/// is leaked once per process, so the set stays as small as the set of node names seen.
-pub fn interned_node(name: &str) -> &'static str {
+/// `name` for [`Segment::node`] and [`Placement::dev`], from a process-wide set of leaked
+/// names: a request has about forty segments, and allocating (then freeing) each one's node
+/// name was ~4 % of the merge's instructions (docs/benchmarks-merge-ab.md, round 26). A merge
+/// has a few nodes and devices and each name is leaked once per process, so the set stays as
+/// small as the set of node and device names seen.
+pub fn interned(name: &str) -> &'static str {
     static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
     let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(&known) = names.get(name) {
@@ -1011,8 +1012,9 @@ pub fn interned_node(name: &str) -> &'static str {
 #[serde(deny_unknown_fields)]
 pub struct Placement {
     pub cpu: u32,
+    /// Borrowed when the merge writes it ([`interned`]), as `Segment::node`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dev: Option<String>,
+    pub dev: Option<Cow<'static, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use super::HashMap;
 
 use crate::schema::{
-    Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment, interned_node,
+    Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment, interned,
 };
 
 use super::chain::Point;
@@ -35,7 +35,7 @@ pub struct Names<'a> {
     pub nodes: &'a [String],
     pub files: &'a [String],
     /// Per node: ifindex -> device name (its startup's `devices` and `nic_irqs`).
-    pub devices: &'a [HashMap<u32, String>],
+    pub devices: &'a [HashMap<u32, &'static str>],
 }
 
 impl Names<'_> {
@@ -109,7 +109,7 @@ impl<'h> Chain<'h> {
         trace: &str,
     ) -> Self {
         let Findings { missing, errors } = found;
-        let node = interned_node(&names.nodes[usize::from(half.node.0)]);
+        let node = interned(&names.nodes[usize::from(half.node.0)]);
         let mut kept: Vec<Kept> = Vec::with_capacity(points.len());
         let last_seen = points.iter().rposition(|p| p.stamp.is_some());
         for (pos, p) in points.iter().enumerate() {
@@ -367,7 +367,7 @@ impl<'h> Chain<'h> {
 fn placement(names: &Names, node: usize, p: &Place) -> Option<Placement> {
     Some(Placement {
         cpu: p.cpu()?,
-        dev: (p.ifindex()).and_then(|i| names.devices.get(node)?.get(&i).cloned()),
+        dev: (p.ifindex()).and_then(|i| Some(Cow::Borrowed(*names.devices.get(node)?.get(&i)?))),
         queue: p.queue(),
         irq: p.irq(),
     })

@@ -131,7 +131,7 @@ fn queue_key(node: &str, seg: &Segment) -> Option<QueueKey> {
     let place = seg.place.as_ref()?;
     Some(QueueKey {
         node: node.to_owned(),
-        dev: place.dev.clone()?,
+        dev: place.dev.as_deref()?.to_owned(),
         dir: dir_of(&seg.name)?,
         queue: place.queue,
     })

@@ -485,7 +485,7 @@ mod tests {
     fn segment(node: &str, start_ns: u64) -> Segment {
         Segment {
             name: "tx_qdisc".into(),
-            node: Some(node.into()),
+            node: Some(node.to_owned().into()),
             layer: Layer::Kernel,
             unit: "qdisc".into(),
             kind: Kind::Queue,

@@ -325,7 +325,7 @@ mod tests {
             derived: None,
             place: Some(Placement {
                 cpu,
-                dev: queue.map(|_| "eth0".to_owned()),
+                dev: queue.map(|_| "eth0".into()),
                 queue,
                 irq: None,
             }),

@@ -687,8 +687,8 @@ fn split_wait(
             "trace {trace}: network round trip would be negative ({e}): outer {} -> {}, inner {} -> {}",
             names.event(outer.node, oa.id, &oa.stamp),
             names.event(outer.node, ob.id, &ob.stamp),
-            names.event(&s.node, ia.id, &ia.stamp),
-            names.event(&s.node, ib.id, &ib.stamp),
+            names.event(s.node, ia.id, &ia.stamp),
+            names.event(s.node, ib.id, &ib.stamp),
         )),
     }
 }

@@ -251,13 +251,13 @@ mod tests {
             start_ns: Some(7_000_001_020_150),
             dur_ns: 1161,
             error_ns: Some(50),
-            derived: Some(Derivation {
+            derived: Some(Box::new(Derivation {
                 method: "difference".into(),
                 outer_node: "A".into(),
                 outer: vec!["net_dev_xmit".into(), "irq_entry".into()],
                 inner_node: "B".into(),
                 inner: vec![],
-            }),
+            })),
             place: Some(Placement {
                 cpu: 1,
                 dev: Some("eth0".into()),

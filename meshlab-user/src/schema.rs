@@ -6,7 +6,8 @@
 //! CLOCK_MONOTONIC); durations are `dur_ns`/`e2e_ns`.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
@@ -961,9 +962,10 @@ pub struct Segment {
     /// fixed unit: the merge writes about forty segments per request and allocating each
     /// one's name and unit was a measurable part of its cost (docs/benchmarks-merge-ab.md).
     pub name: Cow<'static, str>,
-    /// Node the segment was measured on; `None` for cross-node derived segments.
+    /// Node the segment was measured on; `None` for cross-node derived segments. Borrowed
+    /// when the merge writes it ([`interned`]): one allocation per segment otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
+    pub node: Option<Cow<'static, str>>,
     pub layer: Layer,
     /// Process role (for `process`) or kernel sub-layer (for `kernel`), e.g. `qdisc`.
     pub unit: Cow<'static, str>,
@@ -977,12 +979,30 @@ pub struct Segment {
     /// ends are in the same clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_ns: Option<u64>,
+    /// Boxed: one segment of a request has it, and every segment is moved as it is built
+    /// (a `Derivation` inline made them 112 bytes larger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub derived: Option<Derivation>,
+    pub derived: Option<Box<Derivation>>,
     /// Kernel stages: where the stage ran (the event that ends it), for per-CPU and per-queue
     /// aggregation (`report --nic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<Placement>,
+}
+
+/// `name` for [`Segment::node`] and [`Placement::dev`], from a process-wide set of leaked
+/// names: a request has about forty segments, and allocating (then freeing) each one's node
+/// name was ~4 % of the merge's instructions (docs/benchmarks-merge-ab.md, round 26). A merge
+/// has a few nodes and devices and each name is leaked once per process, so the set stays as
+/// small as the set of node and device names seen.
+pub fn interned(name: &str) -> &'static str {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&known) = names.get(name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.into());
+    names.insert(leaked);
+    leaked
 }
 
 /// The CPU a kernel stage ran on and, where known, its device, queue and NIC IRQ. RX stages
@@ -992,8 +1012,9 @@ pub struct Segment {
 #[serde(deny_unknown_fields)]
 pub struct Placement {
     pub cpu: u32,
+    /// Borrowed when the merge writes it ([`interned`]), as `Segment::node`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dev: Option<String>,
+    pub dev: Option<Cow<'static, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -180,7 +180,7 @@ fn durations(r: &MergedRequest) -> Durations {
             .map(|s| {
                 (
                     s.name.to_string(),
-                    s.node.clone(),
+                    s.node.as_deref().map(str::to_owned),
                     s.unit.to_string(),
                     s.dur_ns,
                     s.error_ns,

@@ -52,7 +52,14 @@ fn durations(r: &MergedRequest) -> (u64, bool, Vec<String>, Vec<SegmentFigures>)
         r.missing.clone(),
         r.segments
             .iter()
-            .map(|s| (s.name.to_string(), s.node.clone(), s.dur_ns, s.error_ns))
+            .map(|s| {
+                (
+                    s.name.to_string(),
+                    s.node.as_deref().map(str::to_owned),
+                    s.dur_ns,
+                    s.error_ns,
+                )
+            })
             .collect(),
     )
 }

@@ -16,7 +16,9 @@ use std::borrow::Cow;
 
 use super::HashMap;
 
-use crate::schema::{Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment};
+use crate::schema::{
+    Derivation, JoinMethod, Kind, Layer, MergedRequest, Placement, Segment, interned,
+};
 
 use super::chain::Point;
 use super::event::{Place, Stamp};
@@ -33,7 +35,7 @@ pub struct Names<'a> {
     pub nodes: &'a [String],
     pub files: &'a [String],
     /// Per node: ifindex -> device name (its startup's `devices` and `nic_irqs`).
-    pub devices: &'a [HashMap<u32, String>],
+    pub devices: &'a [HashMap<u32, &'static str>],
 }
 
 impl Names<'_> {
@@ -69,7 +71,7 @@ struct Kept {
 /// Borrows from its half what it only reads (processes, reader and thread timelines): two
 /// chains per request, and cloning those was a measurable part of the merge's allocations.
 struct Chain<'h> {
-    node: String,
+    node: &'static str,
     node_id: usize,
     /// The half's probed process, then the proxies its points may belong to ([`Point::owner`]).
     processes: Vec<&'h str>,
@@ -107,12 +109,12 @@ impl<'h> Chain<'h> {
         trace: &str,
     ) -> Self {
         let Findings { missing, errors } = found;
-        let node = names.nodes[usize::from(half.node.0)].clone();
+        let node = interned(&names.nodes[usize::from(half.node.0)]);
         let mut kept: Vec<Kept> = Vec::with_capacity(points.len());
         let last_seen = points.iter().rposition(|p| p.stamp.is_some());
         for (pos, p) in points.iter().enumerate() {
             let Some(stamp) = p.stamp else {
-                note_missing(half, p, &node, missing);
+                note_missing(half, p, node, missing);
                 continue;
             };
             if reported_after_handoff(p.id) && reported_late(points, pos, stamp) {
@@ -125,7 +127,7 @@ impl<'h> Chain<'h> {
             while pinned && kept.len() > 1 && kept.last().is_some_and(|k| k.stamp.ns() > stamp.ns())
             {
                 let k = kept.pop().expect("non-empty");
-                errors.push(out_of_order(names, &node, trace, &k, (p.id, &stamp)));
+                errors.push(out_of_order(names, node, trace, &k, (p.id, &stamp)));
                 missing.push(format!("{node}:{} (out of order)", k.id.name()));
             }
             match kept.last() {
@@ -135,7 +137,7 @@ impl<'h> Chain<'h> {
                     if prev.stamp.ns() > stamp.ns()
                         && matches!(p.id, PointId::ClientReadReady | PointId::ServerReadReady) => {}
                 Some(prev) if prev.stamp.ns() > stamp.ns() => {
-                    errors.push(out_of_order(names, &node, trace, prev, (p.id, &stamp)));
+                    errors.push(out_of_order(names, node, trace, prev, (p.id, &stamp)));
                     missing.push(format!("{node}:{} (out of order)", p.id.name()));
                 }
                 _ => kept.push(Kept {
@@ -159,10 +161,16 @@ impl<'h> Chain<'h> {
         }
     }
 
-    /// Segments between consecutive kept points in `kept[range]`.
-    fn segments<'n>(&self, names: &Names, clock: &NodeClock<'n>, kept: &[Kept]) -> Vec<Segment> {
-        // Room for the spans and a few split ones (a split adds a run-queue wait and a rest).
-        let mut out = Vec::with_capacity(kept.len().saturating_sub(1) + 8);
+    /// Appends the segments between consecutive kept points in `kept` to `out` (the request's
+    /// one vector, sized by [`segment_room`], rather than a vector per part regrown as the
+    /// parts are joined).
+    fn segments<'n>(
+        &self,
+        names: &Names,
+        clock: &NodeClock<'n>,
+        kept: &[Kept],
+        out: &mut Vec<Segment>,
+    ) {
         for w in kept.windows(2) {
             let span = span(clock, &w[0], &w[1]);
             let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
@@ -172,7 +180,7 @@ impl<'h> Chain<'h> {
                 .flatten();
             let seg = Segment {
                 name,
-                node: Some(self.node.clone()),
+                node: Some(Cow::Borrowed(self.node)),
                 layer,
                 unit,
                 kind,
@@ -183,12 +191,11 @@ impl<'h> Chain<'h> {
                 place,
             };
             if self.thread_runs(&w[0], &w[1], &seg) {
-                self.by_thread_state(seg, &w[0], &w[1], &mut out);
+                self.by_thread_state(seg, &w[0], &w[1], out);
             } else {
-                self.by_reader_state(seg, &w[0], &mut out);
+                self.by_reader_state(seg, &w[0], out);
             }
         }
-        out
     }
 
     /// Whether the half's own thread ran the span from `a` to `b` (`seg`): process time or
@@ -360,7 +367,7 @@ impl<'h> Chain<'h> {
 fn placement(names: &Names, node: usize, p: &Place) -> Option<Placement> {
     Some(Placement {
         cpu: p.cpu()?,
-        dev: (p.ifindex()).and_then(|i| names.devices.get(node)?.get(&i).cloned()),
+        dev: (p.ifindex()).and_then(|i| Some(Cow::Borrowed(*names.devices.get(node)?.get(&i)?))),
         queue: p.queue(),
         irq: p.irq(),
     })
@@ -522,8 +529,8 @@ pub fn attribute(
     Ok(Attributed {
         request: MergedRequest {
             trace_id: trace,
-            client_node: cside.chain.node.clone(),
-            server_node: sside.as_ref().map(|s| s.chain.node.clone()),
+            client_node: cside.chain.node.to_owned(),
+            server_node: sside.as_ref().map(|s| s.chain.node.to_owned()),
             join,
             start_ns: cside.first.stamp.ns(),
             e2e_ns,
@@ -540,15 +547,15 @@ pub fn attribute(
 /// Kept points in causal order: client until the request left, server, client from the
 /// response's arrival.
 fn timeline(cside: &ClientSide, sside: Option<&ServerSide>) -> Vec<(String, PointId, Stamp)> {
-    let point = |node: &String, k: &Kept| (node.clone(), k.id, k.stamp);
+    let point = |node: &str, k: &Kept| (node.to_owned(), k.id, k.stamp);
     let client = |kept: &[Kept]| {
         kept.iter()
-            .map(|k| point(&cside.chain.node, k))
+            .map(|k| point(cside.chain.node, k))
             .collect::<Vec<_>>()
     };
     let mut timeline = client(cside.pre());
     if let Some(s) = sside {
-        timeline.extend(s.chain.kept.iter().map(|k| point(&s.chain.node, k)));
+        timeline.extend(s.chain.kept.iter().map(|k| point(s.chain.node, k)));
     }
     timeline.extend(client(cside.post()));
     timeline
@@ -569,16 +576,25 @@ fn client_segments(
     let (pre, post) = (cside.pre(), cside.post());
     let (Some(_), Some(arrived)) = (pre.last(), post.first()) else {
         // Only reachable when every point of one side was dropped: no wait to split.
-        let mut segs = chain.segments(names, cc, pre);
-        segs.extend(chain.segments(names, cc, &chain.kept[cside.cut.saturating_sub(1)..]));
+        let rest = &chain.kept[cside.cut.saturating_sub(1)..];
+        let mut segs = Vec::with_capacity(segment_room(pre.len() + rest.len()));
+        chain.segments(names, cc, pre, &mut segs);
+        chain.segments(names, cc, rest, &mut segs);
         return (segs, e2e);
     };
     let server = sside.filter(|s| s.chain.kept.len() >= 2);
     let (sent, wait) = wait_for_peer(cc, cside, *arrived, server, names, trace, found);
-    let mut segs = chain.segments(names, cc, &pre[..sent]);
+    let mut segs = Vec::with_capacity(segment_room(sent + post.len()) + wait.len());
+    chain.segments(names, cc, &pre[..sent], &mut segs);
     segs.extend(wait);
-    segs.extend(chain.segments(names, cc, post));
+    chain.segments(names, cc, post, &mut segs);
     (segs, e2e)
+}
+
+/// Room for the segments between `kept` points and a few split ones (a split adds a
+/// run-queue wait and a rest).
+fn segment_room(kept: usize) -> usize {
+    kept + 8
 }
 
 /// The wait for the peer, from the request's last kept point until the response `arrived`,
@@ -599,7 +615,7 @@ fn wait_for_peer(
     let outer_from = |n: usize| Outer {
         span: span(cc, &pre[n - 1], &arrived),
         ends: (pre[n - 1], arrived),
-        node: &cside.chain.node,
+        node: cside.chain.node,
     };
     let Some(s) = server else {
         return (pre.len(), vec![peer_wait(&outer_from(pre.len()))]);
@@ -623,10 +639,10 @@ fn wait_for_peer(
 }
 
 /// The client's wait for its peer: request left -> response arrived.
-struct Outer<'n, 'c> {
+struct Outer<'n> {
     span: Span<'n>,
     ends: (Kept, Kept),
-    node: &'c String,
+    node: &'static str,
 }
 
 /// The outer wait split by the difference method: network round trip = outer - inner (the
@@ -645,7 +661,8 @@ fn split_wait(
     let (ia, ib) = (kept[0], kept[kept.len() - 1]);
     match result {
         Ok(rtt) => {
-            let mut v = vec![Segment {
+            let mut v = Vec::with_capacity(1 + segment_room(kept.len()));
+            v.push(Segment {
                 name: NETWORK_ROUND_TRIP.into(),
                 node: None,
                 layer: Layer::Network,
@@ -654,24 +671,24 @@ fn split_wait(
                 start_ns: None,
                 dur_ns: rtt,
                 error_ns: difference_bound([oa.stamp, ob.stamp], [ia.stamp, ib.stamp]),
-                derived: Some(Derivation {
+                derived: Some(Box::new(Derivation {
                     method: "difference".into(),
-                    outer_node: outer.node.clone(),
+                    outer_node: outer.node.to_owned(),
                     outer: vec![oa.id.name().into(), ob.id.name().into()],
-                    inner_node: s.node.clone(),
+                    inner_node: s.node.to_owned(),
                     inner: vec![ia.id.name().into(), ib.id.name().into()],
-                }),
+                })),
                 place: None,
-            }];
-            v.extend(s.segments(names, sc, kept));
+            });
+            s.segments(names, sc, kept, &mut v);
             Ok(v)
         }
         Err(e) => Err(format!(
             "trace {trace}: network round trip would be negative ({e}): outer {} -> {}, inner {} -> {}",
             names.event(outer.node, oa.id, &oa.stamp),
             names.event(outer.node, ob.id, &ob.stamp),
-            names.event(&s.node, ia.id, &ia.stamp),
-            names.event(&s.node, ib.id, &ib.stamp),
+            names.event(s.node, ia.id, &ia.stamp),
+            names.event(s.node, ib.id, &ib.stamp),
         )),
     }
 }
@@ -782,7 +799,7 @@ fn peer_wait(outer: &Outer) -> Segment {
     let (a, b) = outer.ends;
     Segment {
         name: PEER_WAIT.into(),
-        node: Some(outer.node.clone()),
+        node: Some(Cow::Borrowed(outer.node)),
         layer: Layer::Network,
         unit: "peer".into(),
         kind: Kind::Wait,

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use super::HashMap;
 
-use crate::schema::{ClockId, MergeSummary, MergedRequest, ProbeEvent, Record};
+use crate::schema::{ClockId, MergeSummary, MergedRequest, ProbeEvent, Record, interned};
 
 use super::MergeError;
 use super::attribution::{Names, attribute};
@@ -123,13 +123,14 @@ pub(crate) fn run(
     Ok(st.summary)
 }
 
-/// ifindex -> name of `node`'s devices (its startup's device context and NIC vectors).
-fn device_names(plan: &Plan, node: &str) -> HashMap<u32, String> {
+/// ifindex -> name of `node`'s devices (its startup's device context and NIC vectors),
+/// interned: each kernel segment's placement borrows its device's name.
+fn device_names(plan: &Plan, node: &str) -> HashMap<u32, &'static str> {
     let Some(s) = plan.startups.iter().find(|s| s.node == node) else {
         return HashMap::default();
     };
-    let irqs = s.nic_irqs.iter().map(|v| (v.ifindex, v.dev.clone()));
-    let devs = s.devices.iter().map(|d| (d.ifindex, d.dev.clone()));
+    let irqs = s.nic_irqs.iter().map(|v| (v.ifindex, interned(&v.dev)));
+    let devs = s.devices.iter().map(|d| (d.ifindex, interned(&d.dev)));
     irqs.chain(devs).collect()
 }
 
@@ -484,7 +485,7 @@ mod tests {
     fn segment(node: &str, start_ns: u64) -> Segment {
         Segment {
             name: "tx_qdisc".into(),
-            node: Some(node.into()),
+            node: Some(node.to_owned().into()),
             layer: Layer::Kernel,
             unit: "qdisc".into(),
             kind: Kind::Queue,

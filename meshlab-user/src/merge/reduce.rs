@@ -41,19 +41,22 @@ pub fn to_item(
             .map(Some)
             .map_err(|(field, what)| bad("kernel", field, what))
     };
-    match (f.kind, record) {
-        (InputKind::Kernel, Incoming::Kernel(k)) => kernel(k),
-        (InputKind::Kernel, Incoming::Owned(Record::Kernel(k))) => kernel(&k),
-        (InputKind::Kernel, Incoming::Owned(Record::Probe(_))) => Err(bad(
+    // Matched on the record alone, its file's kind in the guards: a `(kind, record)` tuple
+    // was a copy of the whole record per event.
+    let kernel_file = f.kind == InputKind::Kernel;
+    match record {
+        Incoming::Kernel(k) if kernel_file => kernel(k),
+        Incoming::Owned(Record::Kernel(k)) if kernel_file => kernel(&k),
+        Incoming::Owned(Record::Probe(_)) if kernel_file => Err(bad(
             "probe",
             "type",
             "a probe record inside a kernel recording".into(),
         )),
-        (InputKind::Kernel, Incoming::Owned(Record::Startup(_))) if line > 1 => {
+        Incoming::Owned(Record::Startup(_)) if kernel_file && line > 1 => {
             Err(bad("startup", "type", "a second startup record".into()))
         }
-        (InputKind::Kernel, _) => Ok(None),
-        (InputKind::Probe, Incoming::Owned(Record::Probe(p))) => {
+        _ if kernel_file => Ok(None),
+        Incoming::Owned(Record::Probe(p)) => {
             let this = p.node.as_ref().or(f.node.as_ref());
             if this != Some(node_name) {
                 return Ok(None);
@@ -62,7 +65,7 @@ pub fn to_item(
                 .map(|p| p.map(|p| Item::Probe(Box::new(p))))
                 .map_err(|(field, what)| bad("probe", field, what))
         }
-        (InputKind::Probe, other) => Err(bad(
+        other => Err(bad(
             other.type_name(),
             "type",
             "expected a `probe` record in a probe file".into(),

@@ -219,7 +219,7 @@ impl Aggregate {
 pub(crate) fn segment_key(seg: &crate::schema::Segment) -> SegmentKey {
     SegmentKey {
         name: seg.name.to_string(),
-        node: seg.node.clone(),
+        node: seg.node.as_deref().map(str::to_owned),
         layer: seg.layer,
         unit: seg.unit.to_string(),
         kind: seg.kind,

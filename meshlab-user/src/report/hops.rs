@@ -162,7 +162,7 @@ mod tests {
     fn seg(name: &str, node: Option<&str>, layer: Layer, unit: &str, dur_ns: u64) -> Segment {
         Segment {
             name: name.to_owned().into(),
-            node: node.map(Into::into),
+            node: node.map(|n| n.to_owned().into()),
             layer,
             unit: unit.to_owned().into(),
             kind: Kind::Compute,

@@ -36,8 +36,8 @@ pub fn lanes(req: &MergedRequest) -> Vec<String> {
     for s in &req.segments {
         match &s.node {
             Some(n) if s.derived.is_none() => {
-                if !out.contains(n) {
-                    out.push(n.clone());
+                if !out.iter().any(|o| o == n) {
+                    out.push(n.to_string());
                 }
             }
             _ => has_derived = true,
@@ -156,7 +156,7 @@ fn place_the_rest(
         } else {
             // No own time and no gap to put it in: after whatever came before it.
             let lane = match &s.node {
-                Some(n) if s.derived.is_none() => n.clone(),
+                Some(n) if s.derived.is_none() => n.to_string(),
                 _ => DERIVED_LANE.into(),
             };
             out.push(Placed {

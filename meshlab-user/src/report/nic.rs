@@ -104,7 +104,7 @@ impl NicAgg {
             let (Some(place), Some(node)) = (&seg.place, &seg.node) else {
                 continue;
             };
-            let per_cpu = cpus.entry((node.clone(), place.cpu)).or_default();
+            let per_cpu = cpus.entry((node.to_string(), place.cpu)).or_default();
             *per_cpu.entry(seg.name.to_string()).or_default() += seg.dur_ns;
             if let Some(key) = queue_key(node, seg) {
                 let (stages, irq) = queues.entry(key).or_default();
@@ -131,7 +131,7 @@ fn queue_key(node: &str, seg: &Segment) -> Option<QueueKey> {
     let place = seg.place.as_ref()?;
     Some(QueueKey {
         node: node.to_owned(),
-        dev: place.dev.clone()?,
+        dev: place.dev.as_deref()?.to_owned(),
         dir: dir_of(&seg.name)?,
         queue: place.queue,
     })
@@ -325,7 +325,7 @@ mod tests {
             derived: None,
             place: Some(Placement {
                 cpu,
-                dev: queue.map(|_| "eth0".to_owned()),
+                dev: queue.map(|_| "eth0".into()),
                 queue,
                 irq: None,
             }),

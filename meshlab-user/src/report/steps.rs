@@ -267,7 +267,7 @@ mod tests {
     fn proxy(name: &str, node: &str, unit: &str, dur_ns: u64) -> Segment {
         Segment {
             name: name.to_owned().into(),
-            node: Some(node.into()),
+            node: Some(node.to_owned().into()),
             layer: Layer::Process,
             unit: unit.to_owned().into(),
             kind: Kind::Compute,

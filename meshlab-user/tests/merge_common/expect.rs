@@ -74,7 +74,13 @@ pub fn plain() -> Vec<Seg> {
 pub fn segs(r: &MergedRequest) -> Vec<(String, Option<String>, u64)> {
     r.segments
         .iter()
-        .map(|s| (s.name.to_string(), s.node.clone(), s.dur_ns))
+        .map(|s| {
+            (
+                s.name.to_string(),
+                s.node.as_deref().map(str::to_owned),
+                s.dur_ns,
+            )
+        })
         .collect()
 }
 

@@ -4,6 +4,7 @@
 //! exist (xtask/src/cleanup.rs).
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -36,7 +37,21 @@ impl Xtask {
     fn start(args: &[&str], netns: impl Fn(u32) -> Vec<String>) -> Xtask {
         let log =
             std::env::temp_dir().join(format!("xtask-{}-{}.log", args[0], std::process::id()));
-        let child = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+        // A test run started in the background by a non-interactive shell (`cmd &`, nohup)
+        // inherits SIGINT and SIGHUP ignored, and xtask rightly keeps an ignored signal
+        // ignored (cleanup.rs): the child gets the default dispositions, which is what the
+        // signals sent here test.
+        // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                    libc::signal(signal, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let child = command
             .args(args)
             .env("CARGO", "true")
             .stdin(Stdio::null())

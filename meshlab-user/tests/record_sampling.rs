@@ -7,7 +7,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::ops::Range;
 use std::process::Command;
 
@@ -15,18 +15,11 @@ use meshlab_common::{conn_sample_hash, message_sampled};
 use meshlab_user::lab::netns::Lab;
 use meshlab_user::ndjson::RecordReader;
 use meshlab_user::schema::{Hook, Record};
-use support::{Recorder, Recording, privileged_or_skip, socket_cookie};
+use support::{Recorder, Recording, mapped, privileged_or_skip, socket_cookie};
 
 const PORT: u16 = 47_310;
 const EVERY: u32 = 10;
 const REQUESTS: usize = 400;
-
-fn mapped(addr: IpAddr) -> [u8; 16] {
-    match addr {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
 
 /// Request k's size: varied, so request start offsets are not a regular progression.
 fn request_size(k: usize) -> usize {

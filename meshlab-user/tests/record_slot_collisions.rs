@@ -13,13 +13,13 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::FromRawFd;
 
 use meshlab_common::{PREFILTER_SLOTS, conn_sample_hash, message_sampled, tuple_slot_index};
 use meshlab_user::schema::Hook;
 use support::{
-    LoopbackRecording, Recording, loopback_recording, privileged_or_skip, socket_cookie,
+    LoopbackRecording, Recording, loopback_recording, mapped, privileged_or_skip, socket_cookie,
 };
 
 const SLOTS: u64 = PREFILTER_SLOTS as u64;
@@ -162,13 +162,6 @@ impl SampledConnection {
                 "connection {client}/{server}: {what} ({hook:?}), sampled turns"
             );
         }
-    }
-}
-
-fn mapped(addr: IpAddr) -> [u8; 16] {
-    match addr {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
     }
 }
 

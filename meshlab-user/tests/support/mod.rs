@@ -252,3 +252,11 @@ pub fn merge_records(inputs: &[PathBuf], args: &[&str], out: &Path) -> Vec<Recor
         .map(|line| serde_json::from_str(line).expect("a merged record"))
         .collect()
 }
+
+/// An address as the 16 bytes the kernel programs key connections by (IPv4-mapped for IPv4).
+pub fn mapped(addr: std::net::IpAddr) -> [u8; 16] {
+    match addr {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(v6) => v6.octets(),
+    }
+}

@@ -243,7 +243,10 @@ pub struct Turn {
     /// prefilter slot keeps it in the slot's second cache line (meshlab-ebpf maps.rs
     /// `ConnSlot`), because it changes with every message.
     pub direction: u8,
-    /// Non-zero when the current turn (and so every event of it) is sampled.
+    /// 1 when the current turn (and so every event of it) is sampled, 0 when not; 2 or 3
+    /// once the record no longer holds the connection's turn (it closed, or its state moved
+    /// to another record), so that a hook still holding the old record cannot change it
+    /// (meshlab-ebpf turn.rs counts the connections in a sampled turn by these changes).
     pub sampled: u8,
     /// Non-zero on the active opener's side: its sends are requests.
     pub requests_are_sent: u8,

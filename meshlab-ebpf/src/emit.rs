@@ -6,6 +6,7 @@ use meshlab_common::{ConnInfo, EVENT_FLAG_TUPLE, Event, Hook, event_ring_of_cpu}
 
 use aya_ebpf::bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP};
 
+use crate::atomic::atomic_add;
 use crate::globals::config;
 use crate::maps::{
     DROPS, EVENTS_0, EVENTS_1, EVENTS_2, EVENTS_3, EVENTS_4, EVENTS_5, EVENTS_6, EVENTS_7, HITS,
@@ -206,25 +207,6 @@ fn bump(counters: &aya_ebpf::maps::PerCpuArray<u64>, index: u32) {
         // then lose an increment and break the exact HITS = received + DROPS accounting.
         // SAFETY: the map value is a valid, 8-byte aligned u64 for the program's lifetime.
         unsafe { atomic_add(slot, 1) };
-    }
-}
-
-/// `lock *(u64 *)(ptr) += value`: the BPF atomic add. Rust's AtomicU64::fetch_add is not
-/// available on bpfel-unknown-none (the target declares no compare-and-swap), so this is the
-/// instruction C's `__sync_fetch_and_add` compiles to.
-///
-/// # Safety
-/// `ptr` must point to a valid, 8-byte aligned u64 in a map value.
-#[inline(always)]
-pub unsafe fn atomic_add(ptr: *mut u64, value: u64) {
-    // SAFETY: guaranteed by the caller; the instruction touches only *ptr.
-    unsafe {
-        core::arch::asm!(
-            "lock *(u64 *)({ptr} + 0) += {value}",
-            ptr = in(reg) ptr,
-            value = in(reg) value,
-            options(nostack),
-        );
     }
 }
 

@@ -5,9 +5,10 @@
 //! the loader resolved from vmlinux BTF (see [`globals`]), never through compiled-in layouts.
 #![no_std]
 #![no_main]
-// Inline BPF assembly for the atomic add (emit::atomic_add); enabled by RUSTC_BOOTSTRAP in build.rs.
+// Inline BPF assembly for the atomic instructions (atomic.rs); enabled by RUSTC_BOOTSTRAP in build.rs.
 #![feature(asm_experimental_arch)]
 
+mod atomic;
 mod diag;
 mod emit;
 mod globals;

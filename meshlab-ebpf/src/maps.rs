@@ -136,11 +136,18 @@ pub static INFLIGHT_TX: LruHashMap<u64, XmitState> =
 #[map]
 pub static NIC_IFINDEXES: HashMap<u32, u8> = HashMap::with_max_entries(MAX_NIC_IRQS, 0);
 
-/// Number of connections in TRACED_CONNS (sock_ops adds and removes them). Zero means no
-/// socket hook can match: every hot program reads this first and returns at once. An LRU
-/// eviction without a close leaves it too high, which only costs the slower path.
+/// Two counts in one cache line, read first by every hot program ([`LIVE_CONNS`],
+/// [`LIVE_SAMPLED_TURNS`]). An LRU eviction without a close leaves them too high, which only
+/// costs the slower path.
 #[map]
-pub static TRACED_LIVE: Array<u64> = Array::with_max_entries(1, 0);
+pub static TRACED_LIVE: Array<u64> = Array::with_max_entries(2, 0);
+
+/// TRACED_LIVE index: connections in TRACED_CONNS (sock_ops adds and removes them). Zero means
+/// no socket hook can match.
+pub const LIVE_CONNS: u32 = 0;
+/// TRACED_LIVE index: with `--sample-messages`, traced connections whose current turn is
+/// sampled (turn.rs). Zero means only the hooks that start turns have anything to do.
+pub const LIVE_SAMPLED_TURNS: u32 = 1;
 
 /// One traced connection as its prefilter slot holds it: the cookie that owns the slot
 /// (`cookie & (PREFILTER_SLOTS - 1)`), or PREFILTER_COLLIDED_COOKIE when two traced cookies
@@ -170,6 +177,8 @@ pub struct ConnSlot {
 
 const _: () = assert!(core::mem::size_of::<ConnSlot>() == 128);
 const _: () = assert!(core::mem::offset_of!(ConnSlot, direction) == 64);
+// turn.rs changes the record's turn with 8-byte atomics.
+const _: () = assert!(core::mem::offset_of!(ConnSlot, info) % 8 == 0);
 
 /// Prefilter and fast path in front of TRACED_CONNS (see [`ConnSlot`]). Array lookups are
 /// inlined by the verifier; hash lookups are helper calls with a hash computation.

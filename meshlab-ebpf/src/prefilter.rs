@@ -21,28 +21,48 @@ use meshlab_common::{
     tuple_slot_index,
 };
 
-use crate::emit::atomic_add;
+use crate::atomic::atomic_add;
 use crate::globals::config;
 use crate::kread::{Addr, TcpSegment, addr_bytes, addr_words};
 use crate::maps::{
-    CONN_SLOTS, THREAD_COOKIE_SLOTS, TID_SLOTS, TRACED_CONNS, TRACED_LIVE, TUPLE_SLOTS, TUPLES,
+    CONN_SLOTS, LIVE_CONNS, LIVE_SAMPLED_TURNS, THREAD_COOKIE_SLOTS, TID_SLOTS, TRACED_CONNS,
+    TRACED_LIVE, TUPLE_SLOTS, TUPLES,
 };
+use crate::turn::{TURN_SAMPLED, retire_turn, set_turn_sampled};
 
 const SLOT_MASK: u32 = PREFILTER_SLOTS - 1;
 
 /// No traced connection exists, so no TCP socket hook can match.
 #[inline(always)]
 pub fn nothing_traced() -> bool {
-    // SAFETY: array value read at once; a racing update only changes which path this takes.
-    TRACED_LIVE
-        .get(0)
-        .is_none_or(|live| unsafe { core::ptr::read_volatile(live) } == 0)
+    live_count(LIVE_CONNS) == 0
 }
 
-/// [`nothing_traced`], and unix sockets are not traced either (hooks with a unix path).
+/// No TCP socket hook can match a sampled turn: nothing is traced, or with
+/// `--sample-messages` no traced connection is in a sampled turn now. For the hooks that only
+/// record a turn's events and never start one (all but tcp_sendmsg, netif_receive_skb and
+/// tcp_probe): with 1/N sampling they return here for the other N-1 messages without reading
+/// the socket (the read of skb->sk alone cost ~55-80 ns, docs/benchmarks-kernel-sampled.md).
 #[inline(always)]
-pub fn no_socket_traced() -> bool {
-    config!(trace_unix) == 0 && nothing_traced()
+pub fn nothing_sampled() -> bool {
+    if config!(sample_messages_every) <= 1 {
+        return nothing_traced();
+    }
+    live_count(LIVE_SAMPLED_TURNS) == 0
+}
+
+/// [`nothing_sampled`], and unix sockets are not traced either (hooks with a unix path).
+#[inline(always)]
+pub fn no_socket_sampled() -> bool {
+    config!(trace_unix) == 0 && nothing_sampled()
+}
+
+#[inline(always)]
+fn live_count(index: u32) -> u64 {
+    // SAFETY: array value read at once; a racing update only changes which path this takes.
+    TRACED_LIVE
+        .get(index)
+        .map_or(0, |live| unsafe { core::ptr::read_volatile(live) })
 }
 
 /// A traced connection as the prefilter found it: its record, and the byte holding the
@@ -68,21 +88,16 @@ impl TracedConn {
     #[inline(always)]
     pub fn sampled(self) -> bool {
         // SAFETY: as in info.
-        unsafe { core::ptr::read_volatile(&raw const (*self.info).turn.sampled) != 0 }
+        unsafe { core::ptr::read_volatile(&raw const (*self.info).turn.sampled) == TURN_SAMPLED }
     }
 
     /// Records the current turn's decision. Written only when it changes: the line it sits
     /// in is read by every hook of the connection, on both CPUs.
     #[inline(always)]
     pub fn set_sampled(self, sampled: bool) {
-        let value = u8::from(sampled);
-        // SAFETY: as in info.
-        unsafe {
-            let field = &raw mut (*self.info).turn.sampled;
-            if core::ptr::read_volatile(field) != value {
-                core::ptr::write_volatile(field, value);
-            }
-        }
+        // SAFETY: as in info; the record is 8-byte aligned (an array slot at an 8-byte
+        // offset, or a hash map value).
+        unsafe { set_turn_sampled(self.info, sampled) }
     }
 
     /// `TURN_NONE`, `TURN_TX` or `TURN_RX`: the direction of the current turn.
@@ -232,10 +247,7 @@ pub fn thread_cookie_set(tid: u32, cookie: u64) {
 /// sock_ops added connection `cookie` with record `info` to TRACED_CONNS and TUPLES.
 #[inline(always)]
 pub fn conn_added(cookie: u64, info: &ConnInfo) {
-    if let Some(live) = TRACED_LIVE.get_ptr_mut(0) {
-        // SAFETY: valid, 8-byte aligned array value for the program's lifetime.
-        unsafe { atomic_add(live, 1) };
-    }
+    live_add(LIVE_CONNS, 1);
     if let Some(slot) = CONN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK) {
         // SAFETY: valid array value; see the module note on races.
         unsafe {
@@ -250,9 +262,15 @@ pub fn conn_added(cookie: u64, info: &ConnInfo) {
             } else if owner != PREFILTER_COLLIDED_COOKIE {
                 // The owner's turn lived in the slot alone: hand it to its map value, which
                 // its hooks use from now on.
+                // Retired in the slot first, so a hook still holding the slot cannot change
+                // (and count) the decision once it has moved.
+                let sampled = retire_turn(&raw mut (*slot).info);
                 if let Some(owned) = TRACED_CONNS.get_ptr_mut(&owner) {
                     (*owned).turn = (*slot).info.turn;
+                    (*owned).turn.sampled = sampled;
                     (*owned).turn.direction = (*slot).direction;
+                } else if sampled == TURN_SAMPLED {
+                    live_add(LIVE_SAMPLED_TURNS, u64::MAX);
                 }
                 core::ptr::write_volatile(&raw mut (*slot).cookie, PREFILTER_COLLIDED_COOKIE);
             }
@@ -262,13 +280,34 @@ pub fn conn_added(cookie: u64, info: &ConnInfo) {
     mark(&TUPLE_SLOTS, index, cookie, PREFILTER_COLLIDED_COOKIE);
 }
 
+/// sock_ops is about to remove connection `cookie` from TRACED_CONNS: its turn leaves the
+/// count of sampled turns (from the slot while it owns one, else from its map value; the
+/// other copy is never sampled).
+#[inline(always)]
+pub fn conn_closing(cookie: u64) {
+    let mut was_sampled = false;
+    if let Some(info) = TRACED_CONNS.get_ptr_mut(&cookie) {
+        // SAFETY: a hash map value, 8-byte aligned, valid for the program's RCU section.
+        was_sampled |= unsafe { retire_turn(info) } == TURN_SAMPLED;
+    }
+    if let Some(slot) = CONN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK) {
+        // SAFETY: valid array value; the record sits at an 8-byte offset (maps.rs).
+        unsafe {
+            if core::ptr::read_volatile(&raw const (*slot).cookie) == cookie {
+                was_sampled |= retire_turn(&raw mut (*slot).info) == TURN_SAMPLED;
+            }
+        }
+    }
+    if was_sampled {
+        live_add(LIVE_SAMPLED_TURNS, u64::MAX);
+    }
+}
+
 /// sock_ops removed connection `cookie` (4-tuple `tuple`) from TRACED_CONNS.
 #[inline(always)]
 pub fn conn_removed(cookie: u64, tuple: &TupleKey) {
-    if let Some(live) = TRACED_LIVE.get_ptr_mut(0) {
-        // SAFETY: as in conn_added; adding u64::MAX is subtracting one.
-        unsafe { atomic_add(live, u64::MAX) };
-    }
+    // Adding u64::MAX is subtracting one.
+    live_add(LIVE_CONNS, u64::MAX);
     if let Some(slot) = CONN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK) {
         // SAFETY: as in conn_added. A collided slot stays collided (the hash map decides).
         unsafe {
@@ -278,6 +317,16 @@ pub fn conn_removed(cookie: u64, tuple: &TupleKey) {
         }
     }
     unmark(&TUPLE_SLOTS, recorded_tuple_index(tuple), cookie);
+}
+
+/// Adds `delta` (u64::MAX: -1) to TRACED_LIVE's count `index`, atomically: sock_ops and the
+/// turn deciders of several CPUs change them.
+#[inline(always)]
+pub fn live_add(index: u32, delta: u64) {
+    if let Some(live) = TRACED_LIVE.get_ptr_mut(index) {
+        // SAFETY: valid, 8-byte aligned array value for the program's lifetime.
+        unsafe { atomic_add(live, delta) };
+    }
 }
 
 /// Thread `tid` was added to TRACKED_THREADS.

@@ -11,7 +11,7 @@ use crate::kread::{
     skb_shinfo, tcp_skb_cb_range, traced_sock, untrusted_tcp_load,
 };
 use crate::maps::CPU_STATE;
-use crate::prefilter::{no_socket_traced, nothing_traced, rx_conn};
+use crate::prefilter::{no_socket_sampled, nothing_sampled, nothing_traced, rx_conn};
 use crate::turn::{conn_payload_sampled, unsampled_turn_continues};
 use crate::tx::track_thread;
 
@@ -127,7 +127,7 @@ tp_entries!(tcp_probe_btf, tcp_probe_raw, "tcp_probe", try_tcp_probe);
 /// sock:sk_data_ready(sk): data is queued and readers are about to be woken. Remembered per
 /// CPU so the sched_waking that follows can be tied to this socket.
 fn try_sk_data_ready<C: TpArgs>(ctx: &C) -> Option<()> {
-    if no_socket_traced() {
+    if no_socket_sampled() {
         return None;
     }
     let sk = ctx.arg_u64(0);
@@ -170,7 +170,7 @@ tp_entries!(
 /// recv calls copies its middle and end, and the event must name the bytes it copied. The
 /// skb's sequence number is the fallback when the socket cannot be read.
 fn try_skb_copy<C: TpArgs>(ctx: &C) -> Option<()> {
-    if nothing_traced() {
+    if nothing_sampled() {
         return None;
     }
     let skb = ctx.arg_u64(0);
@@ -219,7 +219,7 @@ pub fn recv_return_fexit(ctx: aya_ebpf::programs::FExitContext) -> i32 {
 /// `Tcp` reads the socket's tcp_sock fields: `M` where `sk` is the program's argument.
 #[inline(always)]
 fn on_recv_return<M: KernelRead, Tcp: KernelRead>(sk: u64, ret: i32) -> Option<()> {
-    if no_socket_traced() {
+    if no_socket_sampled() {
         return None;
     }
     let Some((cookie, info)) = sampled_sock::<M>(sk) else {

@@ -8,7 +8,7 @@ use crate::emit::{TpArgs, emit, emit_for_task, tp_entries};
 use crate::globals::offset;
 use crate::kread::KernelRead;
 use crate::maps::{CPU_STATE, TRACKED_THREADS};
-use crate::prefilter::{ThreadSlot, nothing_traced, thread_removed, thread_slot, traced_conn};
+use crate::prefilter::{ThreadSlot, nothing_sampled, thread_removed, thread_slot, traced_conn};
 use crate::turn::turn_sampled;
 
 /// How long after a traced sk_data_ready on this CPU a sched_waking still belongs to it. The
@@ -67,7 +67,7 @@ fn forget_thread(tid: u32) {
 /// the wakee's CPU). Only threads that own traced sockets count; when a traced socket's
 /// data-ready on this CPU just happened, the wakeup is credited to that socket.
 fn try_sched_waking<C: TpArgs>(ctx: &C) -> Option<()> {
-    if nothing_traced() {
+    if nothing_sampled() {
         return None;
     }
     let task = ctx.arg_u64(0);
@@ -94,7 +94,7 @@ tp_entries!(
 /// sched:sched_switch(preempt, prev, next, prev_state): value 1 = a tracked thread starts
 /// running, 0 = it stops (aux = prev_state).
 fn try_sched_switch<C: TpArgs>(ctx: &C) -> Option<()> {
-    if nothing_traced() {
+    if nothing_sampled() {
         return None;
     }
     // The tracepoint fires before the switch: `prev` is the current task. A BTF load of its

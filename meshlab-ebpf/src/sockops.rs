@@ -15,7 +15,7 @@ use crate::emit::{emit_without_task, emit_without_task_waking, set_conn_tuple};
 use crate::globals::config;
 use crate::kread::ipv4_mapped;
 use crate::maps::{FILTER_ADDR_SET, FILTER_PORT_SET, SCRATCH_CONN, TRACED_CONNS, TUPLES};
-use crate::prefilter::{conn_added, conn_removed};
+use crate::prefilter::{conn_added, conn_closing, conn_removed};
 use crate::tstamp::{
     BPF_SOCK_OPS_TSTAMP_ACK_CB, BPF_SOCK_OPS_TSTAMP_SCHED_CB, BPF_SOCK_OPS_TSTAMP_SENDMSG_CB,
     on_sendmsg, on_timestamp, request_callbacks,
@@ -219,6 +219,7 @@ fn try_closed(ctx: &SockOpsContext) -> Option<()> {
         );
         return None;
     };
+    conn_closing(cookie);
     let _ = TUPLES.remove(&info.tuple);
     if TRACED_CONNS.remove(&cookie).is_ok() {
         conn_removed(cookie, &info.tuple);

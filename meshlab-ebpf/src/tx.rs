@@ -16,8 +16,8 @@ use crate::maps::{
     XMIT_STATE, XmitState,
 };
 use crate::prefilter::{
-    ThreadSlot, no_socket_traced, nothing_traced, thread_added, thread_cookie_set,
-    thread_may_be_tracked, thread_slot,
+    ThreadSlot, no_socket_sampled, nothing_sampled, nothing_traced, thread_added,
+    thread_cookie_set, thread_may_be_tracked, thread_slot,
 };
 use crate::turn::{conn_payload_sampled, unsampled_turn_continues};
 
@@ -132,7 +132,7 @@ pub fn send_return_fexit(ctx: FExitContext) -> i32 {
 /// `Tcp` reads the socket's tcp_sock fields: `M` where `sk` is the program's argument.
 #[inline(always)]
 fn on_send_return<M: KernelRead, Tcp: KernelRead>(sk: u64, ret: i32) -> Option<()> {
-    if no_socket_traced() {
+    if no_socket_sampled() {
         return None;
     }
     let Some((cookie, info)) = sampled_sock::<M>(sk) else {
@@ -176,7 +176,7 @@ struct TxSkb {
 /// `None` for untraced skbs, payload-less ones (pure ACKs) and other devices than `--device`.
 #[inline(always)]
 fn traced_tx_skb<M: KernelRead>(skb: u64) -> Option<TxSkb> {
-    if nothing_traced() {
+    if nothing_sampled() {
         return None;
     }
     let sk: u64 = M::load(skb, offset!(sk_buff_sk))?;
@@ -351,7 +351,7 @@ fn inflight_tx_seen() -> bool {
 pub fn net_dev_queue_tracepoint(_ctx: TracePointContext) -> u32 {
     if let Some(slot) = TRACEPOINT_PROBE_HITS.get_ptr_mut(0) {
         // SAFETY: valid per-CPU u64 slot; atomic for the same nesting reason as emit::bump.
-        unsafe { crate::emit::atomic_add(slot, 1) };
+        unsafe { crate::atomic::atomic_add(slot, 1) };
     }
     0
 }

@@ -2,7 +2,9 @@
 //!
 //! Three tiers, cheapest first, each an inlined array access (no helper call):
 //! 1. [`nothing_traced`]: no connection is traced at all (the recorder is attached but its
-//!    filters matched nothing): every hot program returns at once.
+//!    filters matched nothing): every hot program returns at once. [`nothing_sampled`]: with
+//!    `--sample-messages`, no traced connection is in a sampled turn: every hook but the
+//!    three that start turns returns at once (both counts share one cache line).
 //! 2. [`traced_conn`] / [`rx_conn`] / [`thread_slot`]: slot arrays maintained next to the
 //!    authoritative hash maps; an empty slot is a definite "not traced". A slot that names one
 //!    key alone answers by itself: CONN_SLOTS holds the whole connection record (tuple,

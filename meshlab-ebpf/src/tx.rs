@@ -116,9 +116,11 @@ fn try_send_return<C: TpArgs>(ctx: &C) -> Option<()> {
     on_send_return::<C::Mem, C::Mem>(ctx.arg_u64(0), ctx.arg_u64(1) as i32)
 }
 
-/// fexit sock_sendmsg(struct socket *sock, struct msghdr *msg) = ret: the same point on
-/// kernels without the sock_send_length tracepoint (before 6.3).
-#[fexit(function = "sock_sendmsg")]
+/// fexit __sock_sendmsg(struct socket *sock, struct msghdr *msg) = ret: the same point on
+/// kernels without the sock_send_length tracepoint (before 6.3) that have the msg_name fix
+/// (stable 6.1.57+, 5.15.134+, ...): every send syscall passes __sock_sendmsg there, while
+/// sock_sendmsg is left to in-kernel callers (meshlab-user/src/kernel/plan.rs).
+#[fexit(function = "__sock_sendmsg")]
 pub fn send_return_fexit(ctx: FExitContext) -> i32 {
     let sock: u64 = ctx.arg(0);
     if let Some(sk) = BtfLoad::load::<u64>(sock, offset!(socket_sk)) {

@@ -162,10 +162,15 @@ pub const HOOKS: &[HookSpec] = &[
         name: "send_return",
         family: Family::Tx,
         tiers: &[
+            // Not sock_sendmsg: since "net: prevent rewrite of msg_name in sock_sendmsg()"
+            // (6.6, in stable 6.1.57+, 5.15.134+, ...) write(2), send(2)/sendto(2) and
+            // sendmsg(2) call __sock_sendmsg directly, so fexit sock_sendmsg attaches and never
+            // fires for them. __sock_sendmsg is in BTF where it was not inlined (Debian 6.1);
+            // where it was (6.12) this tier fails and the tracepoint, on every path, is used.
             TierSpec {
                 tier: Tier::Fexit,
                 program: "send_return_fexit",
-                target: "sock_sendmsg",
+                target: "__sock_sendmsg",
             },
             TierSpec {
                 tier: Tier::TpBtf,
@@ -304,6 +309,22 @@ pub(crate) const TRACEPOINT_PROBE: TierSpec = TierSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// fexit sock_sendmsg attaches on the Debian 6.1 and 6.12 guests but never fires for
+    /// write(2), send(2) or sendmsg(2) (they call __sock_sendmsg directly since the msg_name
+    /// fix): with it, send_return recorded nothing there (record_slot_collisions in `cargo
+    /// xtask vm test`).
+    #[test]
+    fn send_return_never_attaches_where_send_syscalls_do_not_pass() {
+        let hook = HOOKS.iter().find(|h| h.name == "send_return").unwrap();
+        let fexit: Vec<_> = hook
+            .tiers
+            .iter()
+            .filter(|t| t.tier == Tier::Fexit)
+            .map(|t| t.target)
+            .collect();
+        assert_eq!(fexit, ["__sock_sendmsg"]);
+    }
 
     #[test]
     fn hook_names_are_unique_and_tiers_fastest_first() {

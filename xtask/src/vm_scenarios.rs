@@ -46,6 +46,14 @@ pub fn run(ci: bool, nic_only: bool) -> Result<()> {
                 // `record -v`: the kernel log calls load and print on these kernels too.
                 "--test",
                 "record_diag",
+                // send_return on every socket (fexit __sock_sendmsg on 6.1: sock_sendmsg
+                // attached there but never fired) and prefilter slot hand-overs.
+                "--test",
+                "record_slot_collisions",
+                // `--sample-messages`: the turn atomics load and count exactly on these
+                // verifiers (without sampling the verifier never walks that code).
+                "--test",
+                "record_sampled_count",
             ])
             .env("MESHLAB_EXPECT_TCP_SENDMSG_TIER", "fentry")
             .env("MESHLAB_REQUIRE_PRIVILEGED", "1");

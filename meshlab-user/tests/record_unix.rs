@@ -93,11 +93,15 @@ fn unix_stream_legs_are_recorded_with_byte_offsets_and_peers() {
         .map(|e| u64::from(e.len.unwrap()))
         .sum();
     assert_eq!(received, 600);
-    assert!(
-        unix_events
-            .iter()
-            .any(|e| e.hook == Hook::SkDataReady && e.unix_sock == right_sock)
-    );
+    // sock:sk_data_ready exists since 6.6: on older kernels (the 6.1 guest) the hook is not
+    // attached, and the attach plan says so.
+    if rec.attached("sk_data_ready") {
+        assert!(
+            unix_events
+                .iter()
+                .any(|e| e.hook == Hook::SkDataReady && e.unix_sock == right_sock)
+        );
+    }
     // Only the namespace's two sockets were traced.
     assert!(
         unix_events

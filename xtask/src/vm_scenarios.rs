@@ -54,6 +54,9 @@ pub fn run(ci: bool, nic_only: bool) -> Result<()> {
                 // verifiers (without sampling the verifier never walks that code).
                 "--test",
                 "record_sampled_count",
+                // unix sockets; on 6.1 without the sk_data_ready tracepoint.
+                "--test",
+                "record_unix",
             ])
             .env("MESHLAB_EXPECT_TCP_SENDMSG_TIER", "fentry")
             .env("MESHLAB_REQUIRE_PRIVILEGED", "1");

@@ -90,6 +90,22 @@ struct Spare {
     addrs: AddrTexts,
 }
 
+impl Spare {
+    /// Takes back the Strings of the event decoded before.
+    fn keep(&mut self, old: KernelEvent) {
+        self.node = old.node;
+        if let Some(dev) = old.dev {
+            self.dev = dev;
+        }
+        if let Some(a) = old.saddr {
+            self.saddr = a;
+        }
+        if let Some(a) = old.daddr {
+            self.daddr = a;
+        }
+    }
+}
+
 /// Addresses already printed, by their 16 bytes: a capture's tuples name the same few hosts
 /// over and over, and printing one (`Ipv4Addr`'s Display through core::fmt, ~1 300
 /// instructions) cost more than all the rest of decoding its event.
@@ -148,49 +164,61 @@ impl Decoder {
         let Some(hook) = self.tally.count(ev.hook) else {
             return false;
         };
-        let mut spare = std::mem::take(&mut self.spare);
-        if let Some(old) = out.take() {
-            spare.node = old.node;
-            if let Some(dev) = old.dev {
-                spare.dev = dev;
-            }
-            if let Some(a) = old.saddr {
-                spare.saddr = a;
-            }
-            if let Some(a) = old.daddr {
-                spare.daddr = a;
-            }
-        }
-        *out = Some(self.view(hook, ev).to_event(&mut spare));
-        self.spare = spare;
-        true
-    }
-
-    fn view<'a>(&'a mut self, hook: Hook, ev: &Event) -> KernelLine<'a> {
         let Self {
             node,
             conns,
             unix,
             dev_names,
+            spare,
             ..
         } = self;
-        let mut line = KernelLine::common(node, hook, ev, dev_names);
-        if ev.flags & EVENT_FLAG_UNIX != 0 {
-            fill_unix_position(unix, hook, ev, &mut line);
-            return line;
+        if let Some(old) = out.take() {
+            spare.keep(old);
         }
-        if ev.flags & EVENT_FLAG_TUPLE != 0 {
-            line.saddr = Some(Addr(ev.saddr));
-            line.sport = Some(ev.sport);
-            line.daddr = Some(Addr(ev.daddr));
-            line.dport = Some(ev.dport);
-        }
-        if ev.irq_entry_ns != 0 || matches!(hook, Hook::IrqEntry | Hook::IrqExit) {
-            line.irq = Some(ev.irq);
-        }
-        fill_hook_fields(conns, hook, ev, &mut line);
-        line
+        // The decoder's parts borrowed one by one (not `self.view`), so the line can borrow
+        // the node and device names while `spare` is refilled: no per-event move of `spare`.
+        let line = line_of(node, conns, unix, dev_names, hook, ev);
+        *out = Some(line.to_event(spare));
+        true
     }
+
+    fn view<'a>(&'a mut self, hook: Hook, ev: &Event) -> KernelLine<'a> {
+        line_of(
+            &self.node,
+            &mut self.conns,
+            &mut self.unix,
+            &self.dev_names,
+            hook,
+            ev,
+        )
+    }
+}
+
+/// The borrowed line of one event, from the decoder's parts.
+fn line_of<'a>(
+    node: &'a str,
+    conns: &mut FastMap<u64, ConnState>,
+    unix: &mut FastMap<u64, UnixState>,
+    dev_names: &'a FastMap<u32, String>,
+    hook: Hook,
+    ev: &Event,
+) -> KernelLine<'a> {
+    let mut line = KernelLine::common(node, hook, ev, dev_names);
+    if ev.flags & EVENT_FLAG_UNIX != 0 {
+        fill_unix_position(unix, hook, ev, &mut line);
+        return line;
+    }
+    if ev.flags & EVENT_FLAG_TUPLE != 0 {
+        line.saddr = Some(Addr(ev.saddr));
+        line.sport = Some(ev.sport);
+        line.daddr = Some(Addr(ev.daddr));
+        line.dport = Some(ev.dport);
+    }
+    if ev.irq_entry_ns != 0 || matches!(hook, Hook::IrqEntry | Hook::IrqExit) {
+        line.irq = Some(ev.irq);
+    }
+    fill_hook_fields(conns, hook, ev, &mut line);
+    line
 }
 
 /// The fields only some hooks set (docs/probe-points.md); exhaustive, so a new hook must say

@@ -76,7 +76,9 @@ pub struct Decoder {
     unix: FastMap<u64, UnixState>,
     dev_names: FastMap<u32, String>,
     tally: HookTally,
-    spare: Spare,
+    /// Boxed: a recording's NDJSON output holds a decoder next to a capture writer's size
+    /// (clippy's large_enum_variant), and the spare Strings and address texts are most of it.
+    spare: Box<Spare>,
 }
 
 /// Strings of events decoded earlier, refilled for the next event instead of allocating a
@@ -133,7 +135,7 @@ impl Decoder {
             unix: FastMap::default(),
             dev_names: dev_names.into_iter().collect(),
             tally: HookTally::default(),
-            spare: Spare::default(),
+            spare: Box::default(),
         }
     }
 

@@ -10,6 +10,7 @@ set -euo pipefail
 rounds=$1 events=$2 dir=$3; shift 3
 bins=("$@"); n=${#bins[@]}
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+shopt -s nullglob # a kernel-only capture (a `meshlab record` of its own) has no probe files
 files=("$dir"/*.kernel.capture "$dir"/*.probe.ndjson)
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < rounds; r++)); do

@@ -2,14 +2,21 @@
 # Instruction counts (valgrind callgrind, all threads) of meshlab binaries merging the same
 # input (a `merge_bench_input` output dir: binary captures + probe NDJSON), output discarded:
 # a deterministic measure of merge work, unlike CPU time on a shared machine. With
-# TOP=N (default 0) also prints each binary's N most expensive functions (self cost).
+# TOP=N (default 0) also prints each binary's N most expensive functions (self cost). A
+# directory without NDJSON (a `meshlab record` capture renamed NAME.kernel.capture) takes its
+# event count from EVENTS=N (the recorder's summary line).
 #
 #   xtask/merge-callgrind.sh DIR BIN...
 set -euo pipefail
 dir=$1; shift
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
+shopt -s nullglob # a kernel-only capture has no probe files
 files=("$dir"/*.kernel.capture "$dir"/*.probe.ndjson)
-events=$(cat "$dir"/*.ndjson | grep -c '^{"type":"\(kernel\|probe\)"' || true)
+ndjson=("$dir"/*.ndjson)
+events=${EVENTS:-0}
+if [ ${#ndjson[@]} -gt 0 ]; then
+    events=$(cat "${ndjson[@]}" | grep -c '^{"type":"\(kernel\|probe\)"' || true)
+fi
 for bin in "$@"; do
     valgrind --tool=callgrind --callgrind-out-file="$out/cg" "$bin" merge "${files[@]}" \
         >/dev/null 2>"$out/log"

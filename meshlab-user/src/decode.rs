@@ -76,15 +76,55 @@ pub struct Decoder {
     unix: FastMap<u64, UnixState>,
     dev_names: FastMap<u32, String>,
     tally: HookTally,
-    spare: Spare,
+    /// Boxed: a recording's NDJSON output holds a decoder next to a capture writer's size
+    /// (clippy's large_enum_variant), and the spare Strings and address texts are most of it.
+    spare: Box<Spare>,
 }
 
 /// Strings of events decoded earlier, refilled for the next event instead of allocating a
-/// node (and device) name per event.
+/// node, device or address text per event.
 #[derive(Default)]
 struct Spare {
     node: String,
     dev: String,
+    saddr: String,
+    daddr: String,
+    addrs: AddrTexts,
+}
+
+impl Spare {
+    /// Takes back the Strings of the event decoded before.
+    fn keep(&mut self, old: KernelEvent) {
+        self.node = old.node;
+        if let Some(dev) = old.dev {
+            self.dev = dev;
+        }
+        if let Some(a) = old.saddr {
+            self.saddr = a;
+        }
+        if let Some(a) = old.daddr {
+            self.daddr = a;
+        }
+    }
+}
+
+/// Addresses already printed, by their 16 bytes: a capture's tuples name the same few hosts
+/// over and over, and printing one (`Ipv4Addr`'s Display through core::fmt, ~1 300
+/// instructions) cost more than all the rest of decoding its event.
+#[derive(Default)]
+struct AddrTexts(FastMap<[u8; 16], String>);
+
+impl AddrTexts {
+    /// Distinct addresses kept before the map starts over (a bound on memory for captures
+    /// that see many peers; any address is printed again after that, with the same text).
+    const MAX: usize = 4096;
+
+    fn text(&mut self, a: Addr) -> &str {
+        if self.0.len() >= Self::MAX && !self.0.contains_key(&a.0) {
+            self.0.clear();
+        }
+        self.0.entry(a.0).or_insert_with(|| a.to_ip().to_string())
+    }
 }
 
 impl Decoder {
@@ -95,7 +135,7 @@ impl Decoder {
             unix: FastMap::default(),
             dev_names: dev_names.into_iter().collect(),
             tally: HookTally::default(),
-            spare: Spare::default(),
+            spare: Box::default(),
         }
     }
 
@@ -126,43 +166,61 @@ impl Decoder {
         let Some(hook) = self.tally.count(ev.hook) else {
             return false;
         };
-        let mut spare = std::mem::take(&mut self.spare);
-        if let Some(old) = out.take() {
-            spare.node = old.node;
-            if let Some(dev) = old.dev {
-                spare.dev = dev;
-            }
-        }
-        *out = Some(self.view(hook, ev).to_event(&mut spare));
-        self.spare = spare;
-        true
-    }
-
-    fn view<'a>(&'a mut self, hook: Hook, ev: &Event) -> KernelLine<'a> {
         let Self {
             node,
             conns,
             unix,
             dev_names,
+            spare,
             ..
         } = self;
-        let mut line = KernelLine::common(node, hook, ev, dev_names);
-        if ev.flags & EVENT_FLAG_UNIX != 0 {
-            fill_unix_position(unix, hook, ev, &mut line);
-            return line;
+        if let Some(old) = out.take() {
+            spare.keep(old);
         }
-        if ev.flags & EVENT_FLAG_TUPLE != 0 {
-            line.saddr = Some(Addr(ev.saddr));
-            line.sport = Some(ev.sport);
-            line.daddr = Some(Addr(ev.daddr));
-            line.dport = Some(ev.dport);
-        }
-        if ev.irq_entry_ns != 0 || matches!(hook, Hook::IrqEntry | Hook::IrqExit) {
-            line.irq = Some(ev.irq);
-        }
-        fill_hook_fields(conns, hook, ev, &mut line);
-        line
+        // The decoder's parts borrowed one by one (not `self.view`), so the line can borrow
+        // the node and device names while `spare` is refilled: no per-event move of `spare`.
+        let line = line_of(node, conns, unix, dev_names, hook, ev);
+        *out = Some(line.to_event(spare));
+        true
     }
+
+    fn view<'a>(&'a mut self, hook: Hook, ev: &Event) -> KernelLine<'a> {
+        line_of(
+            &self.node,
+            &mut self.conns,
+            &mut self.unix,
+            &self.dev_names,
+            hook,
+            ev,
+        )
+    }
+}
+
+/// The borrowed line of one event, from the decoder's parts.
+fn line_of<'a>(
+    node: &'a str,
+    conns: &mut FastMap<u64, ConnState>,
+    unix: &mut FastMap<u64, UnixState>,
+    dev_names: &'a FastMap<u32, String>,
+    hook: Hook,
+    ev: &Event,
+) -> KernelLine<'a> {
+    let mut line = KernelLine::common(node, hook, ev, dev_names);
+    if ev.flags & EVENT_FLAG_UNIX != 0 {
+        fill_unix_position(unix, hook, ev, &mut line);
+        return line;
+    }
+    if ev.flags & EVENT_FLAG_TUPLE != 0 {
+        line.saddr = Some(Addr(ev.saddr));
+        line.sport = Some(ev.sport);
+        line.daddr = Some(Addr(ev.daddr));
+        line.dport = Some(ev.dport);
+    }
+    if ev.irq_entry_ns != 0 || matches!(hook, Hook::IrqEntry | Hook::IrqExit) {
+        line.irq = Some(ev.irq);
+    }
+    fill_hook_fields(conns, hook, ev, &mut line);
+    line
 }
 
 /// The fields only some hooks set (docs/probe-points.md); exhaustive, so a new hook must say
@@ -437,17 +495,20 @@ impl<'a> KernelLine<'a> {
         }
     }
 
-    /// The owned event, its node and device names written into `spare`'s Strings.
+    /// The owned event, its node and device names and address texts written into `spare`'s
+    /// Strings.
     fn to_event(&self, spare: &mut Spare) -> KernelEvent {
-        let addr = |a: Option<Addr>| a.map(|a| a.to_ip().to_string());
-        let refill = |s: &mut String, v: &str| {
-            let mut s = std::mem::take(s);
-            s.clear();
-            s.push_str(v);
-            s
-        };
+        let Spare {
+            node,
+            dev,
+            saddr,
+            daddr,
+            addrs,
+        } = spare;
+        let saddr = self.saddr.map(|a| refill(saddr, addrs.text(a)));
+        let daddr = self.daddr.map(|a| refill(daddr, addrs.text(a)));
         KernelEvent {
-            node: refill(&mut spare.node, self.node),
+            node: refill(node, self.node),
             hook: self.hook,
             ts_ns: self.ts_ns,
             cpu: self.cpu,
@@ -460,13 +521,13 @@ impl<'a> KernelLine<'a> {
             offset: self.offset,
             dir: self.dir,
             ifindex: self.ifindex,
-            dev: self.dev.map(|d| refill(&mut spare.dev, d)),
+            dev: self.dev.map(|d| refill(dev, d)),
             queue: self.queue,
             value: self.value,
             aux: self.aux,
-            saddr: addr(self.saddr),
+            saddr,
             sport: self.sport,
-            daddr: addr(self.daddr),
+            daddr,
             dport: self.dport,
             irq: self.irq,
             irq_entry_ns: self.irq_entry_ns,
@@ -478,6 +539,14 @@ impl<'a> KernelLine<'a> {
             unix_peer: self.unix_peer,
         }
     }
+}
+
+/// `v` in `s`'s buffer, taken out of `s` (no allocation once it has the room).
+fn refill(s: &mut String, v: &str) -> String {
+    let mut s = std::mem::take(s);
+    s.clear();
+    s.push_str(v);
+    s
 }
 
 #[cfg(test)]
@@ -676,6 +745,9 @@ mod tests {
             let mut ev = event(hook, 1_000_101 + i as u32, 100);
             ev.ifindex = [0, 3, 4, 9][i % 4];
             ev.flags = [0, EVENT_FLAG_TUPLE, meshlab_common::EVENT_FLAG_UNIX][i % 3];
+            // Addresses seen before and new ones, IPv4-mapped and IPv6, in turn.
+            ev.saddr = [v4([10, 0, 0, 1]), v4([10, 0, 0, i as u8]), [i as u8; 16]][i / 3 % 3];
+            ev.daddr = [v4([10, 0, 0, 2]), [7; 16], v4([192, 168, 1, i as u8])][i % 2];
             ev.hook = if i % 7 == 6 { 999 } else { ev.hook };
             events.push(ev);
         }

@@ -54,8 +54,8 @@ fn extend(range: &mut Option<(u64, u64)>, start: u64, end: u64) {
 #[derive(Default)]
 pub struct Turns {
     open: HashMap<u64, Turn>,
-    /// Closed turns waiting for their TX events: (due, turn).
-    closing: VecDeque<(u64, Turn)>,
+    /// Closed turns waiting for their TX events.
+    closing: Closing<Turn>,
     pub done: Vec<Half>,
     /// Calls that could not be attributed, counted (reported at the end of the merge).
     pub skipped: Skipped,
@@ -152,7 +152,7 @@ impl Turns {
     fn close(&mut self, cookie: u64, window_ns: u64) {
         if let Some(turn) = self.open.remove(&cookie) {
             self.closing
-                .push_back((turn.last_tx_ns.saturating_add(window_ns), turn));
+                .push(turn.last_tx_ns.saturating_add(window_ns), turn);
         }
     }
 
@@ -168,9 +168,7 @@ impl Turns {
         for (_, cookie) in idle {
             self.close(cookie, window_ns);
         }
-        let mut due: Vec<(u64, Turn)> = self.closing.drain(..).collect();
-        due.sort_by_key(|(d, _)| *d);
-        self.closing = due.into();
+        self.closing.sort();
     }
 
     pub fn run_deadlines(
@@ -181,12 +179,75 @@ impl Turns {
         node_name: &str,
         node: NodeId,
     ) {
-        while self.closing.front().is_some_and(|(d, _)| *d <= now) {
-            let (_, turn) = self.closing.pop_front().expect("front exists");
+        while let Some(turn) = self.closing.pop_due(now) {
             if let Some(half) = finish(turn, index, conns, node_name, node, now) {
                 self.done.push(half);
             }
         }
+    }
+}
+
+/// Closed turns by due time: a prefix sorted at the last [`Closing::sort`], then the turns
+/// closed since, in closing order. Deadlines run from the front between sorts, as they did
+/// when every sweep sorted the whole queue.
+struct Closing<T> {
+    due: VecDeque<(u64, T)>,
+    sorted: usize,
+}
+
+impl<T> Default for Closing<T> {
+    fn default() -> Self {
+        Self {
+            due: VecDeque::new(),
+            sorted: 0,
+        }
+    }
+}
+
+impl<T> Closing<T> {
+    fn push(&mut self, due: u64, turn: T) {
+        self.due.push_back((due, turn));
+    }
+
+    /// The front turn if it is due by `now`.
+    fn pop_due(&mut self, now: u64) -> Option<T> {
+        if self.due.front().is_none_or(|(d, _)| *d > now) {
+            return None;
+        }
+        self.sorted = self.sorted.saturating_sub(1);
+        self.due.pop_front().map(|(_, turn)| turn)
+    }
+
+    /// The order a stable sort of the whole queue by due time gives (turns due together keep
+    /// their closing order), reached by sorting only the turns closed since the last sort and
+    /// merging them into the sorted part's tail that is due after the earliest of them. A
+    /// sort of the whole queue per sweep copied every waiting turn: a busy capture holds a
+    /// window of them, and that was a sixth of its merge.
+    fn sort(&mut self) {
+        let mut fresh: Vec<(u64, T)> = self.due.drain(self.sorted..).collect();
+        fresh.sort_by_key(|(d, _)| *d);
+        if let Some(&(first, _)) = fresh.first() {
+            let from = self.due.partition_point(|(d, _)| *d <= first);
+            let held: Vec<(u64, T)> = self.due.drain(from..).collect();
+            merge_by_due(&mut self.due, held, fresh);
+        }
+        self.sorted = self.due.len();
+    }
+}
+
+/// Appends `held` and `fresh` (each sorted by due time) to `out` in due order, `held` first
+/// among equals (it was closed earlier).
+fn merge_by_due<T>(out: &mut VecDeque<(u64, T)>, held: Vec<(u64, T)>, fresh: Vec<(u64, T)>) {
+    let mut held = held.into_iter().peekable();
+    let mut fresh = fresh.into_iter().peekable();
+    loop {
+        let from_held = match (held.peek(), fresh.peek()) {
+            (Some(h), Some(f)) => h.0 <= f.0,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return,
+        };
+        out.extend(if from_held { held.next() } else { fresh.next() });
     }
 }
 
@@ -237,4 +298,76 @@ fn finish(
         kernel_recorded: true,
         ready_ns: now.min(turn.last_ns),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The queue as it was: pushed at the back, popped at the front while due, and sorted
+    /// whole (stably) at each sweep.
+    #[derive(Default)]
+    struct WholeSort(VecDeque<(u64, u32)>);
+
+    impl WholeSort {
+        fn pop_due(&mut self, now: u64) -> Option<u32> {
+            if self.0.front().is_none_or(|(d, _)| *d > now) {
+                return None;
+            }
+            self.0.pop_front().map(|(_, id)| id)
+        }
+
+        fn sort(&mut self) {
+            let mut all: Vec<(u64, u32)> = self.0.drain(..).collect();
+            all.sort_by_key(|(d, _)| *d);
+            self.0 = all.into();
+        }
+    }
+
+    /// Random pushes (due times going back and forth, many equal), pops of what is due and
+    /// sorts: every turn comes out of [`Closing`] when and in the order the whole sort gave.
+    #[test]
+    fn closing_runs_turns_in_the_order_a_whole_sort_gave() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..40 {
+            let (mut closing, mut whole) = (Closing::default(), WholeSort::default());
+            let mut now = 100;
+            for id in 0..600 {
+                match next(10) {
+                    0..=5 => {
+                        let due = now + next(40);
+                        closing.push(due, id);
+                        whole.0.push_back((due, id));
+                    }
+                    6 | 7 => {
+                        now += next(15);
+                        loop {
+                            let (a, b) = (closing.pop_due(now), whole.pop_due(now));
+                            assert_eq!(a, b);
+                            if a.is_none() {
+                                break;
+                            }
+                        }
+                    }
+                    _ => {
+                        closing.sort();
+                        whole.sort();
+                    }
+                }
+                assert!(
+                    closing
+                        .due
+                        .iter()
+                        .map(|(d, id)| (*d, *id))
+                        .eq(whole.0.iter().copied())
+                );
+            }
+        }
+    }
 }

@@ -9,14 +9,13 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, Map, MapData, MapInfo};
 use meshlab_common::{conn_sample_hash, message_sampled};
 use support::bpf_objects::BpfObjects;
-use support::{LoopbackRecording, loopback_recording, mapped, privileged_or_skip};
+use support::{LoopbackRecording, exchange_once, loopback_recording, mapped, privileged_or_skip};
 
 const MESSAGE: usize = 100;
 const EVERY: u32 = 2;
@@ -45,7 +44,7 @@ fn the_count_of_sampled_turns_is_exact_and_returns_to_zero() {
         let (mut client, mut server) = open_pair(&listener, port);
         let requests = REQUESTS_BASE + i;
         for _ in 0..requests {
-            exchange_once(&mut client, &mut server);
+            exchange_once(&mut client, &mut server, MESSAGE);
         }
         last_sampled += usize::from(last_request_sampled(&client, &server, requests));
         pairs.push((client, server));
@@ -102,15 +101,6 @@ fn open_pair(listener: &TcpListener, port: u16) -> (TcpStream, TcpStream) {
     let client = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (server, _) = listener.accept().unwrap();
     (client, server)
-}
-
-/// One request/response exchange of MESSAGE bytes each way.
-fn exchange_once(client: &mut TcpStream, server: &mut TcpStream) {
-    let mut buf = [0u8; MESSAGE];
-    client.write_all(&[b'q'; MESSAGE]).unwrap();
-    server.read_exact(&mut buf).unwrap();
-    server.write_all(&buf).unwrap();
-    client.read_exact(&mut buf).unwrap();
 }
 
 /// Whether the shared rule samples the last of `requests` requests of this connection.

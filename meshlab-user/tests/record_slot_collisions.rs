@@ -12,14 +12,14 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::FromRawFd;
 
 use meshlab_common::{PREFILTER_SLOTS, conn_sample_hash, message_sampled, tuple_slot_index};
 use meshlab_user::schema::Hook;
 use support::{
-    LoopbackRecording, Recording, loopback_recording, mapped, privileged_or_skip, socket_cookie,
+    LoopbackRecording, Recording, exchange_once, loopback_recording, mapped, privileged_or_skip,
+    socket_cookie,
 };
 
 const SLOTS: u64 = PREFILTER_SLOTS as u64;
@@ -90,7 +90,7 @@ fn sampled_turns_of_connections_sharing_a_slot_follow_the_shared_rule() {
     let mut first = open_pair(&listener, port, None);
     let before = SAMPLED_REQUESTS / 3;
     for _ in 0..before {
-        exchange_once(&mut first.0, &mut first.1);
+        exchange_once(&mut first.0, &mut first.1, MESSAGE);
     }
     let (cookie_pair, attempts) = pair_in_slot_of(socket_cookie(&first.0), &listener, port);
     let mut pairs: Vec<((TcpStream, TcpStream), usize)> = vec![(first, before)];
@@ -101,7 +101,7 @@ fn sampled_turns_of_connections_sharing_a_slot_follow_the_shared_rule() {
     pairs.push((open_pair(&listener, port, Some((addr_b, port_b))), 0));
     for ((client, server), done) in &mut pairs {
         for _ in *done..SAMPLED_REQUESTS {
-            exchange_once(client, server);
+            exchange_once(client, server, MESSAGE);
         }
     }
     let connections: Vec<SampledConnection> = pairs
@@ -317,17 +317,8 @@ fn ends(sock: &TcpStream) -> (u64, u16, u16) {
 /// ROUNDS request/response exchanges of MESSAGE bytes each way.
 fn exchange(client: &mut TcpStream, server: &mut TcpStream) {
     for _ in 0..ROUNDS {
-        exchange_once(client, server);
+        exchange_once(client, server, MESSAGE);
     }
-}
-
-/// One request/response exchange of MESSAGE bytes each way.
-fn exchange_once(client: &mut TcpStream, server: &mut TcpStream) {
-    let mut buf = [0u8; MESSAGE];
-    client.write_all(&[b'q'; MESSAGE]).unwrap();
-    server.read_exact(&mut buf).unwrap();
-    server.write_all(&buf).unwrap();
-    client.read_exact(&mut buf).unwrap();
 }
 
 /// Both directions of one socket are recorded, every event with this socket's own ports.

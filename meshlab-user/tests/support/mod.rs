@@ -260,3 +260,18 @@ pub fn mapped(addr: std::net::IpAddr) -> [u8; 16] {
         std::net::IpAddr::V6(v6) => v6.octets(),
     }
 }
+
+/// One request/response exchange of `len` bytes each way: the client writes, the server reads
+/// it whole and echoes it, the client reads the echo whole.
+pub fn exchange_once(
+    client: &mut std::net::TcpStream,
+    server: &mut std::net::TcpStream,
+    len: usize,
+) {
+    use std::io::{Read, Write};
+    let mut buf = vec![b'q'; len];
+    client.write_all(&buf).unwrap();
+    server.read_exact(&mut buf).unwrap();
+    server.write_all(&buf).unwrap();
+    client.read_exact(&mut buf).unwrap();
+}

@@ -161,7 +161,9 @@ pub const LIVE_SAMPLED_TURNS: u32 = 1;
 /// and the next reader on the other CPU waited for it (~90-120 ns per hook in `bench
 /// kernel-ab`'s sampling rung: netif_receive_skb, skb_copy_datagram_iovec, sched_switch). The
 /// first line is now written at ESTABLISHED and when a request turn's sampling decision
-/// changes (turn.rs).
+/// changes (turn.rs). Re-measured once only the deciders touched the slot between sampled
+/// turns (prefilter::nothing_sampled): the direction back in the first line cost them more
+/// (+5.4 % BPF time per request, docs/benchmarks-kernel-sampled.md).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ConnSlot {

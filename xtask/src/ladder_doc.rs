@@ -335,9 +335,13 @@ fn profiling_notes(md: &mut String) {
          `{FLOOR_PROGRAM}`. Whatever is left between them is the program's own work; the floor \
          is the tracepoint dispatch plus the statistics' clock reads, and a per-program target \
          below the floor cannot be met as measured by these statistics on this machine.\n\
-         - Traced traffic: the remaining cost is the ring buffer (reserve, submit, the counter \
-         updates) and `bpf_probe_read_kernel` calls (one helper call per kernel struct field \
-         read; the header parse is one bulk read). `perf` once showed an irq_work self-IPI \
+         - Traced traffic: the largest single piece is the ring buffer record (reserve, \
+         submit): `xtask/ring-cost.sh BASELINE` times every program once more with the record \
+         built in a per-CPU slot and never submitted, and the difference (~50-80 ns per traced \
+         program run, ~28 % of the BPF time per request; docs/benchmarks-kernel.md, \
+         \"Stop 31\") is what a cheaper hand-over could save at most. Kernel struct fields are \
+         read by direct BTF loads on tp_btf programs (meshlab-ebpf/src/kread.rs). `perf` once \
+         showed an irq_work self-IPI \
          inside every program (a reader wakeup forced on every event while the reader lagged) \
          and xlated code showed a byte-by-byte memset subprogram per event; both are gone \
          (meshlab-ebpf/src/emit.rs says why).\n"

@@ -12,8 +12,10 @@ use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::truth::{self, Cause, RunStats, TableSetting, VM_CAUSES};
+use crate::truth;
+use crate::truth_cause::{Cause, VM_CAUSES};
 use crate::truth_retransmit::{self, retransmissions};
+use crate::truth_stats::{self, RunStats, TableSetting};
 use crate::truth_vm_script::{
     self, HOG_CPU, IDLE_IRQ_CPU, IRQ_GUEST_CPUS, PlannedRun, cause_slug, guest_cpus,
 };
@@ -95,7 +97,7 @@ fn report(boots: &[Boot], args: &VmTruth) -> Result<()> {
         title,
         self_cost: false,
     };
-    truth::print_table(&results, &setting);
+    truth_stats::print_table(&results, &setting);
     print_retransmissions(boots);
     let with = |cause: Cause| boots.iter().filter(move |b| b.causes.contains(&cause));
     for boot in with(Cause::WireDelay) {
@@ -105,7 +107,7 @@ fn report(boots: &[Boot], args: &VmTruth) -> Result<()> {
         print_irq_placement(&boot.dir)?;
     }
     if args.breakdown {
-        truth::print_breakdowns(&results);
+        truth_stats::print_breakdowns(&results);
     }
     Ok(())
 }
@@ -286,7 +288,7 @@ fn round_stats(
 ) -> Result<BTreeMap<(Cause, bool), Vec<RunStats>>> {
     let mut results: BTreeMap<(Cause, bool), Vec<RunStats>> = BTreeMap::new();
     for (index, round) in rounds.iter().enumerate() {
-        let stats = truth::request_stats(inside(requests, round), round.cause)
+        let stats = truth_stats::request_stats(inside(requests, round), round.cause)
             .with_context(|| format!("round {index}: {round:?}"))?;
         ensure!(
             stats.requests >= MIN_REQUESTS_PER_ROUND,
@@ -319,7 +321,7 @@ fn print_retransmissions(boots: &[Boot]) {
             for on in [false, true] {
                 let of_condition = (boot.rounds.iter()).filter(|r| r.cause == cause && r.on == on);
                 let requests = of_condition.flat_map(|r| inside(&boot.requests, r));
-                let counts = retransmissions(requests, |r| truth::target_ns(r, cause));
+                let counts = retransmissions(requests, |r| truth_stats::target_ns(r, cause));
                 truth_retransmit::print_row(cause.name(), cause.target_name(), on, &counts);
             }
         }
@@ -544,7 +546,9 @@ mod tests {
             request(30, true, &["rx context: ..."], json!([])),
             request(40, true, &[], json!([])),
         ];
-        let counts = retransmissions(requests.iter(), |r| truth::target_ns(r, Cause::NetemLoss));
+        let counts = retransmissions(requests.iter(), |r| {
+            truth_stats::target_ns(r, Cause::NetemLoss)
+        });
         assert_eq!(
             counts,
             Retransmissions {
@@ -587,8 +591,8 @@ mod tests {
             seg("A", "tx_qdisc", "qdisc", 60000),
         ]);
         let r = request(1, true, &[], segments);
-        assert_eq!(truth::target_ns(&r, Cause::IrqBusyCpu), 37);
-        assert_eq!(truth::target_ns(&r, Cause::NetemDelay), 60000);
+        assert_eq!(truth_stats::target_ns(&r, Cause::IrqBusyCpu), 37);
+        assert_eq!(truth_stats::target_ns(&r, Cause::NetemDelay), 60000);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::truth::Cause;
+use crate::truth_cause::Cause;
 use crate::vm_two_machines::GuestScripts;
 
 /// The lab server's port and address in guest B (the private link, vm/spec.rs).

@@ -75,6 +75,7 @@ pub struct TruthArgs {
 const CLIENT_CPU: usize = 0;
 const SERVER_CPU: usize = 1;
 const PORT: u16 = 9000;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum RunKind {
     Without,

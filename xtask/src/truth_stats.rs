@@ -257,6 +257,7 @@ pub(crate) fn largest_other_growth(without: &[RunStats], with: &[RunStats]) -> S
     best.map(|(g, k)| format!("{k} {:+.1}", g / 1e3))
         .unwrap_or_default()
 }
+
 /// A share is shown only when the cause added more than this fraction of the p50 without it.
 const MIN_ADDED_FRACTION: f64 = 0.1;
 

@@ -51,9 +51,51 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if ndjson::is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("meshlab: error: {e:#}");
+            eprintln!("meshlab: error: {}", error_text(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose text the message already
+/// carries: library errors name their source in their own text ("FILE: cannot open: CAUSE")
+/// and also return it as `source()`, so anyhow's `{:#}` would print the cause twice.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.is_empty() {
+            text = part;
+        } else if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let open = meshlab_user::capture::CaptureError::Open {
+            file: "/x.capture".into(),
+            source: io,
+        };
+        let e = anyhow::Error::new(open).context("merging");
+        assert_eq!(
+            error_text(&e),
+            "merging: /x.capture: cannot open: entity not found"
+        );
+    }
+
+    #[test]
+    fn causes_not_in_the_message_are_kept_in_order() {
+        let e = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(error_text(&e), "outer: middle: inner");
     }
 }
 

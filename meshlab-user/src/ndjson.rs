@@ -16,6 +16,11 @@ pub const READABLE_SCHEMA_VERSIONS: &[u32] = &[SCHEMA_VERSION];
 pub enum NdjsonError {
     #[error("{file}: cannot open: {source}")]
     Open { file: PathBuf, source: io::Error },
+    #[error(
+        "{file}: neither a meshlab capture (it would start with \"{}\") nor NDJSON (its first line would start with `{{`); it starts with \"{head}\"",
+        crate::capture::MAGIC.escape_ascii()
+    )]
+    Format { file: PathBuf, head: String },
     #[error("{file}:{line}: read error: {source}")]
     Read {
         file: PathBuf,

@@ -197,7 +197,9 @@ pub fn first_record(path: &Path) -> Result<Option<(u64, Record)>, NdjsonError> {
     Ok(first.map(|r| (reader.line(), r)))
 }
 
-/// True when the file at `path` starts with the capture magic.
+/// True when the file at `path` starts with the capture magic, false when it can be NDJSON
+/// (its first byte other than white space is `{`, or it has none); neither is an error that
+/// shows the first bytes, not a JSON parse error about line 1 of a binary file.
 pub fn file_is_capture(path: &Path) -> Result<bool, NdjsonError> {
     let mut head = [0u8; MAGIC.len()];
     let got = File::open(path)
@@ -206,5 +208,15 @@ pub fn file_is_capture(path: &Path) -> Result<bool, NdjsonError> {
             file: path.into(),
             source,
         })?;
-    Ok(is_capture(&head[..got]))
+    let head = &head[..got];
+    if is_capture(head) {
+        return Ok(true);
+    }
+    match head.iter().find(|b| !b.is_ascii_whitespace()) {
+        None | Some(b'{') => Ok(false),
+        Some(_) => Err(NdjsonError::Format {
+            file: path.into(),
+            head: head.escape_ascii().to_string(),
+        }),
+    }
 }

@@ -167,6 +167,31 @@ fn bad_input_names_file_line_and_field() {
         &["node A has no kernel recording", "declare different clocks"],
     );
 
+    // Neither format: the first bytes are shown, not a JSON error about line 1.
+    let binary = dir.path().join("random.capture");
+    std::fs::write(&binary, b"\x7fELF\x02\x01\x01\0rest").unwrap();
+    let binary = binary.to_str().unwrap();
+    fails_with(
+        &[binary],
+        &[
+            &format!(
+                "{binary}: neither a meshlab capture (it would start with \"MESHCAP\\x00\") nor NDJSON"
+            ),
+            "it starts with \"\\x7fELF\\x02\\x01\\x01\\x00\"",
+        ],
+    );
+    // A missing file names its cause once.
+    let missing = dir.path().join("missing.capture");
+    let missing = missing.to_str().unwrap();
+    let out = meshlab(&[missing]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+
     fails_with(
         &[&k3, "--inject-skew", "Q=1s"],
         &["--inject-skew names node \"Q\""],

@@ -1,7 +1,8 @@
 //! `cargo xtask bench merge`: merge throughput and peak memory on synthetic two-node traffic,
 //! kernel recordings as binary captures vs as NDJSON (the same events), at several sizes.
 //! Formats are interleaved round by round (order alternating) and compared by medians; the
-//! result is written to docs/benchmarks-merge.md with the command that produced it.
+//! result is written to docs/benchmarks-merge.md with the command that produced it. The
+//! merged output of each size is then read by `meshlab report`, timed the same way.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -55,6 +56,18 @@ struct Row {
     load: (String, String),
 }
 
+/// Medians of `meshlab report` over one size's merged file.
+struct ReportRow {
+    /// Events the merge read (the size's input), requests and bytes of its merged file.
+    events: u64,
+    requests: u64,
+    merged_bytes: u64,
+    rounds: usize,
+    wall_s: [f64; 3],
+    cpu_s: f64,
+    max_rss_mib: f64,
+}
+
 pub fn run(args: MergeBenchArgs) -> Result<()> {
     let (sizes, rounds) = if args.quick {
         (vec![20_000], 1)
@@ -75,6 +88,7 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     let target = workspace_root().join("target").join(profile);
     let exe = target.join("meshlab");
     let mut rows = Vec::new();
+    let mut report_rows = Vec::new();
     for size in sizes {
         let rounds = match args.large_rounds {
             Some(large) if size >= 10_000_000 => large.max(1),
@@ -102,9 +116,12 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
             ));
             eprintln!("bench merge: {size} events, {}: done", FORMATS[f]);
         }
+        report_rows.push(time_report(&exe, &input, &dir, rounds)?);
+        eprintln!("bench merge: {size} events, report: done");
         let _ = std::fs::remove_dir_all(&dir);
     }
-    let text = markdown(&rows, &args);
+    let mut text = markdown(&rows, &args);
+    text.push_str(&report_markdown(&report_rows));
     print!("{text}");
     if !args.quick {
         let doc = workspace_root().join("docs/benchmarks-merge.md");
@@ -149,15 +166,20 @@ fn generate(tool: &Path, size: u64, dir: &Path) -> Result<Input> {
 /// Runs `meshlab merge FILES` (output discarded) and reads its CPU time and peak RSS from
 /// wait4(2).
 pub fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
+    timed(exe, "merge", files)
+}
+
+/// Runs `meshlab SUBCOMMAND FILES` (output discarded), timed by wait4(2).
+fn timed(exe: &Path, subcommand: &str, files: &[PathBuf]) -> Result<Run> {
     let started = Instant::now();
     let child = Command::new(exe)
-        .arg("merge")
+        .arg(subcommand)
         .args(files)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .context("starting meshlab merge")?;
-    let _cleanup = crate::cleanup::kill_child(&child, "meshlab merge");
+        .with_context(|| format!("starting meshlab {subcommand}"))?;
+    let _cleanup = crate::cleanup::kill_child(&child, "meshlab (bench merge)");
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -166,7 +188,7 @@ pub fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
     let wall_s = started.elapsed().as_secs_f64();
     ensure!(rc > 0, "wait4: {}", std::io::Error::last_os_error());
     if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-        bail!("meshlab merge {files:?} failed (wait status {status})");
+        bail!("meshlab {subcommand} {files:?} failed (wait status {status})");
     }
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     Ok(Run {
@@ -175,6 +197,86 @@ pub fn merge_once(exe: &Path, files: &[PathBuf]) -> Result<Run> {
         max_rss_kib: usage.ru_maxrss as u64,
         preempted: usage.ru_nivcsw as u64,
     })
+}
+
+/// Merges the size's captures once into `dir`/merged.ndjson and times `meshlab report` of
+/// it, `rounds` times.
+fn time_report(exe: &Path, input: &Input, dir: &Path, rounds: usize) -> Result<ReportRow> {
+    let merged = dir.join("merged.ndjson");
+    run_cmd(
+        Command::new(exe)
+            .arg("merge")
+            .args(&input.files[1])
+            .arg("-o")
+            .arg(&merged)
+            .stderr(Stdio::null()),
+    )?;
+    let (requests, merged_bytes) =
+        request_lines(&merged).with_context(|| format!("reading {}", merged.display()))?;
+    ensure!(requests > 0, "{}: no request records", merged.display());
+    let runs = (0..rounds)
+        .map(|_| timed(exe, "report", std::slice::from_ref(&merged)))
+        .collect::<Result<Vec<_>>>()?;
+    let walls: Vec<f64> = runs.iter().map(|r| r.wall_s).collect();
+    Ok(ReportRow {
+        events: input.events,
+        requests,
+        merged_bytes,
+        rounds,
+        wall_s: [
+            walls.iter().copied().fold(f64::INFINITY, f64::min),
+            median(walls.clone()),
+            walls.iter().copied().fold(0.0, f64::max),
+        ],
+        cpu_s: median(runs.iter().map(|r| r.cpu_s).collect()),
+        max_rss_mib: median(runs.iter().map(|r| r.max_rss_kib as f64 / 1024.0).collect()),
+    })
+}
+
+/// The request records of a merged file and its size in bytes, read line by line (at 1e7
+/// events the file has more than a GiB).
+fn request_lines(merged: &Path) -> std::io::Result<(u64, u64)> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(std::fs::File::open(merged)?);
+    let (mut requests, mut bytes, mut line) = (0, 0, Vec::new());
+    loop {
+        line.clear();
+        let got = reader.read_until(b'\n', &mut line)?;
+        if got == 0 {
+            return Ok((requests, bytes));
+        }
+        bytes += got as u64;
+        requests += u64::from(line.starts_with(br#"{"type":"request""#));
+    }
+}
+
+/// The report table: per size, `meshlab report` of the merge's output.
+fn report_markdown(rows: &[ReportRow]) -> String {
+    let mut s = String::from(
+        "\n## Report speed (5d)\n\n\
+         Each size's binary captures merged once more into a file (`meshlab merge ... -o \
+         merged.ndjson`), then `meshlab report merged.ndjson` (the default text report, output \
+         discarded) timed by wait4(2), rounds as above. Events/s and per CPU-second count the \
+         events the merge read (the size), so the two tables compare; requests/s is the merged \
+         file's request records per wall second.\n\n\
+         | events | requests | merged file MiB | rounds | wall s (min / median / max) | events/s (median) | events per CPU-second | requests/s | peak RSS MiB |\n\
+         |---:|---:|---:|---:|---|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let [lo, med, hi] = r.wall_s;
+        s.push_str(&format!(
+            "| {} | {} | {:.1} | {} | {lo:.3} / **{med:.3}** / {hi:.3} | {:.0} | {:.0} | {:.0} | {:.1} |\n",
+            r.events,
+            r.requests,
+            r.merged_bytes as f64 / (1024.0 * 1024.0),
+            r.rounds,
+            r.events as f64 / med,
+            r.events as f64 / r.cpu_s,
+            r.requests as f64 / med,
+            r.max_rss_mib,
+        ));
+    }
+    s
 }
 
 /// The 1-minute load average (/proc/loadavg), as written there.

@@ -149,7 +149,8 @@ fn markdown(r: &LadderReport) -> String {
     let _ = writeln!(
         md,
         "## Merge and report speed (item 5 d)\n\nMeasured by `cargo xtask bench merge` \
-         (events/s and peak RSS at 1e5, 1e6 and 1e7 events): docs/benchmarks-merge.md. The \
+         (merge and report events/s and peak RSS at 1e5, 1e6 and 1e7 events): \
+         docs/benchmarks-merge.md. The \
          kernel programs before/after, side by side: `cargo xtask bench kernel-ab`; the \
          pieces of one traced event (ring record by size, clock, kernel read): `cargo xtask \
          bench helpers`; both in docs/benchmarks-kernel.md. Where an unsampled message's time \

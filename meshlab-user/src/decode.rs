@@ -1,17 +1,16 @@
 //! Turning raw ring buffer records into `kernel` NDJSON lines: stream offsets from the
 //! connection's sequence bases, retransmission marks, device names. No per-event allocation:
-//! lines are serialized from a borrowed view straight into the buffered writer.
+//! lines are serialized from a borrowed view ([`KernelLine`]) straight into the buffered
+//! writer, and the merge reduces a capture's events from the same view.
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::{IpAddr, Ipv6Addr};
 
+use crate::incoming::{Addr, KernelLine, LineAddr};
+use crate::schema::Direction;
 use meshlab_common::{
     EVENT_FLAG_ACTIVE_OPEN, EVENT_FLAG_TUPLE, EVENT_FLAG_UNIX, Event, HOOK_COUNT, Hook,
 };
-use serde::Serialize;
-
-use crate::schema::{Direction, KernelEvent};
 
 /// Per-connection decoding state, keyed by cookie.
 #[derive(Debug, Default)]
@@ -76,55 +75,6 @@ pub struct Decoder {
     unix: FastMap<u64, UnixState>,
     dev_names: FastMap<u32, String>,
     tally: HookTally,
-    /// Boxed: a recording's NDJSON output holds a decoder next to a capture writer's size
-    /// (clippy's large_enum_variant), and the spare Strings and address texts are most of it.
-    spare: Box<Spare>,
-}
-
-/// Strings of events decoded earlier, refilled for the next event instead of allocating a
-/// node, device or address text per event.
-#[derive(Default)]
-struct Spare {
-    node: String,
-    dev: String,
-    saddr: String,
-    daddr: String,
-    addrs: AddrTexts,
-}
-
-impl Spare {
-    /// Takes back the Strings of the event decoded before.
-    fn keep(&mut self, old: KernelEvent) {
-        self.node = old.node;
-        if let Some(dev) = old.dev {
-            self.dev = dev;
-        }
-        if let Some(a) = old.saddr {
-            self.saddr = a;
-        }
-        if let Some(a) = old.daddr {
-            self.daddr = a;
-        }
-    }
-}
-
-/// Addresses already printed, by their 16 bytes: a capture's tuples name the same few hosts
-/// over and over, and printing one (`Ipv4Addr`'s Display through core::fmt, ~1 300
-/// instructions) cost more than all the rest of decoding its event.
-#[derive(Default)]
-struct AddrTexts(FastMap<[u8; 16], String>);
-
-impl AddrTexts {
-    /// Distinct addresses kept before the map starts over (a bound on memory for captures
-    /// that see many peers; any address is printed again after that, with the same text).
-    const MAX: usize = 4096;
-
-    fn text(&mut self, a: Addr) -> &str {
-        if self.0.len() >= Self::MAX && !self.0.contains_key(&a.0) {
-            self.0.clear();
-        }
-        self.0.entry(a.0).or_insert_with(|| a.to_ip().to_string())
-    }
 }
 
 impl Decoder {
@@ -135,7 +85,6 @@ impl Decoder {
             unix: FastMap::default(),
             dev_names: dev_names.into_iter().collect(),
             tally: HookTally::default(),
-            spare: Box::default(),
         }
     }
 
@@ -154,37 +103,21 @@ impl Decoder {
         let Some(hook) = self.tally.count(ev.hook) else {
             return Ok(());
         };
-        let line = self.view(hook, ev);
+        let line = self.line(hook, ev);
         serde_json::to_writer(&mut *out, &line)?;
         out.write_all(b"\n")
     }
 
-    /// Decodes one raw event into the record its NDJSON line parses to, without JSON (the
-    /// merge reading a binary capture), in place of the event `out` held: its Strings are
-    /// refilled rather than allocated per event. False for an unknown hook id (`out` kept).
-    pub fn decode_into(&mut self, ev: &Event, out: &mut Option<KernelEvent>) -> bool {
-        let Some(hook) = self.tally.count(ev.hook) else {
-            return false;
-        };
-        let Self {
-            node,
-            conns,
-            unix,
-            dev_names,
-            spare,
-            ..
-        } = self;
-        if let Some(old) = out.take() {
-            spare.keep(old);
-        }
-        // The decoder's parts borrowed one by one (not `self.view`), so the line can borrow
-        // the node and device names while `spare` is refilled: no per-event move of `spare`.
-        let line = line_of(node, conns, unix, dev_names, hook, ev);
-        *out = Some(line.to_event(spare));
-        true
+    /// Counts one raw event; its hook, or `None` for a hook id this build does not know (the
+    /// event is then skipped, as its NDJSON line would be).
+    pub fn count(&mut self, ev: &Event) -> Option<Hook> {
+        self.tally.count(ev.hook)
     }
 
-    fn view<'a>(&'a mut self, hook: Hook, ev: &Event) -> KernelLine<'a> {
+    /// The borrowed line of one counted event (its hook from [`Self::count`]): what its
+    /// NDJSON line holds, without JSON and without an owned `KernelEvent` (the merge reduces
+    /// a capture's events from this).
+    pub fn line(&mut self, hook: Hook, ev: &Event) -> KernelLine<'_> {
         line_of(
             &self.node,
             &mut self.conns,
@@ -211,9 +144,9 @@ fn line_of<'a>(
         return line;
     }
     if ev.flags & EVENT_FLAG_TUPLE != 0 {
-        line.saddr = Some(Addr(ev.saddr));
+        line.saddr = Some(LineAddr::Raw(Addr(ev.saddr)));
         line.sport = Some(ev.sport);
-        line.daddr = Some(Addr(ev.daddr));
+        line.daddr = Some(LineAddr::Raw(Addr(ev.daddr)));
         line.dport = Some(ev.dport);
     }
     if ev.irq_entry_ns != 0 || matches!(hook, Hook::IrqEntry | Hook::IrqExit) {
@@ -375,85 +308,6 @@ pub fn unwrap_offset(seq: u32, base: u32, hi: &mut u64) -> u64 {
     offset
 }
 
-/// A 16-byte address printed as IPv4 when IPv4-mapped, else IPv6; serialized without an
-/// intermediate String.
-#[derive(Clone, Copy)]
-struct Addr([u8; 16]);
-
-impl Addr {
-    fn to_ip(self) -> IpAddr {
-        let v6 = Ipv6Addr::from(self.0);
-        v6.to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6))
-    }
-}
-
-impl Serialize for Addr {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.to_ip())
-    }
-}
-
-/// Borrowed twin of [`crate::schema::KernelEvent`]: same fields, same order, same omissions
-/// (a test checks that every line parses back as a `KernelEvent` with unknown fields denied).
-#[derive(Serialize)]
-#[serde(tag = "type", rename = "kernel")]
-struct KernelLine<'a> {
-    node: &'a str,
-    hook: Hook,
-    ts_ns: u64,
-    cpu: u32,
-    pid: u32,
-    tid: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cookie: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    skb: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    seq: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    len: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    offset: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    dir: Option<Direction>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ifindex: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    dev: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    queue: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    value: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    aux: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    saddr: Option<Addr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sport: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    daddr: Option<Addr>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    dport: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    irq: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    irq_entry_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    softirq_raise_ns: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    softirq_entry_ns: Option<u64>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    retrans: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    active: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    unix_sock: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    unix_peer: Option<u64>,
-}
-
 impl<'a> KernelLine<'a> {
     /// The fields every event has; hook-specific ones unset.
     fn common(
@@ -494,65 +348,12 @@ impl<'a> KernelLine<'a> {
             unix_peer: None,
         }
     }
-
-    /// The owned event, its node and device names and address texts written into `spare`'s
-    /// Strings.
-    fn to_event(&self, spare: &mut Spare) -> KernelEvent {
-        let Spare {
-            node,
-            dev,
-            saddr,
-            daddr,
-            addrs,
-        } = spare;
-        let saddr = self.saddr.map(|a| refill(saddr, addrs.text(a)));
-        let daddr = self.daddr.map(|a| refill(daddr, addrs.text(a)));
-        KernelEvent {
-            node: refill(node, self.node),
-            hook: self.hook,
-            ts_ns: self.ts_ns,
-            cpu: self.cpu,
-            pid: self.pid,
-            tid: self.tid,
-            cookie: self.cookie,
-            skb: self.skb,
-            seq: self.seq,
-            len: self.len,
-            offset: self.offset,
-            dir: self.dir,
-            ifindex: self.ifindex,
-            dev: self.dev.map(|d| refill(dev, d)),
-            queue: self.queue,
-            value: self.value,
-            aux: self.aux,
-            saddr,
-            sport: self.sport,
-            daddr,
-            dport: self.dport,
-            irq: self.irq,
-            irq_entry_ns: self.irq_entry_ns,
-            softirq_raise_ns: self.softirq_raise_ns,
-            softirq_entry_ns: self.softirq_entry_ns,
-            retrans: self.retrans,
-            active: self.active,
-            unix_sock: self.unix_sock,
-            unix_peer: self.unix_peer,
-        }
-    }
-}
-
-/// `v` in `s`'s buffer, taken out of `s` (no allocation once it has the room).
-fn refill(s: &mut String, v: &str) -> String {
-    let mut s = std::mem::take(s);
-    s.clear();
-    s.push_str(v);
-    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::Record;
+    use crate::schema::{KernelEvent, Record};
 
     fn v4(a: [u8; 4]) -> [u8; 16] {
         [
@@ -725,13 +526,13 @@ mod tests {
         assert_eq!(d.unknown_hooks(), 1);
     }
 
-    /// One event refilled in place for a stream of events (devices set and unset, a tuple,
-    /// unix sockets, an unknown hook between them) is, event by event, the record its NDJSON
-    /// line parses to, from a second decoder fed the same events.
+    /// Over a stream of events (devices set and unset, a tuple, unix sockets, an unknown hook
+    /// between them), each decoded line made owned is the record its NDJSON line parses to,
+    /// and the line of that parsed record serializes to the same bytes.
     #[test]
-    fn events_refilled_in_place_are_what_their_lines_parse_to() {
+    fn decoded_lines_are_what_their_ndjson_lines_parse_to() {
         let devs = HashMap::from([(3, "eth0".to_owned()), (4, "veth-long-name".to_owned())]);
-        let mut reused = Decoder::new("A".into(), devs.clone());
+        let mut decoded = Decoder::new("A".into(), devs.clone());
         let mut by_line = Decoder::new("A".into(), devs);
         let mut est = event(Hook::SockEstablished, 1_000_001, 0);
         est.aux = 5_000_001;
@@ -745,24 +546,27 @@ mod tests {
             let mut ev = event(hook, 1_000_101 + i as u32, 100);
             ev.ifindex = [0, 3, 4, 9][i % 4];
             ev.flags = [0, EVENT_FLAG_TUPLE, meshlab_common::EVENT_FLAG_UNIX][i % 3];
-            // Addresses seen before and new ones, IPv4-mapped and IPv6, in turn.
+            // IPv4-mapped and IPv6 addresses, in turn.
             ev.saddr = [v4([10, 0, 0, 1]), v4([10, 0, 0, i as u8]), [i as u8; 16]][i / 3 % 3];
             ev.daddr = [v4([10, 0, 0, 2]), [7; 16], v4([192, 168, 1, i as u8])][i % 2];
             ev.hook = if i % 7 == 6 { 999 } else { ev.hook };
             events.push(ev);
         }
-        let mut out = None;
         for ev in &events {
             let mut line = Vec::new();
             by_line.write_event(ev, &mut line).unwrap();
-            let decoded = reused.decode_into(ev, &mut out);
-            assert_eq!(decoded, !line.is_empty(), "{ev:?}");
-            if decoded {
-                let parsed = serde_json::from_slice::<Record>(&line).unwrap();
-                assert_eq!(Record::Kernel(out.clone().unwrap()), parsed);
-            }
+            let hook = decoded.count(ev);
+            assert_eq!(hook.is_some(), !line.is_empty(), "{ev:?}");
+            let Some(hook) = hook else { continue };
+            let owned = decoded.line(hook, ev).to_event();
+            let Record::Kernel(parsed) = serde_json::from_slice::<Record>(&line).unwrap() else {
+                panic!("not a kernel line");
+            };
+            assert_eq!(owned, parsed);
+            let again = serde_json::to_vec(&KernelLine::of(&parsed)).unwrap();
+            assert_eq!(again, line[..line.len() - 1]);
         }
-        assert_eq!(reused.unknown_hooks(), by_line.unknown_hooks());
-        assert!(reused.unknown_hooks() > 0);
+        assert_eq!(decoded.unknown_hooks(), by_line.unknown_hooks());
+        assert!(decoded.unknown_hooks() > 0);
     }
 }

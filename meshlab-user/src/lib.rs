@@ -3,6 +3,7 @@
 
 pub mod capture;
 pub mod decode;
+pub mod incoming;
 pub mod kernel;
 pub mod lab;
 pub mod merge;

@@ -11,8 +11,9 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use crate::capture::reader::CaptureReader;
 use crate::capture::source::CaptureRecords;
 use crate::capture::{MAGIC, is_capture};
+use crate::incoming::Incoming;
 use crate::ndjson::{NdjsonError, RecordReader};
-use crate::schema::{Incoming, Record};
+use crate::schema::Record;
 
 /// Records per message between the decoding thread and the consumer.
 const BATCH: usize = 1024;

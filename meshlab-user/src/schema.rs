@@ -49,33 +49,6 @@ pub enum Record {
     MergeSummary(MergeSummary),
 }
 
-/// A record as a reader hands it on: a capture's kernel event borrowed from its decoder (the
-/// one event refilled in place, not an owned event per record), any other record owned.
-// `Owned` holds the Record by value, as the readers always handed it on: boxing it would add an
-// allocation per NDJSON line, and the value is consumed where it is made.
-#[allow(clippy::large_enum_variant)]
-pub enum Incoming<'a> {
-    Kernel(&'a KernelEvent),
-    Owned(Record),
-}
-
-impl Incoming<'_> {
-    /// The record's `"type"` tag.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Incoming::Kernel(_) => "kernel",
-            Incoming::Owned(r) => r.type_name(),
-        }
-    }
-
-    pub fn into_owned(self) -> Record {
-        match self {
-            Incoming::Kernel(k) => Record::Kernel(k.clone()),
-            Incoming::Owned(r) => r,
-        }
-    }
-}
-
 impl Record {
     /// The record's `"type"` tag.
     pub fn type_name(&self) -> &'static str {

@@ -5,7 +5,8 @@ use std::io::BufRead;
 use std::path::Path;
 
 use crate::decode::Decoder;
-use crate::schema::{Incoming, KernelEvent, Record};
+use crate::incoming::Incoming;
+use crate::schema::Record;
 
 use super::reader::{CaptureReader, RawRecord};
 use super::{CaptureError, RecordKind};
@@ -15,8 +16,6 @@ pub struct CaptureRecords<R> {
     file: std::path::PathBuf,
     reader: CaptureReader<R>,
     decoder: Decoder,
-    /// The event decoded last, refilled by the next ([`Decoder::decode_into`]).
-    event: Option<KernelEvent>,
     warned_truncated: bool,
 }
 
@@ -27,7 +26,6 @@ impl<R: BufRead> CaptureRecords<R> {
             file: reader.file().to_owned(),
             reader,
             decoder: Decoder::new(meta.node, meta.dev_names),
-            event: None,
             warned_truncated: false,
         }
     }
@@ -46,24 +44,26 @@ impl<R: BufRead> CaptureRecords<R> {
     /// The next record with its number ([`Self::number`]), a kernel event borrowed until the
     /// next call; `None` at the end, as [`Self::next_record`].
     pub fn next_incoming(&mut self) -> Result<Option<(u64, Incoming<'_>)>, CaptureError> {
-        loop {
+        let (event, hook) = loop {
             let Some(raw) = self.reader.next_raw()? else {
                 self.warn_truncated();
                 return Ok(None);
             };
             if raw.kind == RecordKind::Event {
-                if self.decoder.decode_into(&raw.event(), &mut self.event) {
-                    break;
+                let event = raw.event();
+                match self.decoder.count(&event) {
+                    Some(hook) => break (event, hook),
+                    None => continue, // unknown hook id: skipped, as in NDJSON
                 }
-                continue; // unknown hook id: skipped, as in NDJSON
             }
             let record = parse_json_record(&raw).map_err(|m| {
                 CaptureError::record(&self.file, raw.offset, raw.number, raw.kind.name(), m)
             })?;
             return Ok(Some((raw.number, Incoming::Owned(record))));
-        }
+        };
         let number = self.reader.number();
-        Ok(self.event.as_ref().map(|k| (number, Incoming::Kernel(k))))
+        let line = self.decoder.line(hook, &event);
+        Ok(Some((number, Incoming::Kernel(line))))
     }
 
     fn warn_truncated(&mut self) {

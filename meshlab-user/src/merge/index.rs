@@ -18,6 +18,44 @@ use super::reader::{ReaderTimeline, SchedEvent};
 use super::segments::PointId;
 use super::time::NodeTime;
 
+/// `d.partition_point(pred)` (`pred` holds on a prefix), found by galloping in from both ends
+/// before a binary search: lookups land near one end (an RX message's events are the newest,
+/// a TX message's are looked up a window later, among the oldest), and a plain binary search
+/// over a window of a connection's events missed the cache on most of its probes (perf:
+/// `partition_point` about a quarter of the merge's CPU time on a real capture).
+fn partition_point_from_ends<T>(d: &VecDeque<T>, pred: impl Fn(&T) -> bool) -> usize {
+    // `pred` holds below `lo` and fails from `hi` on.
+    let (mut lo, mut hi) = (0, d.len());
+    let mut step = 1;
+    while lo < hi {
+        let back = hi - step.min(hi - lo);
+        if pred(&d[back]) {
+            lo = back + 1;
+            break;
+        }
+        hi = back;
+        if lo == hi {
+            break;
+        }
+        let front = lo + step.min(hi - lo) - 1;
+        if !pred(&d[front]) {
+            hi = front;
+            break;
+        }
+        lo = front + 1;
+        step *= 2;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(&d[mid]) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 #[derive(Clone, Debug)]
 struct RangeEvent {
     end: u64,
@@ -54,14 +92,14 @@ impl RangeIndex {
         if self.by_start.back().is_none_or(|(k, _)| k.0 <= start) {
             self.by_start.push_back((key, ev));
         } else {
-            let at = self.by_start.partition_point(|(k, _)| k.0 <= start);
+            let at = partition_point_from_ends(&self.by_start, |(k, _)| k.0 <= start);
             self.by_start.insert(at, (key, ev));
         }
     }
 
     /// The entries whose start is in `[lo, hi]`, in key order.
     fn starting_within(&self, lo: u64, hi: u64) -> impl Iterator<Item = &RangeEvent> {
-        let from = self.by_start.partition_point(|(k, _)| k.0 < lo);
+        let from = partition_point_from_ends(&self.by_start, |(k, _)| k.0 < lo);
         let within = self.by_start.range(from..);
         within.take_while(move |(k, _)| k.0 <= hi).map(|(_, ev)| ev)
     }
@@ -311,7 +349,7 @@ impl<T: Copy> TimeQueue<T> {
         pick: impl Fn(&T) -> bool,
     ) -> Option<T> {
         let from = if self.in_order {
-            self.entries.partition_point(|e| ns(e) < lo)
+            partition_point_from_ends(&self.entries, |e| ns(e) < lo)
         } else {
             0
         };
@@ -328,8 +366,8 @@ impl<T: Copy> TimeQueue<T> {
     /// The entries whose time is in `[lo, hi]` in time order, and the latest one before `lo`.
     fn around(&self, lo: u64, hi: u64, ns: impl Fn(&T) -> u64) -> (Option<T>, Vec<T>) {
         if self.in_order {
-            let from = self.entries.partition_point(|e| ns(e) < lo);
-            let to = self.entries.partition_point(|e| ns(e) <= hi).max(from);
+            let from = partition_point_from_ends(&self.entries, |e| ns(e) < lo);
+            let to = partition_point_from_ends(&self.entries, |e| ns(e) <= hi).max(from);
             let before = from.checked_sub(1).and_then(|i| self.entries.get(i));
             let within = self.entries.range(from..to).copied().collect();
             return (before.copied(), within);
@@ -687,6 +725,34 @@ mod tests {
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
             self.0 % n
+        }
+    }
+
+    /// Sorted deques of every length up to 70 (some wrapped around their buffer, with
+    /// repeated values), every threshold from below the least to above the greatest: the
+    /// gallop from both ends finds the index `VecDeque::partition_point` finds.
+    #[test]
+    fn partition_point_from_ends_is_partition_point() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for len in 0..70u64 {
+            let mut d: VecDeque<u64> = VecDeque::with_capacity(8);
+            for _ in 0..rng.below(20) {
+                d.push_back(0);
+                d.pop_front(); // the head moves on: pushes below wrap around
+            }
+            let mut v = 0;
+            for _ in 0..len {
+                v += rng.below(3);
+                d.push_back(v);
+            }
+            for t in 0..=v + 2 {
+                for pred in [&(|x: &u64| *x < t) as &dyn Fn(&u64) -> bool, &|x: &u64| {
+                    *x <= t
+                }] {
+                    let want = d.partition_point(pred);
+                    assert_eq!(partition_point_from_ends(&d, pred), want, "{d:?} {t}");
+                }
+            }
         }
     }
 

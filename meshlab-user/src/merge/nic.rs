@@ -7,7 +7,8 @@
 
 use super::HashMap;
 
-use crate::schema::{DeviceContext, Hook, IrqRole, KernelEvent, NicIrqInfo, Startup};
+use crate::incoming::KernelLine;
+use crate::schema::{DeviceContext, Hook, IrqRole, NicIrqInfo, Startup};
 
 use super::event::Place;
 
@@ -51,9 +52,8 @@ impl NodeNic {
     }
 
     /// The place of one event: CPU always; queue and IRQ on the device stages.
-    pub fn place(&self, k: &KernelEvent) -> Place {
-        let ifindex = (k.ifindex.filter(|&i| i != 0))
-            .or_else(|| self.ifindex.get(k.dev.as_deref()?).copied());
+    pub fn place(&self, k: &KernelLine<'_>) -> Place {
+        let ifindex = (k.ifindex.filter(|&i| i != 0)).or_else(|| self.ifindex.get(k.dev?).copied());
         let (queue, irq) = match k.hook {
             Hook::NetifReceiveSkb => {
                 let irq = k.irq.filter(|_| k.irq_entry_ns.is_some());
@@ -74,7 +74,7 @@ impl NodeNic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::DeviceIrq;
+    use crate::schema::{DeviceIrq, KernelEvent};
 
     fn irq(irq: u32, role: IrqRole, queue: u32) -> DeviceIrq {
         DeviceIrq {
@@ -111,23 +111,27 @@ mod tests {
         rx.ifindex = Some(2);
         rx.irq = Some(30);
         rx.irq_entry_ns = Some(1);
-        let p = nic.place(&rx);
+        let p = nic.place(&KernelLine::of(&rx));
         assert_eq!((p.cpu(), p.queue(), p.irq()), (Some(3), Some(1), Some(30)));
         // An event naming its device only (synthetic recordings) still gets its ifindex.
         rx.ifindex = None;
         rx.dev = Some("eth0".into());
-        assert_eq!(nic.place(&rx).ifindex(), Some(2));
+        assert_eq!(nic.place(&KernelLine::of(&rx)).ifindex(), Some(2));
         // A context without an IRQ (veth, loopback): no queue either.
         rx.irq_entry_ns = None;
-        assert_eq!(nic.place(&rx).queue(), None);
+        assert_eq!(nic.place(&KernelLine::of(&rx)).queue(), None);
         let mut tx = KernelEvent::new("B".into(), Hook::NetDevXmit, 1);
         tx.ifindex = Some(2);
         tx.queue = Some(1);
-        let p = nic.place(&tx);
+        let p = nic.place(&KernelLine::of(&tx));
         assert_eq!((p.queue(), p.irq()), (Some(1), Some(31)));
         tx.queue = Some(5);
-        assert_eq!(nic.place(&tx).irq(), None, "no vector serves queue 5");
+        assert_eq!(
+            nic.place(&KernelLine::of(&tx)).irq(),
+            None,
+            "no vector serves queue 5"
+        );
         let sched = KernelEvent::new("B".into(), Hook::SchedSwitch, 1);
-        assert_eq!(nic.place(&sched).queue(), None);
+        assert_eq!(nic.place(&KernelLine::of(&sched)).queue(), None);
     }
 }

@@ -1,7 +1,8 @@
 //! Reduction of one validated record to the merge's [`Item`]: node check, `--inject-skew`,
 //! clock conversion of probe timestamps, and field errors naming file, line and field.
 
-use crate::schema::{Hook, Incoming, InputKind, KernelEvent, ProbeEvent, Record};
+use crate::incoming::{Incoming, KernelLine};
+use crate::schema::{Hook, InputKind, ProbeEvent, Record};
 
 use super::MergeError;
 use super::event::{
@@ -11,8 +12,8 @@ use super::input::{Plan, parse_err, shift};
 use super::nic_clock::OnMonotonic;
 use super::time::{NodeId, NodeTime};
 
-/// Reduces one record of `file` (already parsed, or a capture's event borrowed from its
-/// decoder) to an item of `node`, or `None` when the record is not an event of that node
+/// Reduces one record of `file` (already parsed, or a capture's event as its decoder's
+/// borrowed line) to an item of `node`, or `None` when the record is not an event of that node
 /// (other records, other nodes' probe lines).
 pub fn to_item(
     plan: &Plan,
@@ -35,7 +36,7 @@ pub fn to_item(
             format!("in a `{record}` record: field `{field}`: {what}"),
         )
     };
-    let kernel = |k: &KernelEvent| {
+    let kernel = |k: &KernelLine<'_>| {
         node_checked(node_name, k)
             .and_then(|k| kernel_item(plan, node, origin, skew, k))
             .map(Some)
@@ -45,8 +46,8 @@ pub fn to_item(
     // was a copy of the whole record per event.
     let kernel_file = f.kind == InputKind::Kernel;
     match record {
-        Incoming::Kernel(k) if kernel_file => kernel(k),
-        Incoming::Owned(Record::Kernel(k)) if kernel_file => kernel(&k),
+        Incoming::Kernel(k) if kernel_file => kernel(&k),
+        Incoming::Owned(Record::Kernel(k)) if kernel_file => kernel(&KernelLine::of(&k)),
         Incoming::Owned(Record::Probe(_)) if kernel_file => Err(bad(
             "probe",
             "type",
@@ -76,7 +77,10 @@ pub fn to_item(
 type FieldError = (&'static str, String);
 
 /// `k`, if it is an event of `node_name` (the node whose recording it came in).
-fn node_checked<'k>(node_name: &str, k: &'k KernelEvent) -> Result<&'k KernelEvent, FieldError> {
+fn node_checked<'k, 'a>(
+    node_name: &str,
+    k: &'k KernelLine<'a>,
+) -> Result<&'k KernelLine<'a>, FieldError> {
     if k.node != node_name {
         let what = format!("\"{}\" in the recording of node \"{node_name}\"", k.node);
         return Err(("node", what));
@@ -89,7 +93,7 @@ fn kernel_item(
     node: NodeId,
     origin: Origin,
     skew: i64,
-    k: &KernelEvent,
+    k: &KernelLine<'_>,
 ) -> Result<Item, FieldError> {
     let moved = |field: &'static str, v: u64| {
         shift(v, skew).ok_or_else(|| (field, format!("--inject-skew {skew} moves {v} below zero")))
@@ -142,7 +146,7 @@ fn kernel_item(
 fn rx_context(
     plan: &Plan,
     node: NodeId,
-    k: &KernelEvent,
+    k: &KernelLine<'_>,
     moved: &dyn Fn(&'static str, u64) -> Result<u64, FieldError>,
 ) -> Result<RxContext, FieldError> {
     let devs = &plan.nic_irq_devs[usize::from(node.0)];
@@ -151,7 +155,7 @@ fn rx_context(
         irq_entry_ns: moved_opt("irq_entry_ns", k.irq_entry_ns)?,
         softirq_raise_ns: moved_opt("softirq_raise_ns", k.softirq_raise_ns)?,
         softirq_entry_ns: moved_opt("softirq_entry_ns", k.softirq_entry_ns)?,
-        irq_expected: k.dev.as_ref().is_some_and(|d| devs.contains(d)),
+        irq_expected: k.dev.is_some_and(|d| devs.iter().any(|x| x == d)),
         wire: on_nic_clock(plan, node, k.aux),
     })
 }
@@ -164,16 +168,17 @@ fn on_nic_clock(plan: &Plan, node: NodeId, hw_ns: Option<u64>) -> Option<OnMonot
     plan.clocks[usize::from(node.0)].nic().to_monotonic(hw_ns?)
 }
 
-/// The connection a `sock_established` event opens; every field it needs is required.
-fn established(k: &KernelEvent) -> Result<Established, FieldError> {
+/// The connection a `sock_established` event opens; every field it needs is required. The
+/// only hook whose addresses the merge reads: they are printed here, not per decoded event.
+fn established(k: &KernelLine<'_>) -> Result<Established, FieldError> {
     fn need<T: Clone>(v: &Option<T>, field: &'static str) -> Result<T, FieldError> {
         v.clone()
             .ok_or((field, "required for sock_established".to_owned()))
     }
     need(&k.cookie, "cookie")?;
     Ok(Established {
-        local: Endpoint::new(need(&k.saddr, "saddr")?, need(&k.sport, "sport")?),
-        remote: Endpoint::new(need(&k.daddr, "daddr")?, need(&k.dport, "dport")?),
+        local: Endpoint::new(need(&k.saddr, "saddr")?.text(), need(&k.sport, "sport")?),
+        remote: Endpoint::new(need(&k.daddr, "daddr")?.text(), need(&k.dport, "dport")?),
         active: need(&k.active, "active")?,
     })
 }

@@ -3,8 +3,8 @@
 //! node has been read a window past it, so lines out of order by less than the window come out
 //! in order, and the buffer holds about a window of events, whatever the input size.
 
+use crate::incoming::Incoming;
 use crate::records::ReducedSource;
-use crate::schema::Incoming;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;

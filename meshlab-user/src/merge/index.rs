@@ -416,7 +416,7 @@ impl NodeIndex {
             }
             Hook::SchedSwitch => match ev.value {
                 Some(1) => self.thread_event(ev, SchedEvent::On),
-                Some(0) => self.thread_event(ev, SchedEvent::off(ev.aux)),
+                Some(0) => self.thread_event(ev, SchedEvent::off(ev.extra.aux())),
                 _ => {}
             },
             hook => {
@@ -437,7 +437,7 @@ impl NodeIndex {
                         stamp: ev.stamp,
                         tid: ev.tid,
                         retrans: ev.retrans,
-                        rx: ev.rx.clone(),
+                        rx: ev.extra.rx().map(|rx| Box::new(*rx)),
                     },
                 );
             }

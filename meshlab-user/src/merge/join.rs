@@ -163,11 +163,11 @@ impl NodeJoiner {
     }
 
     fn kernel(&mut self, ev: &KEvent) {
-        if let (Some(est), Some(cookie)) = (&ev.established, ev.cookie) {
-            self.conns.insert(cookie, (**est).clone());
+        if let (Some(est), Some(cookie)) = (ev.extra.established(), ev.cookie) {
+            self.conns.insert(cookie, est.clone());
             return;
         }
-        if let Some(ends) = ev.unix {
+        if let Some(ends) = ev.extra.unix() {
             self.legs.insert_unix(ev, ends);
             return;
         }

@@ -6,7 +6,8 @@ use crate::schema::{Hook, InputKind, ProbeEvent, Record};
 
 use super::MergeError;
 use super::event::{
-    Endpoint, Established, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp, UnixEnds,
+    Endpoint, Established, Extra, Extras, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp,
+    UnixEnds,
 };
 use super::input::{Plan, parse_err, shift};
 use super::nic_clock::OnMonotonic;
@@ -101,7 +102,7 @@ fn kernel_item(
     let hook = k.hook;
     let ts = moved("ts_ns", k.ts_ns)?;
     let established = if hook == Hook::SockEstablished {
-        Some(Box::new(established(k)?))
+        Some(established(k)?)
     } else {
         None
     };
@@ -109,7 +110,7 @@ fn kernel_item(
         return Err(("dir", "required when `offset` is set".into()));
     }
     let rx = if hook == Hook::NetifReceiveSkb {
-        Some(Box::new(rx_context(plan, node, k, &moved)?))
+        Some(rx_context(plan, node, k, &moved)?)
     } else {
         None
     };
@@ -131,13 +132,15 @@ fn kernel_item(
         offset: k.offset,
         len: u64::from(k.len.unwrap_or(0)),
         value: k.value,
-        aux: k.aux.filter(|_| hook == Hook::SchedSwitch),
         retrans: k.retrans,
-        rx,
-        established,
-        unix: k.unix_sock.map(|sock| UnixEnds {
-            sock,
-            peer: k.unix_peer.unwrap_or(0),
+        extra: Extra::new(Extras {
+            rx,
+            established,
+            unix: k.unix_sock.map(|sock| UnixEnds {
+                sock,
+                peer: k.unix_peer.unwrap_or(0),
+            }),
+            aux: k.aux.filter(|_| hook == Hook::SchedSwitch),
         }),
     })))
 }

@@ -48,7 +48,7 @@ impl Names<'_> {
             "{node}:{} at {} ns ({file}:{})",
             id.name(),
             s.ns(),
-            s.origin.line
+            { s.origin.line } // a copy: Origin is packed
         )
     }
 }

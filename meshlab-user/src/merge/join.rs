@@ -266,7 +266,7 @@ impl NodeJoiner {
                 self.name,
                 key.0,
                 id.name(),
-                p.stamp.origin.line
+                { p.stamp.origin.line } // a copy: Origin is packed
             ));
             return;
         }

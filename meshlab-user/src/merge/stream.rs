@@ -200,7 +200,7 @@ impl NodeStream {
                 self.first_late = Some(format!(
                     "{}:{}: event at {} ns is {} ns earlier than an event already merged, more than --window allows; it was joined out of order",
                     plan.files[usize::from(o.file)].display,
-                    o.line,
+                    { o.line }, // a copy: Origin is packed
                     ns,
                     self.last_out_ns - ns
                 ));

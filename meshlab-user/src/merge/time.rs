@@ -29,7 +29,11 @@ pub struct NodeId(pub u16);
 
 /// A timestamp on one node's CLOCK_MONOTONIC. Comparable for ordering within a node's stream;
 /// not subtractable.
+///
+/// Packed to 10 bytes (not 16): every [`super::event::Stamp`] holds one, and the merge holds
+/// a window of stamps (its kernel index above all); x86 reads the unaligned `ns` at no cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(packed(2))]
 pub struct NodeTime {
     node: NodeId,
     ns: u64,

@@ -171,8 +171,9 @@ pub struct KEvent {
 }
 
 // Boxed items of a window's read-ahead: 184 bytes with the four fields `Extra` replaces (a
-// 192-byte mimalloc block), 152 with it (160-byte block), 136 with a 48-byte `Stamp`.
-const _: () = assert!(std::mem::size_of::<KEvent>() <= 136);
+// 192-byte mimalloc block), 152 with it (160-byte block), 136 with a 48-byte `Stamp`, 128
+// (a 128-byte block) with `Extra` at 16 bytes.
+const _: () = assert!(std::mem::size_of::<KEvent>() <= 128);
 
 /// The fields of a [`KEvent`] that only some hooks carry, as [`Extra`] stores them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -187,8 +188,8 @@ pub struct Extras {
     pub aux: Option<u64>,
 }
 
-/// [`Extras`] in 24 bytes rather than 56: no hook sets more than one of them, so one enum
-/// holds whichever is set. Every item of the merge's read-ahead carries one, so its size is
+/// [`Extras`] in 16 bytes rather than 56: no hook sets more than one of them, so one enum
+/// holds whichever is set (`Unix` boxed too: only `record --unix` captures have them). Every item of the merge's read-ahead carries one, so its size is
 /// the window's memory (page faults, cache misses, the cross-thread frees of old items).
 #[derive(Clone, Debug, Default)]
 pub enum Extra {
@@ -196,13 +197,13 @@ pub enum Extra {
     None,
     Rx(Box<RxContext>),
     Established(Box<Established>),
-    Unix(UnixEnds),
+    Unix(Box<UnixEnds>),
     Aux(u64),
     /// Two or more set (no recorder writes that; kept so any input reduces as it did).
     Many(Box<Extras>),
 }
 
-const _: () = assert!(std::mem::size_of::<Extra>() == 24);
+const _: () = assert!(std::mem::size_of::<Extra>() == 16);
 
 impl Extra {
     pub fn new(x: Extras) -> Extra {
@@ -217,7 +218,7 @@ impl Extra {
                 established: Some(e),
                 ..
             } => Extra::Established(Box::new(e)),
-            Extras { unix: Some(u), .. } => Extra::Unix(u),
+            Extras { unix: Some(u), .. } => Extra::Unix(Box::new(u)),
             Extras { aux: Some(a), .. } => Extra::Aux(a),
             _ => Extra::None,
         }
@@ -241,7 +242,7 @@ impl Extra {
 
     pub fn unix(&self) -> Option<UnixEnds> {
         match self {
-            Extra::Unix(u) => Some(*u),
+            Extra::Unix(u) => Some(**u),
             Extra::Many(x) => x.unix,
             _ => None,
         }

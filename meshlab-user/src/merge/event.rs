@@ -10,7 +10,7 @@ use super::time::NodeTime;
 ///
 /// Packed to 10 bytes like [`NodeTime`], for the same reason: so a [`Stamp`] is 48 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(packed(2))]
+#[repr(Rust, packed(2))]
 pub struct Origin {
     pub file: u16,
     pub line: u64,

@@ -33,7 +33,7 @@ pub struct NodeId(pub u16);
 /// Packed to 10 bytes (not 16): every [`super::event::Stamp`] holds one, and the merge holds
 /// a window of stamps (its kernel index above all); x86 reads the unaligned `ns` at no cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(packed(2))]
+#[repr(Rust, packed(2))]
 pub struct NodeTime {
     node: NodeId,
     ns: u64,

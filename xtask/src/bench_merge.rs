@@ -217,17 +217,12 @@ fn time_report(exe: &Path, input: &Input, dir: &Path, rounds: usize) -> Result<R
     let runs = (0..rounds)
         .map(|_| timed(exe, "report", std::slice::from_ref(&merged)))
         .collect::<Result<Vec<_>>>()?;
-    let walls: Vec<f64> = runs.iter().map(|r| r.wall_s).collect();
     Ok(ReportRow {
         events: input.events,
         requests,
         merged_bytes,
         rounds,
-        wall_s: [
-            walls.iter().copied().fold(f64::INFINITY, f64::min),
-            median(walls.clone()),
-            walls.iter().copied().fold(0.0, f64::max),
-        ],
+        wall_s: min_median_max(runs.iter().map(|r| r.wall_s).collect()),
         cpu_s: median(runs.iter().map(|r| r.cpu_s).collect()),
         max_rss_mib: median(runs.iter().map(|r| r.max_rss_kib as f64 / 1024.0).collect()),
     })
@@ -291,6 +286,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+fn min_median_max(v: Vec<f64>) -> [f64; 3] {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    [min, median(v), max]
+}
+
 fn summarize(
     size: u64,
     events: u64,
@@ -299,14 +300,12 @@ fn summarize(
     load: (String, String),
 ) -> Row {
     let rates: Vec<f64> = runs.iter().map(|r| events as f64 / r.wall_s).collect();
-    let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = rates.iter().copied().fold(0.0, f64::max);
     Row {
         size,
         rounds: runs.len(),
         events,
         format,
-        events_per_s: [min, median(rates), max],
+        events_per_s: min_median_max(rates),
         events_per_cpu_s: median(runs.iter().map(|r| events as f64 / r.cpu_s).collect()),
         max_rss_mib: median(runs.iter().map(|r| r.max_rss_kib as f64 / 1024.0).collect()),
         cpu_per_wall: median(runs.iter().map(|r| r.cpu_s / r.wall_s).collect()),

@@ -189,8 +189,9 @@ pub struct Extras {
 }
 
 /// [`Extras`] in 16 bytes rather than 56: no hook sets more than one of them, so one enum
-/// holds whichever is set (`Unix` boxed too: only `record --unix` captures have them). Every item of the merge's read-ahead carries one, so its size is
-/// the window's memory (page faults, cache misses, the cross-thread frees of old items).
+/// holds whichever is set (`Unix` boxed too: only `record --unix` captures have them). Every
+/// item of the merge's read-ahead carries one, so its size is the window's memory (page
+/// faults, cache misses, the cross-thread frees of old items).
 #[derive(Clone, Debug, Default)]
 pub enum Extra {
     #[default]

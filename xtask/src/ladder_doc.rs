@@ -340,7 +340,11 @@ fn profiling_notes(md: &mut String) {
          submit): `xtask/ring-cost.sh BASELINE` times every program once more with the record \
          built in a per-CPU slot and never submitted, and the difference (~50-80 ns per traced \
          program run, ~28 % of the BPF time per request; docs/benchmarks-kernel.md, \
-         \"Stop 31\") is what a cheaper hand-over could save at most. Kernel struct fields are \
+         \"Stop 31\") is what a cheaper hand-over could save at most. Two were measured \
+         (\"Stop 32\"): slot rings without helper calls stayed within noise (-1.5 to -7 %), \
+         batches of 8 events per record gave -8 %; about two thirds of the record is writing \
+         each event into ring memory the CPU does not hold (one cache miss per event). Kernel \
+         struct fields are \
          read by direct BTF loads on tp_btf programs (meshlab-ebpf/src/kread.rs). `perf` once \
          showed an irq_work self-IPI \
          inside every program (a reader wakeup forced on every event while the reader lagged) \

@@ -149,7 +149,6 @@ fn try_softirq_entry<C: TpArgs>(ctx: &C) -> Option<()> {
         clear(&mut state.pending_irq);
         clear(&mut state.pending_irq_ns);
         clear(&mut state.pending_raise_ns);
-        clear(&mut state.pending_used);
     }
     stream(Hook::SoftirqEntry, vec as i32, 0, 0, u32::MAX);
     Some(())
@@ -172,13 +171,6 @@ fn try_softirq_exit<C: TpArgs>(ctx: &C) -> Option<()> {
         clear(&mut state.irq_entry_ns);
         clear(&mut state.softirq_raise_ns);
         clear(&mut state.softirq_entry_ns);
-        // A pending IRQ whose frames this run took (rx.rs `netif_context`) is not the next's.
-        if state.pending_used != 0 {
-            clear(&mut state.pending_irq);
-            clear(&mut state.pending_irq_ns);
-            clear(&mut state.pending_raise_ns);
-            clear(&mut state.pending_used);
-        }
     }
     stream(Hook::SoftirqExit, vec as i32, 0, 0, u32::MAX);
     Some(())

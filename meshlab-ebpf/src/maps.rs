@@ -92,15 +92,12 @@ pub struct CpuState {
     /// the NEXT run (an IRQ can arrive while NAPI is polling), so they wait here until
     /// softirq_entry promotes them. A NIC IRQ resets the pending raise: the raise kept is
     /// the first one after the latest IRQ (or after the run started, when no IRQ came).
-    /// Except where the running net_rx_action polls the IRQ's device itself (rx.rs
-    /// `netif_context`): then the frames take the pending IRQ, `pending_used` is set, and
-    /// softirq_exit drops it instead of leaving it to the next run.
+    /// Except where the running net_rx_action polls the IRQ's device itself: then the
+    /// device's frame promotes them into the running context (rx.rs `netif_context`).
     pub pending_irq_ns: u64,
     pub pending_raise_ns: u64,
     pub irq: u32,
     pub pending_irq: u32,
-    pub pending_used: u32,
-    pub _pad: u32,
 }
 
 #[map]

@@ -15,31 +15,43 @@ use crate::prefilter::{no_socket_sampled, nothing_sampled, nothing_traced, rx_co
 use crate::turn::{conn_payload_sampled, unsampled_turn_continues};
 use crate::tx::track_thread;
 
-/// The CPU context of a frame netif_receive_skb takes (`ev.ifindex` set): normally the
-/// running NET_RX softirq's ([`attach_cpu_context`]). A NIC IRQ that came during the run is
-/// the frame's when it is of the frame's device and queue: a device raises no IRQ while its
-/// NAPI is scheduled, so a frame of it polled after that IRQ arrived after it. Where the
+/// The CPU context of a frame netif_receive_skb takes (`ev.ifindex` set): the running NET_RX
+/// softirq's ([`attach_cpu_context`]), after one correction. A NIC IRQ that came during the
+/// run is the frame's when it is of the frame's device and queue: a device raises no IRQ while
+/// its NAPI is scheduled, so a frame of it polled after that IRQ arrived after it. Where the
 /// running net_rx_action polls a device scheduled meanwhile itself (kernels whose
 /// `softnet_data` has `in_net_rx_action`: 6.12 and 6.18 do, 6.1 does not), that IRQ gets no
-/// softirq entry of its own; the run's IRQ, raise and entry came before the frame arrived.
-/// Such a frame carries the pending IRQ and raise and no softirq entry. On 6.1 the raise
-/// starts a new run instead, whose entry promotes the IRQ as before (and this never applies).
+/// softirq entry of its own and the run's IRQ, raise and entry came before the frame arrived.
+/// The pending IRQ then becomes the run's context, without a softirq entry (for this frame and
+/// the device's next ones in the run; a later IRQ during the run moves it on again). On 6.1 the
+/// raise starts a new run instead, whose entry promotes the IRQ as before, and this never
+/// applies.
 #[inline(always)]
 fn netif_context<M: KernelRead>(ev: &mut Event, skb: u64) {
-    let Some(state) = CPU_STATE.get_ptr_mut(0) else {
-        return;
-    };
-    // SAFETY: per-CPU slot, only touched by programs of this CPU.
-    let state = unsafe { &mut *state };
-    let mid_run = state.softirq_entry_ns != 0 && state.pending_irq_ns > state.softirq_entry_ns;
-    if mid_run && irq_of_frame::<M>(state.pending_irq, ev.ifindex, skb) {
-        ev.irq = state.pending_irq;
-        ev.irq_entry_ns = state.pending_irq_ns;
-        ev.softirq_raise_ns = state.pending_raise_ns;
-        state.pending_used = 1;
-    } else {
-        attach_cpu_context(ev);
+    if let Some(state) = CPU_STATE.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, only touched by programs of this CPU.
+        let state = unsafe { &mut *state };
+        // In a run (softirq_exit zeroes both) and after its entry or last promoted IRQ.
+        let since = state.softirq_entry_ns.max(state.irq_entry_ns);
+        if since != 0
+            && state.pending_irq_ns > since
+            && irq_of_frame::<M>(state.pending_irq, ev.ifindex, skb)
+        {
+            state.irq = state.pending_irq;
+            state.irq_entry_ns = state.pending_irq_ns;
+            state.softirq_raise_ns = state.pending_raise_ns;
+            // Volatile: adjacent zero stores would become a byte-by-byte memset subprogram
+            // (irq.rs `clear`).
+            // SAFETY: valid, aligned, exclusive references into the per-CPU slot.
+            unsafe {
+                core::ptr::write_volatile(&mut state.softirq_entry_ns, 0);
+                core::ptr::write_volatile(&mut state.pending_irq, 0);
+                core::ptr::write_volatile(&mut state.pending_irq_ns, 0);
+                core::ptr::write_volatile(&mut state.pending_raise_ns, 0);
+            }
+        }
     }
+    attach_cpu_context(ev);
 }
 
 /// Whether NIC IRQ `irq` is of the device `ifindex` and of the skb's RX queue (when both are

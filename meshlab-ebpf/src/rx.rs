@@ -31,10 +31,13 @@ fn netif_context<M: KernelRead>(ev: &mut Event, skb: u64) {
     if let Some(state) = CPU_STATE.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, only touched by programs of this CPU.
         let state = unsafe { &mut *state };
-        // In a run (softirq_exit zeroes both) and after its entry or last promoted IRQ.
-        let since = state.softirq_entry_ns.max(state.irq_entry_ns);
-        if since != 0
-            && state.pending_irq_ns > since
+        // A NIC IRQ is pending (never on veth or loopback: one test on the common path),
+        // we are in a run (softirq_exit zeroes both times) and it came after the run's entry
+        // or its last promoted IRQ.
+        let pending = state.pending_irq_ns;
+        if pending != 0
+            && pending > state.softirq_entry_ns.max(state.irq_entry_ns)
+            && (state.softirq_entry_ns | state.irq_entry_ns) != 0
             && irq_of_frame::<M>(state.pending_irq, ev.ifindex, skb)
         {
             state.irq = state.pending_irq;

@@ -92,6 +92,8 @@ pub struct CpuState {
     /// the NEXT run (an IRQ can arrive while NAPI is polling), so they wait here until
     /// softirq_entry promotes them. A NIC IRQ resets the pending raise: the raise kept is
     /// the first one after the latest IRQ (or after the run started, when no IRQ came).
+    /// Except where the running net_rx_action polls the IRQ's device itself: then the
+    /// device's frame promotes them into the running context (rx.rs `netif_context`).
     pub pending_irq_ns: u64,
     pub pending_raise_ns: u64,
     pub irq: u32,

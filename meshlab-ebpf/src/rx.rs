@@ -10,10 +10,67 @@ use crate::kread::{
     BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, read_word, sampled_sock, skb_ifindex,
     skb_shinfo, tcp_skb_cb_range, traced_sock, untrusted_tcp_load,
 };
-use crate::maps::CPU_STATE;
+use crate::maps::{CPU_STATE, NIC_IRQS};
 use crate::prefilter::{no_socket_sampled, nothing_sampled, nothing_traced, rx_conn};
 use crate::turn::{conn_payload_sampled, unsampled_turn_continues};
 use crate::tx::track_thread;
+
+/// The CPU context of a frame netif_receive_skb takes (`ev.ifindex` set): the running NET_RX
+/// softirq's ([`attach_cpu_context`]), after one correction. A NIC IRQ that came during the
+/// run is the frame's when it is of the frame's device and queue: a device raises no IRQ while
+/// its NAPI is scheduled, so a frame of it polled after that IRQ arrived after it. Where the
+/// running net_rx_action polls a device scheduled meanwhile itself (kernels whose
+/// `softnet_data` has `in_net_rx_action`: 6.12 and 6.18 do, 6.1 does not), that IRQ gets no
+/// softirq entry of its own and the run's IRQ, raise and entry came before the frame arrived.
+/// The pending IRQ then becomes the run's context, without a softirq entry (for this frame and
+/// the device's next ones in the run; a later IRQ during the run moves it on again). On 6.1 the
+/// raise starts a new run instead, whose entry promotes the IRQ as before, and this never
+/// applies.
+#[inline(always)]
+fn netif_context<M: KernelRead>(ev: &mut Event, skb: u64) {
+    if let Some(state) = CPU_STATE.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot, only touched by programs of this CPU.
+        let state = unsafe { &mut *state };
+        // A NIC IRQ is pending (never on veth or loopback: one test on the common path),
+        // we are in a run (softirq_exit zeroes both times) and it came after the run's entry
+        // or its last promoted IRQ.
+        let pending = state.pending_irq_ns;
+        if pending != 0
+            && pending > state.softirq_entry_ns.max(state.irq_entry_ns)
+            && (state.softirq_entry_ns | state.irq_entry_ns) != 0
+            && irq_of_frame::<M>(state.pending_irq, ev.ifindex, skb)
+        {
+            state.irq = state.pending_irq;
+            state.irq_entry_ns = state.pending_irq_ns;
+            state.softirq_raise_ns = state.pending_raise_ns;
+            // Volatile: adjacent zero stores would become a byte-by-byte memset subprogram
+            // (irq.rs `clear`).
+            // SAFETY: valid, aligned, exclusive references into the per-CPU slot.
+            unsafe {
+                core::ptr::write_volatile(&mut state.softirq_entry_ns, 0);
+                core::ptr::write_volatile(&mut state.pending_irq, 0);
+                core::ptr::write_volatile(&mut state.pending_irq_ns, 0);
+                core::ptr::write_volatile(&mut state.pending_raise_ns, 0);
+            }
+        }
+    }
+    attach_cpu_context(ev);
+}
+
+/// Whether NIC IRQ `irq` is of the device `ifindex` and of the skb's RX queue (when both are
+/// known: `skb_record_rx_queue` stores queue + 1 in `queue_mapping`).
+#[inline(always)]
+fn irq_of_frame<M: KernelRead>(irq: u32, ifindex: u32, skb: u64) -> bool {
+    // SAFETY: value copied out at once.
+    let Some(nic) = (unsafe { NIC_IRQS.get(&irq) }).copied() else {
+        return false;
+    };
+    if nic.ifindex != ifindex {
+        return false;
+    }
+    let mapping = M::load::<u16>(skb, offset!(sk_buff_queue_mapping)).unwrap_or(0);
+    nic.queue == u32::MAX || mapping == 0 || u32::from(mapping) - 1 == nic.queue
+}
 
 /// Copies this CPU's IRQ/softirq context into an RX event, so a message's RX path is complete
 /// without streaming every interrupt.
@@ -63,7 +120,7 @@ fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
         if config!(rx_hw_timestamps) != 0 {
             ev.aux = rx_hw_timestamp::<C::Mem>(skb);
         }
-        attach_cpu_context(ev);
+        netif_context::<C::Mem>(ev, skb);
         Some(())
     });
     Some(())

@@ -143,6 +143,55 @@ fn a_nic_frame_polled_without_an_irq_starts_at_netif_receive_skb() {
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
 }
 
+/// A NIC frame whose IRQ came while a NET_RX softirq run was already going on its CPU, on a
+/// kernel whose running net_rx_action polls the device itself (`in_net_rx_action`, 6.12+):
+/// the kernel program gives it that IRQ and raise and no softirq entry of its own (meshlab-ebpf
+/// rx.rs `netif_context`). The time from the raise to netif_receive_skb is one segment; the
+/// chain starts at the frame's own IRQ and nothing is missing. Without the raise (6.12 raises
+/// none while the action runs) the IRQ entry alone starts it.
+#[test]
+fn a_nic_frame_whose_irq_came_during_a_running_softirq_starts_at_that_irq() {
+    for (raise, merged) in [
+        (
+            true,
+            vec![
+                ("rx_irq_handler", 300),
+                ("rx_softirq_delay+rx_napi_poll", 1400),
+            ],
+        ),
+        (
+            false,
+            vec![("rx_irq_handler+rx_softirq_delay+rx_napi_poll", 1700)],
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let files = plain_with_b_edited(dir.path(), |n, l| match n {
+            3 => {
+                let l = l.replace(r#","softirq_entry_ns":7000001015800"#, "");
+                if raise {
+                    l
+                } else {
+                    l.replace(r#","softirq_raise_ns":7000001015200"#, "")
+                }
+            }
+            _ => l.to_owned(),
+        });
+        let out = merge(&files, &[]);
+        let r = &out.requests[0];
+        let mut expected = plain();
+        let at = expected
+            .iter()
+            .position(|s| s.0 == "rx_irq_handler" && s.1 == Some("B"))
+            .unwrap();
+        let segments = merged.into_iter().map(|(name, d)| (name, Some("B"), d));
+        expected.splice(at..at + 3, segments);
+        assert_request(r, &expected, 82_100);
+        assert!(r.complete, "{r:?}");
+        assert!(r.missing.is_empty(), "{:?}", r.missing);
+        assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+    }
+}
+
 #[test]
 fn a_would_be_negative_segment_is_refused_and_reported_with_its_events() {
     let dir = tempfile::tempdir().unwrap();

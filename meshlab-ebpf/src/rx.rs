@@ -23,9 +23,10 @@ use crate::tx::track_thread;
 /// `softnet_data` has `in_net_rx_action`: 6.12 and 6.18 do, 6.1 does not), that IRQ gets no
 /// softirq entry of its own and the run's IRQ, raise and entry came before the frame arrived.
 /// The pending IRQ then becomes the run's context, without a softirq entry (for this frame and
-/// the device's next ones in the run; a later IRQ during the run moves it on again). On 6.1 the
-/// raise starts a new run instead, whose entry promotes the IRQ as before, and this never
-/// applies.
+/// the device's next ones in the run; a later IRQ during the run moves it on again). On every
+/// kernel the same holds for an IRQ that lands between the softirq's entry and the action's
+/// first look at its poll list (seen on 6.1 in the two-guest scenario); elsewhere on 6.1 the
+/// raise starts a new run, whose entry promotes the IRQ as before.
 #[inline(always)]
 fn netif_context<M: KernelRead>(ev: &mut Event, skb: u64) {
     if let Some(state) = CPU_STATE.get_ptr_mut(0) {

@@ -35,7 +35,7 @@ fn cpu_state() -> Option<&'static mut CpuState> {
 /// by LLVM into a `memset` call, which BPF runs as a byte-by-byte loop subprogram (24
 /// iterations per softirq_exit run, the slowest filtered-out program before this).
 #[inline(always)]
-fn clear<T: Default>(field: &mut T) {
+pub(crate) fn clear<T: Default>(field: &mut T) {
     // SAFETY: a valid, aligned, exclusive reference.
     unsafe { core::ptr::write_volatile(field, T::default()) };
 }

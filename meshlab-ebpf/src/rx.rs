@@ -6,6 +6,7 @@ use meshlab_common::{EVENT_FLAG_TUPLE, Event, Hook, TURN_RX};
 use crate::diag::diag_warn;
 use crate::emit::{TpArgs, emit, set_conn_tuple, tp_entries};
 use crate::globals::{config, offset};
+use crate::irq::clear;
 use crate::kread::{
     BtfLoad, KernelRead, ProbeRead, addr_bytes, parse_tcp, read_word, sampled_sock, skb_ifindex,
     skb_shinfo, tcp_skb_cb_range, traced_sock, untrusted_tcp_load,
@@ -44,15 +45,10 @@ fn netif_context<M: KernelRead>(ev: &mut Event, skb: u64) {
             state.irq = state.pending_irq;
             state.irq_entry_ns = state.pending_irq_ns;
             state.softirq_raise_ns = state.pending_raise_ns;
-            // Volatile: adjacent zero stores would become a byte-by-byte memset subprogram
-            // (irq.rs `clear`).
-            // SAFETY: valid, aligned, exclusive references into the per-CPU slot.
-            unsafe {
-                core::ptr::write_volatile(&mut state.softirq_entry_ns, 0);
-                core::ptr::write_volatile(&mut state.pending_irq, 0);
-                core::ptr::write_volatile(&mut state.pending_irq_ns, 0);
-                core::ptr::write_volatile(&mut state.pending_raise_ns, 0);
-            }
+            clear(&mut state.softirq_entry_ns);
+            clear(&mut state.pending_irq);
+            clear(&mut state.pending_irq_ns);
+            clear(&mut state.pending_raise_ns);
         }
     }
     attach_cpu_context(ev);

@@ -102,7 +102,8 @@ mod tests {
 /// mimalloc instead of glibc's malloc: the merge allocates and frees a window of events per
 /// node (the reading threads allocate what the merging thread frees), where glibc's malloc
 /// and free took a fifth of the merge's CPU (callgrind: 1.46 G -> 1.17 G instructions on a
-/// 1e5-event merge). Built without transparent huge pages (`no_thp`): with them, refaulting
-/// purged 2 MiB pages cost more system time than the allocator saved.
+/// 1e5-event merge). Built without transparent huge pages (`no_thp`): with them the faults
+/// fall 300x but zeroing fresh 2 MiB pages tripled the system time on the VM measured
+/// (docs/benchmarks-merge-ab.md, rounds 19 and 33).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -143,6 +143,38 @@ fn a_nic_frame_polled_without_an_irq_starts_at_netif_receive_skb() {
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
 }
 
+/// A frame of one NIC whose CPU context holds another NIC's IRQ (two NICs sharing a CPU: the
+/// context is the CPU's last IRQ before the softirq run that polled both). The frame came from
+/// its own NIC's hardware, so that IRQ and its raise are not the frame's: it is merged as one
+/// polled without an IRQ of its own (above), its chain starting at netif_receive_skb.
+#[test]
+fn a_nic_frame_carrying_another_nics_irq_starts_at_netif_receive_skb() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = plain_with_b_edited(dir.path(), |n, l| {
+        match n {
+        1 => l.replace(
+            r#""nic_irqs":[{"irq":40,"dev":"eth0","ifindex":2,"queue":0}]"#,
+            r#""nic_irqs":[{"irq":40,"dev":"eth0","ifindex":2,"queue":0},{"irq":41,"dev":"eth1","ifindex":3,"queue":0}]"#,
+        ),
+        3 => l.replace(r#""irq":40,"#, r#""irq":41,"#),
+        _ => l.to_owned(),
+    }
+    });
+    let out = merge(&files, &[]);
+    let r = &out.requests[0];
+    let mut expected = plain();
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 20_000 + 300 + 600 + 800;
+    expected.drain(net + 1..net + 4);
+    assert_request(r, &expected, 82_100);
+    assert!(r.complete, "{r:?}");
+    assert!(r.missing.is_empty(), "{:?}", r.missing);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+}
+
 /// A NIC frame whose IRQ came while a NET_RX softirq run was already going on its CPU, on a
 /// kernel whose running net_rx_action polls the device itself (`in_net_rx_action`, 6.12+):
 /// the kernel program gives it that IRQ and raise and no softirq entry of its own (meshlab-ebpf

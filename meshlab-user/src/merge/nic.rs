@@ -4,6 +4,13 @@
 //! RX events carry the IRQ of their CPU's receive context (the kernel does not read the RX
 //! queue): the queue is the one that IRQ serves. TX events carry the skb's queue_mapping: the
 //! IRQ is the vector that serves that TX queue (a `tx` or `rx_tx` vector of the device).
+//!
+//! The receive context is per CPU, not per device: on a machine whose NICs share a CPU, a
+//! frame of one NIC can carry the IRQ of another (the last IRQ before the softirq run that
+//! polled both). A NIC's frame came from its own hardware, so another NIC's IRQ is never its
+//! own: such a context is [`NodeNic::foreign_irq`] and the frame is taken as polled without
+//! an IRQ of its own. A frame of a device without IRQs (veth, a bridge) keeps the context's
+//! IRQ: a frame routed there from a NIC in the same softirq run did start at that IRQ.
 
 use super::HashMap;
 
@@ -21,6 +28,8 @@ pub struct NodeNic {
     tx_irq: HashMap<(u32, u32), u32>,
     /// Device name -> ifindex, for events that name their device only.
     ifindex: HashMap<String, u32>,
+    /// Every known vector -> the ifindex of the device it belongs to.
+    irq_device: HashMap<u32, u32>,
 }
 
 impl NodeNic {
@@ -32,6 +41,7 @@ impl NodeNic {
         let mut nic = NodeNic::default();
         for v in nic_irqs {
             nic.ifindex.insert(v.dev.clone(), v.ifindex);
+            nic.irq_device.insert(v.irq, v.ifindex);
             if let Some(q) = v.queue {
                 nic.rx_queue.insert(v.irq, q);
             }
@@ -39,6 +49,7 @@ impl NodeNic {
         for dev in devices {
             nic.ifindex.insert(dev.dev.clone(), dev.ifindex);
             for v in &dev.irqs {
+                nic.irq_device.entry(v.irq).or_insert(dev.ifindex);
                 let Some(q) = v.queue else { continue };
                 if v.role.can_start_rx() {
                     nic.rx_queue.entry(v.irq).or_insert(q);
@@ -51,12 +62,30 @@ impl NodeNic {
         nic
     }
 
+    /// The event's device: its ifindex, else the one its device name has.
+    fn ifindex_of(&self, k: &KernelLine<'_>) -> Option<u32> {
+        (k.ifindex.filter(|&i| i != 0)).or_else(|| self.ifindex.get(k.dev?).copied())
+    }
+
+    /// Whether an RX event's context IRQ belongs to a NIC other than the frame's own, which
+    /// has IRQs of its own (module doc): that IRQ, and the raise it made, are not the frame's.
+    pub fn foreign_irq(&self, k: &KernelLine<'_>) -> bool {
+        let (Some(irq), Some(frame_dev)) = (k.irq, self.ifindex_of(k)) else {
+            return false;
+        };
+        self.irq_device.get(&irq).is_some_and(|&irq_dev| {
+            irq_dev != frame_dev && self.irq_device.values().any(|&d| d == frame_dev)
+        })
+    }
+
     /// The place of one event: CPU always; queue and IRQ on the device stages.
     pub fn place(&self, k: &KernelLine<'_>) -> Place {
-        let ifindex = (k.ifindex.filter(|&i| i != 0)).or_else(|| self.ifindex.get(k.dev?).copied());
+        let ifindex = self.ifindex_of(k);
         let (queue, irq) = match k.hook {
             Hook::NetifReceiveSkb => {
-                let irq = k.irq.filter(|_| k.irq_entry_ns.is_some());
+                let irq = k
+                    .irq
+                    .filter(|_| k.irq_entry_ns.is_some() && !self.foreign_irq(k));
                 (irq.and_then(|irq| self.rx_queue.get(&irq).copied()), irq)
             }
             Hook::NetDevQueue | Hook::NetDevStartXmit | Hook::NetDevXmit | Hook::TxComplete => {
@@ -133,5 +162,36 @@ mod tests {
         );
         let sched = KernelEvent::new("B".into(), Hook::SchedSwitch, 1);
         assert_eq!(nic.place(&KernelLine::of(&sched)).queue(), None);
+    }
+
+    #[test]
+    fn another_nics_irq_is_foreign_to_a_nic_frame_only() {
+        let nic_irqs = [(30, "eth0", 2), (50, "eth1", 3)].map(|(irq, dev, ifindex)| NicIrqInfo {
+            irq,
+            dev: dev.into(),
+            ifindex,
+            queue: Some(0),
+        });
+        let nic = NodeNic::from_context(&nic_irqs, &[]);
+        let mut rx = KernelEvent::new("B".into(), Hook::NetifReceiveSkb, 1);
+        rx.irq_entry_ns = Some(1);
+        // (frame's device, context IRQ, foreign, the queue the frame is placed on)
+        for (ifindex, irq, foreign, queue) in [
+            (2, 30, false, Some(0)), // eth0's frame, eth0's IRQ
+            (2, 50, true, None),     // eth0's frame, eth1's IRQ
+            (3, 30, true, None),     // eth1's frame, eth0's IRQ
+            (7, 30, false, Some(0)), // a veth frame routed from eth0 in the same softirq run
+            (2, 99, false, None),    // a vector the startup record does not name
+        ] {
+            rx.ifindex = Some(ifindex);
+            rx.irq = Some(irq);
+            let k = KernelLine::of(&rx);
+            assert_eq!(nic.foreign_irq(&k), foreign, "frame {ifindex}, IRQ {irq}");
+            let placed = nic.place(&k);
+            assert_eq!(
+                (placed.irq(), placed.queue()),
+                ((!foreign).then_some(irq), queue)
+            );
+        }
     }
 }

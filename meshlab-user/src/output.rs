@@ -20,7 +20,8 @@
 //! - an existing file is replaced only if it belongs to us (or to the invoking user).
 //!
 //! The API, stable for every writer in the crate: [`create_output`] with a [`Policy`], then
-//! write to the [`Output`] and [`Output::commit`]; [`write_output`] for a whole buffer.
+//! write to the [`Output`] and [`Output::commit`]; [`write_output`] for a whole buffer;
+//! [`check_output`] to refuse a bad path before slow work, without creating anything.
 
 use std::ffi::{CString, OsStr};
 use std::fs::File;
@@ -163,19 +164,35 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
     out.commit().map(drop)
 }
 
-/// Opens `path` for output under the rules of this module (see its documentation).
-pub fn create_output(path: &Path, policy: Policy) -> Result<Output, OutputError> {
+/// Whether [`create_output`] would open `path` as things stand, without creating anything:
+/// for a command that does slow or privileged work before it writes (`record` loads its
+/// programs first) to refuse a bad path at once. `create_output` checks everything again.
+pub fn check_output(path: &Path) -> Result<(), OutputError> {
+    let who = Identity::current();
+    target(path, &who).map(drop)
+}
+
+/// The checked target of an output: its directory, its name, whether the directory is shared
+/// (sticky, writable by others), whether a file of that name exists.
+struct Target {
+    dir: OwnedFd,
+    name: CString,
+    shared: bool,
+    exists: bool,
+}
+
+/// Every check of this module's rules that comes before creating a file.
+fn target(path: &Path, who: &Identity) -> Result<Target, OutputError> {
     let err = |reason| OutputError {
         path: path.to_owned(),
         reason,
     };
-    let who = Identity::current();
     let name = path.file_name().ok_or_else(|| err(Refusal::NoFileName))?;
     let parent = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let dir = open_dir(parent, &who).map_err(err)?;
+    let dir = open_dir(parent, who).map_err(err)?;
     let shared = match who.classify_dir(&fstat(&dir).map_err(err)?) {
         DirTrust::Ours => false,
         DirTrust::SharedSticky => true,
@@ -193,12 +210,33 @@ pub fn create_output(path: &Path, policy: Policy) -> Result<Output, OutputError>
         }
     };
     let name = cstring(name).map_err(err)?;
-    let exists = check_existing(&dir, &name, &who).map_err(err)?;
+    let exists = check_existing(&dir, &name, who).map_err(err)?;
     if exists && shared {
         return Err(err(Refusal::ExistsInSharedDir {
             dir: parent.to_owned(),
         }));
     }
+    Ok(Target {
+        dir,
+        name,
+        shared,
+        exists,
+    })
+}
+
+/// Opens `path` for output under the rules of this module (see its documentation).
+pub fn create_output(path: &Path, policy: Policy) -> Result<Output, OutputError> {
+    let err = |reason| OutputError {
+        path: path.to_owned(),
+        reason,
+    };
+    let who = Identity::current();
+    let Target {
+        dir,
+        name,
+        shared,
+        exists,
+    } = target(path, &who)?;
     let opened = match (policy, exists) {
         (Policy::Stream, false) => create_new(&dir, &name, &who).map(|file| (file, None)),
         (Policy::Stream, true) => create_temp(&dir, &name, &who).and_then(|(file, temp)| {

@@ -89,6 +89,25 @@ fn a_planted_symlink_is_refused_and_its_target_untouched() {
     assert_untouched(&target);
 }
 
+/// `record` checks its output path before it loads anything: the refusal is all it prints
+/// (a load and attach would log first, e.g. the self-cost warning when BPF statistics are off).
+#[test]
+fn record_refuses_its_output_before_loading_its_programs() {
+    if !privileged_or_skip("record_refuses_its_output_before_loading_its_programs") {
+        return;
+    }
+    let private = dir_with_mode(0o700);
+    let target = secret(private.path());
+    let shared = dir_with_mode(0o1777);
+    let planted = shared.path().join("x.ndjson");
+    symlink(&target, &planted).unwrap();
+    let out = record_to(&planted, None);
+    assert_refused(&out, "symbolic link");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "more than the refusal: {stderr}");
+    assert_untouched(&target);
+}
+
 #[test]
 fn a_foreign_owned_output_file_is_refused() {
     if !privileged_or_skip("a_foreign_owned_output_file_is_refused") {

@@ -129,6 +129,11 @@ fn wakeup_events(ring_bytes: u32) -> u32 {
 
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     check_args(&args)?;
+    // A refused output path fails here, not after the programs are loaded and attached (the
+    // file itself is created only then: a failed load leaves an earlier one as it was).
+    if args.output.as_os_str() != "-" {
+        crate::output::check_output(&args.output)?;
+    }
     setup::raise_memlock();
     let node = args.node.clone().unwrap_or_else(sysinfo::hostname);
     let netns = setup::netns_facts(args.netns.as_deref())?;

@@ -7,7 +7,7 @@ mod merge_common;
 use merge_common::edit::with_kernel_lines;
 use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on, only, plain};
 use merge_common::{fixture_files, merge};
-use meshlab_user::schema::{Hook, JoinMethod};
+use meshlab_user::schema::{Hook, JoinMethod, MergedRequest};
 
 #[test]
 fn probes_naming_the_connection_by_four_tuple() {
@@ -149,24 +149,67 @@ fn assert_starts_at_netif_receive_skb(files: &[std::path::PathBuf]) {
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
 }
 
+/// B's startup with a second NIC, eth1 (ifindex 3), whose vector is 41.
+const ETH0_IRQS: &str = r#""nic_irqs":[{"irq":40,"dev":"eth0","ifindex":2,"queue":0}]"#;
+const ETH0_ETH1_IRQS: &str = r#""nic_irqs":[{"irq":40,"dev":"eth0","ifindex":2,"queue":0},{"irq":41,"dev":"eth1","ifindex":3,"queue":0}]"#;
+
+/// The plain fixture with B's frame (line 3) carrying eth1's vector 41 as its context IRQ,
+/// its device edited by `frame_dev`, and B's startup naming eth1 or not.
+fn frame_with_irq_41(
+    dir: &std::path::Path,
+    eth1_named: bool,
+    frame_dev: &'static str,
+) -> Vec<std::path::PathBuf> {
+    plain_with_b_edited(dir, move |n, l| match n {
+        1 if eth1_named => l.replace(ETH0_IRQS, ETH0_ETH1_IRQS),
+        3 => l
+            .replace(r#""irq":40,"#, r#""irq":41,"#)
+            .replace(r#""dev":"eth0""#, frame_dev),
+        _ => l.to_owned(),
+    })
+}
+
 /// A frame of one NIC whose CPU context holds another NIC's IRQ (two NICs sharing a CPU: the
 /// context is the CPU's last IRQ before the softirq run that polled both). The frame came from
 /// its own NIC's hardware, so that IRQ and its raise are not the frame's: it is merged as one
-/// polled without an IRQ of its own (above), its chain starting at netif_receive_skb.
+/// polled without an IRQ of its own (above), its chain starting at netif_receive_skb, and no
+/// segment is placed on the other NIC's vector.
 #[test]
 fn a_nic_frame_carrying_another_nics_irq_starts_at_netif_receive_skb() {
     let dir = tempfile::tempdir().unwrap();
-    let files = plain_with_b_edited(dir.path(), |n, l| {
-        match n {
-        1 => l.replace(
-            r#""nic_irqs":[{"irq":40,"dev":"eth0","ifindex":2,"queue":0}]"#,
-            r#""nic_irqs":[{"irq":40,"dev":"eth0","ifindex":2,"queue":0},{"irq":41,"dev":"eth1","ifindex":3,"queue":0}]"#,
-        ),
-        3 => l.replace(r#""irq":40,"#, r#""irq":41,"#),
-        _ => l.to_owned(),
-    }
-    });
+    let files = frame_with_irq_41(dir.path(), true, r#""dev":"eth0""#);
     assert_starts_at_netif_receive_skb(&files);
+    let out = merge(&files, &[]);
+    let places = out.requests[0]
+        .segments
+        .iter()
+        .filter_map(|s| s.place.as_ref());
+    assert!(
+        places.clone().all(|p| p.irq != Some(41)),
+        "{:?}",
+        places.collect::<Vec<_>>()
+    );
+}
+
+/// A frame of a device without IRQs (veth) carrying a NIC's IRQ was routed there from that NIC
+/// in the same softirq run: it keeps the IRQ, its segments and durations as when the vector is
+/// unknown (only the queue the named vector serves is added to their place).
+#[test]
+fn a_frame_of_a_device_without_irqs_keeps_a_nics_irq() {
+    let (named, unknown) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let veth = r#""dev":"veth0","ifindex":7"#;
+    let keeps = merge(&frame_with_irq_41(named.path(), true, veth), &[]);
+    let as_unknown = merge(&frame_with_irq_41(unknown.path(), false, veth), &[]);
+    let shape = |r: &MergedRequest| {
+        let segments = r.segments.iter();
+        let named = segments.map(|s| (s.name.clone(), s.node.clone(), s.dur_ns));
+        (r.complete, r.e2e_ns, named.collect::<Vec<_>>())
+    };
+    assert_eq!(shape(&keeps.requests[0]), shape(&as_unknown.requests[0]));
+    let on_41 = keeps.requests[0].segments.iter().filter(|s| {
+        s.node.as_deref() == Some("B") && s.place.as_ref().is_some_and(|p| p.irq == Some(41))
+    });
+    assert!(on_41.count() > 0, "{:?}", keeps.requests[0]);
 }
 
 /// A NIC frame whose IRQ came while a NET_RX softirq run was already going on its CPU, on a

@@ -7,10 +7,8 @@
 //!
 //! The receive context is per CPU, not per device: on a machine whose NICs share a CPU, a
 //! frame of one NIC can carry the IRQ of another (the last IRQ before the softirq run that
-//! polled both). A NIC's frame came from its own hardware, so another NIC's IRQ is never its
-//! own: such a context is [`NodeNic::foreign_irq`] and the frame is taken as polled without
-//! an IRQ of its own. A frame of a device without IRQs (veth, a bridge) keeps the context's
-//! IRQ: a frame routed there from a NIC in the same softirq run did start at that IRQ.
+//! polled both): [`NodeNic::irq_of_other_device`]. What the merge makes of it is decided where
+//! the context is reduced (reduce.rs `rx_context`).
 
 use super::HashMap;
 
@@ -67,15 +65,13 @@ impl NodeNic {
         (k.ifindex.filter(|&i| i != 0)).or_else(|| self.ifindex.get(k.dev?).copied())
     }
 
-    /// Whether an RX event's context IRQ belongs to a NIC other than the frame's own, which
-    /// has IRQs of its own (module doc): that IRQ, and the raise it made, are not the frame's.
-    pub fn foreign_irq(&self, k: &KernelLine<'_>) -> bool {
+    /// Whether an RX event's context IRQ is known to belong to another device than the
+    /// frame's (module doc).
+    pub fn irq_of_other_device(&self, k: &KernelLine<'_>) -> bool {
         let (Some(irq), Some(frame_dev)) = (k.irq, self.ifindex_of(k)) else {
             return false;
         };
-        self.irq_device.get(&irq).is_some_and(|&irq_dev| {
-            irq_dev != frame_dev && self.irq_device.values().any(|&d| d == frame_dev)
-        })
+        self.irq_device.get(&irq).is_some_and(|&d| d != frame_dev)
     }
 
     /// The place of one event: CPU always; queue and IRQ on the device stages.
@@ -83,9 +79,7 @@ impl NodeNic {
         let ifindex = self.ifindex_of(k);
         let (queue, irq) = match k.hook {
             Hook::NetifReceiveSkb => {
-                let irq = k
-                    .irq
-                    .filter(|_| k.irq_entry_ns.is_some() && !self.foreign_irq(k));
+                let irq = k.irq.filter(|_| k.irq_entry_ns.is_some());
                 (irq.and_then(|irq| self.rx_queue.get(&irq).copied()), irq)
             }
             Hook::NetDevQueue | Hook::NetDevStartXmit | Hook::NetDevXmit | Hook::TxComplete => {
@@ -165,7 +159,7 @@ mod tests {
     }
 
     #[test]
-    fn another_nics_irq_is_foreign_to_a_nic_frame_only() {
+    fn a_context_irq_is_known_to_be_another_devices_by_its_vector() {
         let nic_irqs = [(30, "eth0", 2), (50, "eth1", 3)].map(|(irq, dev, ifindex)| NicIrqInfo {
             irq,
             dev: dev.into(),
@@ -175,22 +169,21 @@ mod tests {
         let nic = NodeNic::from_context(&nic_irqs, &[]);
         let mut rx = KernelEvent::new("B".into(), Hook::NetifReceiveSkb, 1);
         rx.irq_entry_ns = Some(1);
-        // (frame's device, context IRQ, foreign, the queue the frame is placed on)
-        for (ifindex, irq, foreign, queue) in [
-            (2, 30, false, Some(0)), // eth0's frame, eth0's IRQ
-            (2, 50, true, None),     // eth0's frame, eth1's IRQ
-            (3, 30, true, None),     // eth1's frame, eth0's IRQ
-            (7, 30, false, Some(0)), // a veth frame routed from eth0 in the same softirq run
-            (2, 99, false, None),    // a vector the startup record does not name
+        // (frame's device, context IRQ, the IRQ known to be another device's)
+        for (ifindex, irq, other) in [
+            (2, 30, false), // eth0's frame, eth0's IRQ
+            (2, 50, true),  // eth0's frame, eth1's IRQ
+            (3, 30, true),  // eth1's frame, eth0's IRQ
+            (7, 30, true),  // a veth frame routed from eth0 (reduce.rs keeps its IRQ)
+            (2, 99, false), // a vector the startup record does not name
         ] {
             rx.ifindex = Some(ifindex);
             rx.irq = Some(irq);
             let k = KernelLine::of(&rx);
-            assert_eq!(nic.foreign_irq(&k), foreign, "frame {ifindex}, IRQ {irq}");
-            let placed = nic.place(&k);
             assert_eq!(
-                (placed.irq(), placed.queue()),
-                ((!foreign).then_some(irq), queue)
+                nic.irq_of_other_device(&k),
+                other,
+                "frame {ifindex}, IRQ {irq}"
             );
         }
     }

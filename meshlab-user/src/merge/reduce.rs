@@ -154,15 +154,19 @@ fn rx_context(
 ) -> Result<RxContext, FieldError> {
     let devs = &plan.nic_irq_devs[usize::from(node.0)];
     let moved_opt = |field, v: Option<u64>| v.map(|v| moved(field, v)).transpose();
-    // Another NIC's IRQ and its raise are not this frame's (merge/nic.rs): without them the
-    // frame counts as polled without an IRQ of its own.
-    let foreign = plan.nics[usize::from(node.0)].foreign_irq(k);
+    let irq_expected = k.dev.is_some_and(|d| devs.iter().any(|x| x == d));
+    // A NIC's frame came from its own hardware: another NIC's IRQ in its CPU's context (two
+    // NICs sharing a CPU, merge/nic.rs) and that IRQ's raise are not its. Without them it
+    // counts as polled without an IRQ of its own, and the index places it on no queue. A
+    // frame of a device without IRQs (veth, a bridge) keeps them: routed there from a NIC in
+    // the same softirq run, it did start at that IRQ.
+    let foreign = irq_expected && plan.nics[usize::from(node.0)].irq_of_other_device(k);
     let own = |v: Option<u64>| v.filter(|_| !foreign);
     Ok(RxContext {
         irq_entry_ns: moved_opt("irq_entry_ns", own(k.irq_entry_ns))?,
         softirq_raise_ns: moved_opt("softirq_raise_ns", own(k.softirq_raise_ns))?,
         softirq_entry_ns: moved_opt("softirq_entry_ns", k.softirq_entry_ns)?,
-        irq_expected: k.dev.is_some_and(|d| devs.iter().any(|x| x == d)),
+        irq_expected,
         wire: on_nic_clock(plan, node, k.aux),
     })
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 
 use crate::{read_ndjson, run_cmd};
 
@@ -134,6 +134,7 @@ pub fn check(meshlab: &Path, dir: &Path) -> Result<Vec<serde_json::Value>> {
     )?;
     let requests = read_requests(&merged)?;
     check_joined(&requests)?;
+    check_sums(&requests)?;
     report_clock_offset(&requests);
     let rounds = read_rounds(&dir.join("rounds"))?;
     check_delay_recovered(&requests, &rounds)?;
@@ -327,6 +328,8 @@ pub fn median_shift(shifts: &mut BTreeMap<String, Vec<i64>>, name: &str) -> Resu
 /// the difference of the two netem delays.
 fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Result<()> {
     let mut shifts = pair_shifts(requests, rounds, NETEM_DELAYS_US)?;
+    // Before the medians below sort each list and lose which pair a value came from.
+    let (rest, rest_spread) = rest_shift(&shifts)?;
     let network = median_shift(&mut shifts, "network_round_trip")?;
     let (e2e, e2e_spread) = (shifts.get_mut("e2e"))
         .and_then(|v| median_and_spread(v))
@@ -355,20 +358,37 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
     // later after a longer idle, so the realized difference exceeds the configured one by
     // tens of us on some hosts (+18.7, +34.2 us measured): that lateness IS time in the qdisc.
     // What must hold is where the time lands: A's tx_qdisc moves by at least the injected
-    // difference, by no more than the end-to-end (the qdisc is part of it), and the derived
-    // network segment does not take it.
-    let bound = TOLERANCE_NS.max(2 * spread);
+    // difference and the derived network segment does not take it. That the qdisc is part of
+    // what the client saw holds per request (`check_sums`); the medians' difference below is
+    // printed, not checked: the other stages of a TCG guest can move between the conditions
+    // (-65.6 us in one CI run, +75 us in another), which says nothing about the attribution.
+    eprintln!(
+        "vm two machines: end-to-end minus A tx_qdisc moved by {:+.1} us (+-{:.1}) over the pairs",
+        rest as f64 / 1e3,
+        rest_spread as f64 / 1e3
+    );
     check_shift_attribution(Shifts {
         qdisc,
         network,
-        e2e,
         injected,
-        bound,
-        // The end-to-end median is noisier than the qdisc's (every other stage of a TCG guest
-        // varies in it): a CI run had tx_qdisc +203.8 us, end-to-end +161.0 us, qdisc spread
-        // +-10.4 us. Compared within the end-to-end's own spread.
-        e2e_bound: bound.max(2 * e2e_spread),
+        bound: TOLERANCE_NS.max(2 * spread),
     })
+}
+
+/// Per pair, the end-to-end shift minus A's tx_qdisc shift (what every other stage moved by):
+/// its median and spread.
+fn rest_shift(shifts: &BTreeMap<String, Vec<i64>>) -> Result<(i64, i64)> {
+    let (Some(e2e), Some(qdisc)) = (shifts.get("e2e"), shifts.get("A:tx_qdisc")) else {
+        bail!("no e2e or A:tx_qdisc in every round");
+    };
+    ensure!(
+        e2e.len() == qdisc.len(),
+        "A:tx_qdisc in {} of {} usable round pairs",
+        qdisc.len(),
+        e2e.len()
+    );
+    let mut rest: Vec<i64> = e2e.iter().zip(qdisc).map(|(e, q)| e - q).collect();
+    median_and_spread(&mut rest).context("no pairs")
 }
 
 pub fn within(error: i64) -> &'static str {
@@ -383,11 +403,8 @@ pub fn within(error: i64) -> &'static str {
 struct Shifts {
     qdisc: i64,
     network: i64,
-    e2e: i64,
     injected: i64,
     bound: i64,
-    /// The tolerance of the end-to-end comparison.
-    e2e_bound: i64,
 }
 
 fn check_shift_attribution(s: Shifts) -> Result<()> {
@@ -399,18 +416,30 @@ fn check_shift_attribution(s: Shifts) -> Result<()> {
         s.bound
     );
     ensure!(
-        s.qdisc <= s.e2e + s.e2e_bound,
-        "A's tx_qdisc moved by {} ns, more than the end-to-end {} ns (+{})",
-        s.qdisc,
-        s.e2e,
-        s.e2e_bound
-    );
-    ensure!(
         s.network.abs() <= s.injected / 2,
         "network_round_trip moved by {} ns: the injected {} ns belongs to A's tx_qdisc",
         s.network,
         s.injected
     );
+    Ok(())
+}
+
+/// Every request from A: its segments are not negative and add up to its end-to-end exactly,
+/// so each stage (A's tx_qdisc included) is a part of what the client saw.
+fn check_sums(requests: &[serde_json::Value]) -> Result<()> {
+    for request in requests.iter().filter(|r| r["client_node"] == "A") {
+        let e2e = request["e2e_ns"].as_i64().context("e2e_ns")?;
+        let mut sum = 0;
+        for segment in request["segments"].as_array().into_iter().flatten() {
+            let dur = segment["dur_ns"].as_i64().context("dur_ns")?;
+            ensure!(dur >= 0, "a negative segment {segment} in {request}");
+            sum += dur;
+        }
+        ensure!(
+            sum == e2e,
+            "segments add up to {sum}, not e2e {e2e}: {request}"
+        );
+    }
     Ok(())
 }
 
@@ -529,37 +558,59 @@ mod tests {
     }
 
     #[test]
-    fn the_delay_must_land_in_the_qdisc_within_what_the_client_saw() {
-        let run = |qdisc, network, e2e| Shifts {
+    fn the_delay_must_land_in_the_qdisc_and_not_in_the_network() {
+        let run = |qdisc, network| Shifts {
             qdisc,
             network,
-            e2e,
             injected: 200_000,
             bound: 10_000,
-            e2e_bound: 10_000,
         };
-        // The CI run: the end-to-end's own spread covers the qdisc's lead.
-        let noisy = Shifts {
-            e2e_bound: 60_000,
-            ..run(203_800, 2_300, 161_000)
-        };
-        check_shift_attribution(noisy).expect("within the end-to-end's spread");
-        check_shift_attribution(run(234_000, 7_000, 428_000)).expect("late timer is qdisc time");
-        let short = check_shift_attribution(run(180_000, 7_000, 428_000)).expect_err("short");
+        check_shift_attribution(run(203_800, 2_300)).expect("within the bound");
+        check_shift_attribution(run(234_000, 7_000)).expect("late timer is qdisc time");
+        let short = check_shift_attribution(run(180_000, 7_000)).expect_err("short");
         assert!(
             format!("{short}").contains("less than the injected"),
             "{short}"
         );
-        let over = check_shift_attribution(run(300_000, 7_000, 250_000)).expect_err("over e2e");
-        assert!(
-            format!("{over}").contains("more than the end-to-end"),
-            "{over}"
-        );
-        let wrong = check_shift_attribution(run(201_000, 150_000, 428_000)).expect_err("network");
+        let wrong = check_shift_attribution(run(201_000, 150_000)).expect_err("network");
         assert!(
             format!("{wrong}").contains("belongs to A's tx_qdisc"),
             "{wrong}"
         );
+    }
+
+    #[test]
+    fn every_stage_is_a_part_of_what_the_client_saw() {
+        let request = |durs: &[i64], e2e: i64| {
+            let segments: Vec<_> = durs
+                .iter()
+                .map(|d| serde_json::json!({"dur_ns": d}))
+                .collect();
+            serde_json::json!({"client_node": "A", "e2e_ns": e2e, "segments": segments})
+        };
+        check_sums(&[request(&[200_000, 50_000], 250_000)]).expect("exact sum");
+        let short = check_sums(&[request(&[200_000, 50_000], 260_000)]).expect_err("sum");
+        assert!(format!("{short}").contains("not e2e 260000"), "{short}");
+        let negative = check_sums(&[request(&[300_000, -50_000], 250_000)]).expect_err("negative");
+        assert!(
+            format!("{negative}").contains("a negative segment"),
+            "{negative}"
+        );
+        let from_b = serde_json::json!({"client_node": "B", "e2e_ns": 1, "segments": []});
+        check_sums(&[from_b]).expect("only A's requests are checked");
+    }
+
+    #[test]
+    fn the_rest_is_each_pairs_end_to_end_minus_its_qdisc_shift() {
+        let mut shifts = BTreeMap::new();
+        shifts.insert("e2e".to_owned(), vec![130_000, 400_000, 210_000]);
+        shifts.insert("A:tx_qdisc".to_owned(), vec![195_000, 205_000, 140_000]);
+        let (rest, _) = rest_shift(&shifts).expect("pairs");
+        // Per pair -65, +195, +70 us: the median +70 us, where the medians' difference would
+        // be +15 (210 - 195).
+        assert_eq!(rest, 70_000);
+        shifts.insert("A:tx_qdisc".to_owned(), vec![195_000]);
+        rest_shift(&shifts).expect_err("unequal pairs");
     }
 
     #[test]

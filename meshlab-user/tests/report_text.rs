@@ -33,6 +33,10 @@ fn small_run_figures_are_exact() {
     );
     assert!(text.contains("kernel drops per node: A 2, B 0\n"), "{text}");
     assert!(
+        text.contains("  a request with dropped events is incomplete, or absent"),
+        "{text}"
+    );
+    assert!(
         text.contains("end-to-end (us): n 4  p50 16.00  p90 22.00  p99 22.00  mean 18.50\n"),
         "{text}"
     );
@@ -382,5 +386,37 @@ fn each_proxy_and_each_unix_leg_is_a_hop() {
     assert!(
         leg.iter().skip(11).all(|stage| stage.starts_with("uds_")),
         "{leg:?}"
+    );
+}
+
+#[test]
+fn drops_are_a_share_of_what_the_programs_produced_when_the_recording_says() {
+    // small_a's summary with A's self_cost: 98 events written, 2 dropped -> 2 of 100.
+    let fixture_text = std::fs::read_to_string(fixture("small_a.ndjson")).expect("fixture");
+    let with_cost = fixture_text.replace(
+        r#""dropped_per_node":{"A":2,"B":0}}"#,
+        r#""dropped_per_node":{"A":2,"B":0},"self_cost":{"A":{"bpf_stats":"not_measured","user_cpu_ns":1000,"sys_cpu_ns":500,"events":98}}}"#,
+    );
+    assert_ne!(with_cost, fixture_text, "the summary line was found");
+    let dir = std::env::temp_dir().join(format!("report-drops-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("merged.ndjson");
+    std::fs::write(&path, with_cost).expect("write");
+    let html = dir.join("report.html");
+    let text = run_ok(&[
+        "report",
+        path.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let page = std::fs::read_to_string(&html).expect("html");
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        text.contains("kernel drops per node: A 2 (2.0 % of 100), B 0\n"),
+        "{text}"
+    );
+    assert!(
+        page.contains("A 2 (2.0 % of 100), B 0: a request with dropped events is"),
+        "the HTML's kernel drops item"
     );
 }

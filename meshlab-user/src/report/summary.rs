@@ -78,7 +78,25 @@ pub struct GroupRow {
     pub share: f64,
 }
 
+/// What kernel drops do to the figures, said wherever drops are listed.
+pub const DROPS_NOTE: &str = "a request with dropped events is incomplete, or absent when all \
+     were dropped: the figures cover the recorded requests";
+
 impl RunReport {
+    /// `dropped` events of `node`, with their share of what its programs produced when the
+    /// recording's `self_cost` says how many were written (`dropped + written` produced).
+    pub fn dropped_figure(&self, node: &str, dropped: u64) -> String {
+        let own = self.own_cost.nodes.iter().find(|n| n.node == node);
+        match own.map(|n| n.events) {
+            Some(written) if dropped > 0 => {
+                let produced = dropped + written;
+                let share = 100.0 * dropped as f64 / produced as f64;
+                format!("{dropped} ({share:.1} % of {produced})")
+            }
+            _ => dropped.to_string(),
+        }
+    }
+
     /// Builds the figures; `agg` must have been through [`Aggregate::finish`].
     pub fn new(agg: &mut Aggregate) -> Self {
         let e2e = agg.e2e.finish().expect("at least one request");

@@ -7,7 +7,7 @@ use crate::schema::AttachStatus;
 
 use super::hops::HopRow;
 use super::quantile::Stats;
-use super::summary::{GroupRow, RunReport};
+use super::summary::{DROPS_NOTE, GroupRow, RunReport};
 use super::table::{Align, Table, percent, us, us_f};
 
 /// The figures of a row of the segment, group and hop tables (us; `share` of all end-to-end
@@ -181,7 +181,7 @@ fn write_completeness(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
     let drops: Vec<String> = r
         .kernel_drops
         .iter()
-        .map(|(n, d)| format!("{n} {d}"))
+        .map(|(n, &d)| format!("{n} {}", r.dropped_figure(n, d)))
         .collect();
     writeln!(
         out,
@@ -192,6 +192,9 @@ fn write_completeness(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
             drops.join(", ")
         }
     )?;
+    if r.kernel_drops.values().any(|&d| d > 0) {
+        writeln!(out, "  {DROPS_NOTE}")?;
+    }
     writeln!(
         out,
         "merge errors: {}  requests whose segments do not sum to end-to-end: {}",

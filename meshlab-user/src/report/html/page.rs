@@ -6,7 +6,7 @@ use crate::schema::{AttachEntry, AttachStatus};
 
 use super::super::aggregate::Aggregate;
 use super::super::quantile::Stats;
-use super::super::summary::RunReport;
+use super::super::summary::{DROPS_NOTE, RunReport};
 use super::super::table::{percent, us, us_f};
 use super::svg::{escape, kind_color};
 
@@ -162,13 +162,13 @@ pub fn provenance(out: &mut String, r: &RunReport, agg: &Aggregate) {
     let drops: Vec<String> = r
         .kernel_drops
         .iter()
-        .map(|(n, d)| format!("{} {d}", escape(n)))
+        .map(|(n, &d)| format!("{} {}", escape(n), r.dropped_figure(n, d)))
         .collect();
-    item(
-        out,
-        "kernel drops",
-        or_none(drops, "unknown (no merge_summary)"),
-    );
+    let mut drops = or_none(drops, "unknown (no merge_summary)");
+    if r.kernel_drops.values().any(|&d| d > 0) {
+        drops = format!("{drops}: {DROPS_NOTE}");
+    }
+    item(out, "kernel drops", drops);
     item(out, "merge errors", merge_errors(&r.merge_errors));
     item(out, "sums ≠ end-to-end", c.sum_mismatch.to_string());
     out.push_str("</dl>");

@@ -34,6 +34,14 @@ fn hand_computed_ladder() {
         c.to_str().unwrap(),
     ];
     let text = run_ok(&[&args[..], &["--labels", "a,b,c"]].concat());
+    assert!(
+        text.contains("small_b.ndjson (4 requests, 3 complete, kernel drops 2)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  runs with kernel drops: a request with dropped events is incomplete"),
+        "{text}"
+    );
     assert_eq!(
         cells(&text, "segment"),
         ["segment", "node", "a", "b", "step", "%", "c", "step", "%"]

@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::aggregate::{Aggregate, node_label};
 use super::key::SegmentKey;
 use super::order::PathOrder;
+use super::summary::DROPS_NOTE;
 use super::table::{Align, Table, us, us_f, us_signed};
 
 /// Standard errors a step must exceed to be flagged.
@@ -34,6 +35,8 @@ pub struct RunMeta {
     pub file: String,
     pub requests: u64,
     pub complete: u64,
+    /// Kernel events the run's recordings dropped, all nodes (`None`: no merge_summary).
+    pub kernel_drops: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -102,6 +105,8 @@ pub fn ladder(runs: &[Aggregate], labels: &[String]) -> Ladder {
                 file: r.file.display().to_string(),
                 requests: r.completeness.requests,
                 complete: r.completeness.complete,
+                kernel_drops: (r.summary.as_ref())
+                    .map(|s| s.dropped_per_node.values().sum::<u64>()),
             })
             .collect(),
         rule: NOISE_RULE,
@@ -181,11 +186,16 @@ pub fn write_ladder(l: &Ladder, out: &mut dyn Write) -> io::Result<()> {
         l.runs[0].label
     )?;
     for r in &l.runs {
+        let drops = r.kernel_drops.map_or("unknown".into(), |d| d.to_string());
         writeln!(
             out,
-            "  {}: {} ({} requests, {} complete)",
+            "  {}: {} ({} requests, {} complete, kernel drops {drops})",
             r.label, r.file, r.requests, r.complete
         )?;
+    }
+    if l.runs.iter().any(|r| r.kernel_drops.is_some_and(|d| d > 0)) {
+        // The runs' figures may then describe different subsets of their requests.
+        writeln!(out, "  runs with kernel drops: {DROPS_NOTE}")?;
     }
     writeln!(out)?;
     let mut columns: Vec<(String, Align)> = vec![

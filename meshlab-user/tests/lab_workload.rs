@@ -86,3 +86,83 @@ fn qps_limit_is_respected() {
         s.requests
     );
 }
+
+/// `lab client --redis-ping` against Debian's redis-server on loopback (a free port): every
+/// PING answered, latencies in order.
+#[test]
+fn redis_ping_times_a_redis_server() {
+    let test = "redis_ping_times_a_redis_server";
+    if !meshlab_testkit::privileged::can_run_with(test, "redis-server") {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut server = std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start redis-server");
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .args([
+            "lab",
+            "client",
+            "--connect",
+            &addr,
+            "--redis-ping",
+            "--json",
+        ])
+        .args(["--warmup", "100ms", "--duration", "500ms"])
+        .output()
+        .expect("run client");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s: meshlab_user::lab::workload::latency::LatencySummary =
+        serde_json::from_slice(&out.stdout).expect("one summary object");
+    assert_eq!((s.proto.as_str(), s.payload), ("redis-ping", 0));
+    assert!(s.requests > 100, "only {} PINGs", s.requests);
+    assert!(0.0 < s.p50_us && s.p50_us <= s.p90_us && s.p90_us <= s.max_us);
+}
+
+/// A server that answers a PING with anything but `+PONG` fails the client, naming the reply.
+#[test]
+fn redis_ping_refuses_a_reply_that_is_not_pong() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let answer = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut conn, _) = listener.accept().expect("accept");
+        let mut ping = [0u8; 14];
+        conn.read_exact(&mut ping).expect("a whole PING");
+        assert_eq!(&ping, b"*1\r\n$4\r\nPING\r\n");
+        conn.write_all(b"-ERR!\r\n").expect("answer");
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_meshlab"))
+        .args(["lab", "client", "--connect", &addr, "--redis-ping"])
+        .args(["--warmup", "0s", "--duration", "5s"])
+        .output()
+        .expect("run client");
+    answer.join().expect("the fake server");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("answered \"-ERR!\\r\\n\" to PING, not +PONG"),
+        "{stderr}"
+    );
+}

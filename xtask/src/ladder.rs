@@ -162,8 +162,12 @@ fn ladder(
             let i = (round + k) % plan.rungs.len();
             let attached = attach(exe, dir, plan, plan.rungs[i])?;
             let before = CpuTimes::now()?;
-            let run = run_workload(exe, redis, plan.workload, sizes)?;
+            let mut run = run_workload(exe, redis, plan.workload, sizes)?;
             let machine = CpuTimes::now()?.since(before);
+            if let Workload::Redis { .. } = plan.workload {
+                // Outside the CPU window (its requests are not the run's), same recorder.
+                run.p50_us = redis.ping_p50_us(exe, sizes.redis_latency_seconds)?;
+            }
             drop(attached);
             eprintln!(
                 "bench: round {round} {name:<36} {:<26} {:>10.0}/s p50 {:>8.1} us, {:.1} CPU us/req, steal {:.1} %",

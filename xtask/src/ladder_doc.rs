@@ -121,7 +121,9 @@ fn markdown(r: &LadderReport) -> String {
     let _ = writeln!(
         md,
         "- {} interleaved rounds (rung order rotated each round); echo runs {} s, redis-benchmark \
-         {} PING requests per run\n\
+         {} PING requests per run (its throughput); the redis p50 from {} s of `meshlab lab \
+         client --redis-ping` right after it, same recorder, same CPU (redis-benchmark's own p50 \
+         moves in 8 us histogram steps at these latencies: 63 or 71 us, never between)\n\
          - placement: servers (echo server, redis-server) pinned to CPU 1, load generators (lab \
          client, redis-benchmark) to CPU 0; the recorder is not pinned (it runs where a user's \
          would)\n\
@@ -130,7 +132,7 @@ fn markdown(r: &LadderReport) -> String {
          (min-max of those ratios in brackets)\n\
          - machine CPU us/req: busy time of all CPUs (/proc/stat: user, nice, system, irq, \
          softirq) over the run, per request sent; steal %: time the hypervisor took\n",
-        r.sizes.rounds, r.sizes.echo_seconds, r.sizes.redis_requests
+        r.sizes.rounds, r.sizes.echo_seconds, r.sizes.redis_requests, r.sizes.redis_latency_seconds
     );
     targets(&mut md, r);
     ladder_tables(&mut md, r);

@@ -106,6 +106,9 @@ pub struct Sizes {
     pub rounds: usize,
     pub echo_seconds: u64,
     pub redis_requests: u64,
+    /// Seconds of `lab client --redis-ping` per redis run, for its p50 (after the
+    /// redis-benchmark run that gives the throughput).
+    pub redis_latency_seconds: f64,
     pub rate_steps: &'static [u64],
     pub workloads: &'static [Workload],
 }
@@ -114,6 +117,7 @@ pub const FULL: Sizes = Sizes {
     rounds: 5,
     echo_seconds: 3,
     redis_requests: 60_000,
+    redis_latency_seconds: 2.0,
     rate_steps: &[5_000, 10_000, 20_000, 40_000, 0],
     workloads: &[
         Workload::Echo { concurrency: 1 },
@@ -127,6 +131,7 @@ pub const QUICK: Sizes = Sizes {
     rounds: 1,
     echo_seconds: 1,
     redis_requests: 5_000,
+    redis_latency_seconds: 0.5,
     rate_steps: &[5_000],
     // Each recorder start loads and verifies every program (~2 s here): the smoke test keeps
     // one echo workload and redis, which still exercise every code path.

@@ -4,6 +4,7 @@
 //! Namespace, device and address names carry the bench's pid, so parallel runs do not clash;
 //! everything is removed on drop, also when the bench fails half-way or xtask is killed.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -143,6 +144,36 @@ impl RedisLab {
             bail!("redis-benchmark failed: {}", out.status);
         }
         parse_ping_csv(&String::from_utf8_lossy(&out.stdout))
+    }
+}
+
+impl RedisLab {
+    /// p50 (us) of one client sending PINGs back to back for `seconds` after a 200 ms warm-up,
+    /// timed by `meshlab lab client --redis-ping` (1 ns histogram resolution; redis-benchmark's
+    /// p50 moves in 8 us steps at these latencies), pinned and namespaced like redis-benchmark.
+    pub fn ping_p50_us(&self, exe: &Path, seconds: f64) -> Result<f64> {
+        let connect = format!("{}:{REDIS_PORT}", self.server_addr);
+        let out = pinned(&mut self.in_client_ns(&exe.to_string_lossy()), Side::Client)
+            .args([
+                "lab",
+                "client",
+                "--connect",
+                &connect,
+                "--redis-ping",
+                "--json",
+            ])
+            .args(["--warmup", "200ms", "--duration", &format!("{seconds}s")])
+            .stderr(Stdio::null())
+            .output()
+            .context("running meshlab lab client --redis-ping")?;
+        if !out.status.success() {
+            bail!("meshlab lab client --redis-ping failed: {}", out.status);
+        }
+        let summary: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("lab client --json output")?;
+        summary["p50_us"]
+            .as_f64()
+            .context("lab client --json output lacks p50_us")
     }
 }
 

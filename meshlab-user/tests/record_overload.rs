@@ -4,12 +4,13 @@
 
 mod support;
 
+use std::fs::File;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 
 use meshlab_user::records::RecordSource;
 use meshlab_user::schema::Record;
-use support::{LoopbackRecording, loopback_recording, privileged_or_skip};
+use support::{Recorder, privileged_or_skip};
 
 #[test]
 fn forced_overload_counts_every_lost_event() {
@@ -17,12 +18,16 @@ fn forced_overload_counts_every_lost_event() {
         return;
     }
     // 4 KiB holds ~28 records of 144 bytes (136 + ring header): a flood must overflow it.
-    let LoopbackRecording {
-        dir: _dir,
-        listener,
-        port,
-        recorder,
-    } = loopback_recording("flood", &["--ring-bytes", "4096"]);
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let stderr_path = dir.path().join("flood.stderr");
+    let recorder = Recorder::start_with_stderr(
+        dir.path(),
+        "flood",
+        &["--port", &port.to_string(), "--ring-bytes", "4096"],
+        File::create(&stderr_path).unwrap(),
+    );
     let sink = std::thread::spawn(move || {
         let (mut conn, _) = listener.accept().unwrap();
         let mut buf = vec![0u8; 1 << 16];
@@ -72,5 +77,16 @@ fn forced_overload_counts_every_lost_event() {
     assert_eq!(
         last_drops.per_hook.values().sum::<u64>(),
         rec.summary.dropped
+    );
+    // And the recorder said so at the end, with the share and what to do about it.
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    let produced = rec.summary.received + rec.summary.dropped;
+    let said = format!(
+        "{} of the {produced} events the programs produced",
+        rec.summary.dropped
+    );
+    assert!(
+        stderr.contains(&said) && stderr.contains("--ring-bytes"),
+        "{stderr}"
     );
 }

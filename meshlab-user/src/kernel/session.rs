@@ -229,6 +229,17 @@ impl Session {
                 self.out.unknown_hooks()
             );
         }
+        if summary.dropped > 0 {
+            let produced = summary.dropped + summary.received;
+            log::warn!(
+                "{} of the {produced} events the programs produced ({:.1} %) were dropped, the \
+                 event rings being full: the requests they belonged to will be incomplete or \
+                 missing from the merge. Trace less (--sample-messages 1/N, a narrower --port) \
+                 or give the rings more room (--ring-bytes)",
+                summary.dropped,
+                100.0 * summary.dropped as f64 / produced as f64
+            );
+        }
         let per_hook: Vec<String> = summary
             .per_hook
             .iter()

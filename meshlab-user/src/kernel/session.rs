@@ -229,17 +229,7 @@ impl Session {
                 self.out.unknown_hooks()
             );
         }
-        if summary.dropped > 0 {
-            let produced = summary.dropped + summary.received;
-            log::warn!(
-                "{} of the {produced} events the programs produced ({:.1} %) were dropped, the \
-                 event rings being full: the requests they belonged to will be incomplete or \
-                 missing from the merge. Trace less (--sample-messages 1/N, a narrower --port) \
-                 or give the rings more room (--ring-bytes)",
-                summary.dropped,
-                100.0 * summary.dropped as f64 / produced as f64
-            );
-        }
+        warn_of_drops(summary.received, summary.dropped);
         let per_hook: Vec<String> = summary
             .per_hook
             .iter()
@@ -498,6 +488,22 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
+}
+
+/// Says at the end of a recording that lost events what share that was, what it does to the
+/// merge and what helps (the counts alone were easy to pass over).
+fn warn_of_drops(received: u64, dropped: u64) {
+    if dropped == 0 {
+        return;
+    }
+    let produced = dropped + received;
+    log::warn!(
+        "{dropped} of the {produced} events the programs produced ({:.1} %) were dropped, the \
+         event rings being full: the requests they belonged to will be incomplete or missing \
+         from the merge. Trace less (--sample-messages 1/N, a narrower --port) or give the \
+         rings more room (--ring-bytes)",
+        100.0 * dropped as f64 / produced as f64
+    );
 }
 
 #[cfg(test)]

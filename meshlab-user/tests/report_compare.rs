@@ -39,7 +39,7 @@ fn hand_computed_ladder() {
         "{text}"
     );
     assert!(
-        text.contains("  runs with kernel drops: a request with dropped events is incomplete"),
+        text.contains("  runs with kernel drops (a request with dropped events is incomplete"),
         "{text}"
     );
     assert_eq!(
@@ -86,6 +86,7 @@ fn hand_computed_ladder() {
         v["runs"][0]["label"], "small_a",
         "file stems label runs by default"
     );
+    assert_eq!(v["runs"][1]["kernel_drops"], 2, "A 2 + B 0");
     let e2e = &v["rows"][0]["cells"];
     assert_eq!(e2e[1]["step_ns"], 10_000);
     assert_eq!(e2e[1]["flagged"], true);
@@ -204,4 +205,54 @@ fn the_steps_are_stated_in_words() {
         "{words}"
     );
     assert!(words.contains("process time in b (sum of its segments' p50s, us): client on A 20.00"));
+}
+
+/// Runs without drops print no drops note; a run without a merge_summary says its drops are
+/// unknown (null in JSON).
+#[test]
+fn drops_are_zero_or_unknown_without_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture_text = std::fs::read_to_string(fixture("small_a.ndjson")).unwrap();
+    let clean = fixture_text.replace(
+        r#""dropped_per_node":{"A":2,"B":0}"#,
+        r#""dropped_per_node":{"A":0,"B":0}"#,
+    );
+    let unknown: String = fixture_text
+        .lines()
+        .filter(|l| !l.contains(r#""type":"merge_summary""#))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(clean != fixture_text && unknown.len() < fixture_text.len());
+    let (clean_path, unknown_path) = (
+        dir.path().join("clean.ndjson"),
+        dir.path().join("unknown.ndjson"),
+    );
+    std::fs::write(&clean_path, clean).unwrap();
+    std::fs::write(&unknown_path, unknown).unwrap();
+    let args = [
+        "report",
+        "--compare",
+        clean_path.to_str().unwrap(),
+        unknown_path.to_str().unwrap(),
+    ];
+    let text = run_ok(&args);
+    assert!(
+        text.contains("(4 requests, 3 complete, kernel drops 0)\n"),
+        "{text}"
+    );
+    assert!(text.contains("kernel drops unknown)\n"), "{text}");
+    assert!(!text.contains("runs with kernel drops"), "{text}");
+    let v: serde_json::Value =
+        serde_json::from_str(&run_ok(&[&args[..], &["--json"]].concat())).unwrap();
+    assert_eq!(v["runs"][0]["kernel_drops"], 0);
+    assert!(v["runs"][1]["kernel_drops"].is_null());
+    let single = run_ok(&["report", clean_path.to_str().unwrap()]);
+    assert!(
+        single.contains("kernel drops per node: A 0, B 0\n"),
+        "{single}"
+    );
+    assert!(
+        !single.contains("a request with dropped events"),
+        "{single}"
+    );
 }

@@ -164,9 +164,9 @@ fn ladder(
             let before = CpuTimes::now()?;
             let mut run = run_workload(exe, redis, plan.workload, sizes)?;
             let machine = CpuTimes::now()?.since(before);
-            if let Workload::Redis { .. } = plan.workload {
+            if let Workload::Redis { clients } = plan.workload {
                 // Outside the CPU window (its requests are not the run's), same recorder.
-                run.p50_us = redis.ping_p50_us(exe, sizes.redis_latency_seconds)?;
+                run.p50_us = redis.ping_p50_us(exe, clients, sizes.redis_latency_seconds)?;
             }
             drop(attached);
             eprintln!(

@@ -145,13 +145,12 @@ impl RedisLab {
         }
         parse_ping_csv(&String::from_utf8_lossy(&out.stdout))
     }
-}
 
-impl RedisLab {
-    /// p50 (us) of one client sending PINGs back to back for `seconds` after a 200 ms warm-up,
-    /// timed by `meshlab lab client --redis-ping` (1 ns histogram resolution; redis-benchmark's
-    /// p50 moves in 8 us steps at these latencies), pinned and namespaced like redis-benchmark.
-    pub fn ping_p50_us(&self, exe: &Path, seconds: f64) -> Result<f64> {
+    /// p50 (us) of `clients` connections sending PINGs back to back for `seconds` after a
+    /// 200 ms warm-up, timed by `meshlab lab client --redis-ping` (3 significant digits: ~64 ns
+    /// steps at 60 us, where redis-benchmark's p50 moves in 8 us steps), pinned and
+    /// namespaced like redis-benchmark.
+    pub fn ping_p50_us(&self, exe: &Path, clients: usize, seconds: f64) -> Result<f64> {
         let connect = format!("{}:{REDIS_PORT}", self.server_addr);
         let out = pinned(&mut self.in_client_ns(&exe.to_string_lossy()), Side::Client)
             .args([
@@ -162,12 +161,16 @@ impl RedisLab {
                 "--redis-ping",
                 "--json",
             ])
+            .args(["--concurrency", &clients.to_string()])
             .args(["--warmup", "200ms", "--duration", &format!("{seconds}s")])
-            .stderr(Stdio::null())
             .output()
             .context("running meshlab lab client --redis-ping")?;
         if !out.status.success() {
-            bail!("meshlab lab client --redis-ping failed: {}", out.status);
+            bail!(
+                "meshlab lab client --redis-ping failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         let summary: serde_json::Value =
             serde_json::from_slice(&out.stdout).context("lab client --json output")?;

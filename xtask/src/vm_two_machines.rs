@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 
 use crate::{read_ndjson, run_cmd};
 
@@ -329,7 +329,7 @@ pub fn median_shift(shifts: &mut BTreeMap<String, Vec<i64>>, name: &str) -> Resu
 fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Result<()> {
     let mut shifts = pair_shifts(requests, rounds, NETEM_DELAYS_US)?;
     // Before the medians below sort each list and lose which pair a value came from.
-    let (rest, rest_spread) = rest_shift(&shifts)?;
+    let rest = rest_shift(&shifts);
     let network = median_shift(&mut shifts, "network_round_trip")?;
     let (e2e, e2e_spread) = (shifts.get_mut("e2e"))
         .and_then(|v| median_and_spread(v))
@@ -359,14 +359,20 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
     // tens of us on some hosts (+18.7, +34.2 us measured): that lateness IS time in the qdisc.
     // What must hold is where the time lands: A's tx_qdisc moves by at least the injected
     // difference and the derived network segment does not take it. That the qdisc is part of
-    // what the client saw holds per request (`check_sums`); the medians' difference below is
-    // printed, not checked: the other stages of a TCG guest can move between the conditions
-    // (-65.6 us in one CI run, +75 us in another), which says nothing about the attribution.
-    eprintln!(
-        "vm two machines: end-to-end minus A tx_qdisc moved by {:+.1} us (+-{:.1}) over the pairs",
-        rest as f64 / 1e3,
-        rest_spread as f64 / 1e3
-    );
+    // what the client saw holds per request (`check_sums`); how far every other stage moved
+    // (per pair, the end-to-end shift minus the qdisc's; their median) is printed, not
+    // checked: the other stages of a TCG guest can move between the conditions (-65.6 us in
+    // one CI run, +75 us in another), which says nothing about the attribution.
+    match rest {
+        Some((rest, spread)) => eprintln!(
+            "vm two machines: end-to-end minus A tx_qdisc moved by {:+.1} us (+-{:.1}) over the pairs",
+            rest as f64 / 1e3,
+            spread as f64 / 1e3
+        ),
+        None => eprintln!(
+            "vm two machines: A tx_qdisc not in every usable pair: the other stages' shift is not given"
+        ),
+    }
     check_shift_attribution(Shifts {
         qdisc,
         network,
@@ -376,19 +382,14 @@ fn check_delay_recovered(requests: &[serde_json::Value], rounds: &[Round]) -> Re
 }
 
 /// Per pair, the end-to-end shift minus A's tx_qdisc shift (what every other stage moved by):
-/// its median and spread.
-fn rest_shift(shifts: &BTreeMap<String, Vec<i64>>) -> Result<(i64, i64)> {
-    let (Some(e2e), Some(qdisc)) = (shifts.get("e2e"), shifts.get("A:tx_qdisc")) else {
-        bail!("no e2e or A:tx_qdisc in every round");
-    };
-    ensure!(
-        e2e.len() == qdisc.len(),
-        "A:tx_qdisc in {} of {} usable round pairs",
-        qdisc.len(),
-        e2e.len()
-    );
+/// its median and spread; `None` unless both are known in every usable pair.
+fn rest_shift(shifts: &BTreeMap<String, Vec<i64>>) -> Option<(i64, i64)> {
+    let (e2e, qdisc) = (shifts.get("e2e")?, shifts.get("A:tx_qdisc")?);
+    if e2e.len() != qdisc.len() {
+        return None;
+    }
     let mut rest: Vec<i64> = e2e.iter().zip(qdisc).map(|(e, q)| e - q).collect();
-    median_and_spread(&mut rest).context("no pairs")
+    median_and_spread(&mut rest)
 }
 
 pub fn within(error: i64) -> &'static str {
@@ -424,16 +425,15 @@ fn check_shift_attribution(s: Shifts) -> Result<()> {
     Ok(())
 }
 
-/// Every request from A: its segments are not negative and add up to its end-to-end exactly,
-/// so each stage (A's tx_qdisc included) is a part of what the client saw.
+/// Every request from A: its segments add up to its end-to-end exactly (durations are
+/// unsigned in the schema), so each stage, A's tx_qdisc included, is a part of what the
+/// client saw.
 fn check_sums(requests: &[serde_json::Value]) -> Result<()> {
     for request in requests.iter().filter(|r| r["client_node"] == "A") {
-        let e2e = request["e2e_ns"].as_i64().context("e2e_ns")?;
+        let e2e = request["e2e_ns"].as_u64().context("e2e_ns")?;
         let mut sum = 0;
         for segment in request["segments"].as_array().into_iter().flatten() {
-            let dur = segment["dur_ns"].as_i64().context("dur_ns")?;
-            ensure!(dur >= 0, "a negative segment {segment} in {request}");
-            sum += dur;
+            sum += segment["dur_ns"].as_u64().context("dur_ns")?;
         }
         ensure!(
             sum == e2e,
@@ -581,7 +581,7 @@ mod tests {
 
     #[test]
     fn every_stage_is_a_part_of_what_the_client_saw() {
-        let request = |durs: &[i64], e2e: i64| {
+        let request = |durs: &[u64], e2e: u64| {
             let segments: Vec<_> = durs
                 .iter()
                 .map(|d| serde_json::json!({"dur_ns": d}))
@@ -591,11 +591,6 @@ mod tests {
         check_sums(&[request(&[200_000, 50_000], 250_000)]).expect("exact sum");
         let short = check_sums(&[request(&[200_000, 50_000], 260_000)]).expect_err("sum");
         assert!(format!("{short}").contains("not e2e 260000"), "{short}");
-        let negative = check_sums(&[request(&[300_000, -50_000], 250_000)]).expect_err("negative");
-        assert!(
-            format!("{negative}").contains("a negative segment"),
-            "{negative}"
-        );
         let from_b = serde_json::json!({"client_node": "B", "e2e_ns": 1, "segments": []});
         check_sums(&[from_b]).expect("only A's requests are checked");
     }
@@ -610,7 +605,7 @@ mod tests {
         // be +15 (210 - 195).
         assert_eq!(rest, 70_000);
         shifts.insert("A:tx_qdisc".to_owned(), vec![195_000]);
-        rest_shift(&shifts).expect_err("unequal pairs");
+        assert_eq!(rest_shift(&shifts), None, "unequal pairs: not given");
     }
 
     #[test]

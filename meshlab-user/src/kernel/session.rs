@@ -500,8 +500,8 @@ fn warn_of_drops(received: u64, dropped: u64) {
     log::warn!(
         "{dropped} of the {produced} events the programs produced ({:.1} %) were dropped, the \
          event rings being full: the requests they belonged to will be incomplete or missing \
-         from the merge. Trace less (--sample-messages 1/N, a narrower --port) or give the \
-         rings more room (--ring-bytes)",
+         from the merge. Trace less (--sample-messages 1/N, --sample-conns N, a narrower \
+         --port) or give the rings more room (--ring-bytes)",
         100.0 * dropped as f64 / produced as f64
     );
 }

@@ -194,8 +194,10 @@ pub fn write_ladder(l: &Ladder, out: &mut dyn Write) -> io::Result<()> {
         )?;
     }
     if l.runs.iter().any(|r| r.kernel_drops.is_some_and(|d| d > 0)) {
-        // The runs' figures may then describe different subsets of their requests.
-        writeln!(out, "  runs with kernel drops: {DROPS_NOTE}")?;
+        writeln!(
+            out,
+            "  runs with kernel drops ({DROPS_NOTE}) may compare different shares of their requests"
+        )?;
     }
     writeln!(out)?;
     let mut columns: Vec<(String, Align)> = vec![

@@ -49,9 +49,13 @@ pub struct ClientArgs {
     #[arg(long)]
     pub json: bool,
     /// Send redis PINGs (`*1\r\n$4\r\nPING\r\n`, each answered `+PONG\r\n`) instead of echo
-    /// requests: a redis-server's latency at the histogram's 1 ns resolution (redis-benchmark's
-    /// own histogram has 8 us buckets at 60 us). No payload, framing or probes.
-    #[arg(long, conflicts_with_all = ["proto", "payload", "trace"])]
+    /// requests: a redis-server's latency to the histogram's 3 significant digits (~64 ns at
+    /// 60 us; redis-benchmark's own histogram has 8 us buckets there). No payload, framing or
+    /// probes.
+    #[arg(
+        long,
+        conflicts_with_all = ["proto", "payload", "trace", "trace_sample", "node", "process"]
+    )]
     pub redis_ping: bool,
     #[command(flatten)]
     pub trace: TraceArgs,

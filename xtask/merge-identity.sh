@@ -31,11 +31,14 @@ done
 shopt -s nullglob # a kernel-only input has no probe files
 for d in "${extra[@]}"; do
     cd "$d"
-    kernel_captures=(./*.kernel.capture); kernel_ndjson=(./*.kernel.ndjson)
+    # merge_bench_input's names (NAME.kernel.capture, NAME.probe.ndjson) and a recording
+    # directory's (the demo's kernel-A.capture and probes-client.ndjson, A.capture).
+    kernel_captures=(./*.capture); kernel_ndjson=(./*.kernel.ndjson)
+    probes=(./*.probe.ndjson ./probes-*.ndjson)
     captures=(); ndjson=()
     # Each form only with its kernel inputs: probe files alone are not that form's check.
-    if [ ${#kernel_captures[@]} -gt 0 ]; then captures=("${kernel_captures[@]}" ./*.probe.ndjson); fi
-    if [ ${#kernel_ndjson[@]} -gt 0 ]; then ndjson=("${kernel_ndjson[@]}" ./*.probe.ndjson); fi
+    if [ ${#kernel_captures[@]} -gt 0 ]; then captures=("${kernel_captures[@]}" "${probes[@]}"); fi
+    if [ ${#kernel_ndjson[@]} -gt 0 ]; then ndjson=("${kernel_ndjson[@]}" "${probes[@]}"); fi
     if [ ${#captures[@]} -gt 0 ]; then
         check "$d capture" "${captures[@]}"
         check "$d capture --timeline" --timeline "${captures[@]}"

@@ -66,42 +66,55 @@ struct RangeEvent {
     rx: Option<Box<RxContext>>,
 }
 
+// An index entry, `(start, RangeEvent)`: see [`RangeIndex`] for why its size matters.
+const _: () = assert!(std::mem::size_of::<(u64, RangeEvent)>() == 80);
+
 /// Events keyed by the byte range they cover (`offset`, `offset + len`); several events may
 /// share a start (a retransmission, a repeated tcp_sendmsg).
 ///
-/// A deque sorted by key rather than a BTreeMap: a connection's offsets grow with time, so an
+/// A deque sorted by start rather than a BTreeMap: a connection's offsets grow with time, so an
 /// insert is almost always a push at the back and an eviction (oldest first) a pop at the
-/// front, and a lookup is a binary search over contiguous entries. Out-of-order keys (a
-/// retransmission's lower offset) are inserted and removed in the middle, in key order still.
+/// front, and a lookup is a binary search over contiguous entries. Out-of-order starts (a
+/// retransmission's lower offset) are inserted in the middle, in start order still.
+///
+/// One deque, no second one in age order: the index holds every kernel event of a window and
+/// its stores are most of what indexing costs (round 35 of docs/benchmarks-merge-ab.md), so an
+/// entry is 80 bytes, not the 88 + 24 of a keyed entry plus an age-ordered key.
 #[derive(Default)]
 struct RangeIndex {
-    /// Sorted by key `(start, seq)`; `seq` (unique, growing) keeps equal starts apart.
-    by_start: VecDeque<((u64, u64), RangeEvent)>,
-    by_age: VecDeque<(u64, (u64, u64))>,
+    /// Sorted by start; equal starts in insertion order.
+    by_start: VecDeque<(u64, RangeEvent)>,
     max_len: u64,
-    seq: u64,
+    /// `by_start` is also in time order, so the oldest entries are at its front. False once
+    /// an entry went in out of order (a retransmission, a late event) until an eviction
+    /// finds the order restored.
+    time_ordered: bool,
 }
 
 impl RangeIndex {
     fn insert(&mut self, start: u64, ev: RangeEvent) {
-        self.seq += 1;
-        let key = (start, self.seq);
         self.max_len = self.max_len.max(ev.end - start);
-        self.by_age.push_back((ev.stamp.ns(), key));
-        // Every held key has a smaller seq: the new one goes after all with start <= `start`.
-        if self.by_start.back().is_none_or(|(k, _)| k.0 <= start) {
-            self.by_start.push_back((key, ev));
-        } else {
-            let at = partition_point_from_ends(&self.by_start, |(k, _)| k.0 <= start);
-            self.by_start.insert(at, (key, ev));
+        match self.by_start.back() {
+            None => self.time_ordered = true,
+            Some((s, last)) if *s <= start => {
+                self.time_ordered &= last.stamp.ns() <= ev.stamp.ns();
+            }
+            Some(_) => {
+                // After every entry with a start <= `start`: equal starts stay in arrival order.
+                let at = partition_point_from_ends(&self.by_start, |(s, _)| *s <= start);
+                self.by_start.insert(at, (start, ev));
+                self.time_ordered = false;
+                return;
+            }
         }
+        self.by_start.push_back((start, ev));
     }
 
-    /// The entries whose start is in `[lo, hi]`, in key order.
+    /// The entries whose start is in `[lo, hi]`, in start order.
     fn starting_within(&self, lo: u64, hi: u64) -> impl Iterator<Item = &RangeEvent> {
-        let from = partition_point_from_ends(&self.by_start, |(k, _)| k.0 < lo);
+        let from = partition_point_from_ends(&self.by_start, |(s, _)| *s < lo);
         let within = self.by_start.range(from..);
-        within.take_while(move |(k, _)| k.0 <= hi).map(|(_, ev)| ev)
+        within.take_while(move |(s, _)| *s <= hi).map(|(_, ev)| ev)
     }
 
     /// The earliest first transmission covering `byte`, and whether a retransmission of it was
@@ -138,22 +151,17 @@ impl RangeIndex {
         )
     }
 
+    /// Drops every entry older than `cutoff_ns`.
     fn evict_before(&mut self, cutoff_ns: u64) {
-        while let Some(&(ts, key)) = self.by_age.front() {
-            if ts >= cutoff_ns {
-                break;
+        let older = |(_, e): &(u64, RangeEvent)| e.stamp.ns() < cutoff_ns;
+        if self.time_ordered {
+            while self.by_start.front().is_some_and(older) {
+                self.by_start.pop_front();
             }
-            self.by_age.pop_front();
-            self.remove(key);
-        }
-    }
-
-    /// Removes the entry of `key` (held: every key in `by_age` is in `by_start`).
-    fn remove(&mut self, key: (u64, u64)) {
-        if self.by_start.front().is_some_and(|(k, _)| *k == key) {
-            self.by_start.pop_front();
-        } else if let Ok(at) = self.by_start.binary_search_by(|(k, _)| k.cmp(&key)) {
-            self.by_start.remove(at);
+        } else {
+            self.by_start.retain(|e| !older(e));
+            let times = self.by_start.iter().map(|(_, e)| e.stamp.ns());
+            self.time_ordered = times.is_sorted();
         }
     }
 
@@ -645,10 +653,10 @@ mod tests {
     use super::*;
 
     /// The index as it was, a BTreeMap keyed by `(start, seq)`: what the deque must answer.
+    /// Its eviction is the definition: every entry older than the cutoff, and no other.
     #[derive(Default)]
     struct Reference {
         by_start: BTreeMap<(u64, u64), RangeEvent>,
-        by_age: VecDeque<(u64, (u64, u64))>,
         max_len: u64,
         seq: u64,
     }
@@ -658,7 +666,6 @@ mod tests {
             self.seq += 1;
             let key = (start, self.seq);
             self.max_len = self.max_len.max(ev.end - start);
-            self.by_age.push_back((ev.stamp.ns(), key));
             self.by_start.insert(key, ev);
         }
 
@@ -689,13 +696,7 @@ mod tests {
         }
 
         fn evict_before(&mut self, cutoff_ns: u64) {
-            while let Some(&(ts, key)) = self.by_age.front() {
-                if ts >= cutoff_ns {
-                    break;
-                }
-                self.by_age.pop_front();
-                self.by_start.remove(&key);
-            }
+            self.by_start.retain(|_, ev| ev.stamp.ns() >= cutoff_ns);
         }
     }
 

@@ -754,6 +754,32 @@ pub struct SelfCost {
     pub missed_runs: BTreeMap<String, u64>,
 }
 
+/// Kernel events lost to full event rings against all the programs produced: the written
+/// ones (a summary's `received`, a self_cost's `events`) plus the dropped ones. Displayed as
+/// `2 (2.0 % of 100)` by the recorder's warning and the report alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropShare {
+    pub dropped: u64,
+    pub written: u64,
+}
+
+impl DropShare {
+    pub fn produced(&self) -> u64 {
+        self.dropped + self.written
+    }
+
+    pub fn percent(&self) -> f64 {
+        100.0 * self.dropped as f64 / self.produced().max(1) as f64
+    }
+}
+
+impl std::fmt::Display for DropShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (dropped, produced) = (self.dropped, self.produced());
+        write!(f, "{dropped} ({:.1} % of {produced})", self.percent())
+    }
+}
+
 /// Whether the program figures of a [`SelfCost`] were measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -81,10 +81,8 @@ fn forced_overload_counts_every_lost_event() {
     // And the recorder said so at the end, with the share and what to do about it.
     let stderr = std::fs::read_to_string(&stderr_path).unwrap();
     let produced = rec.summary.received + rec.summary.dropped;
-    let said = format!(
-        "{} of the {produced} events the programs produced",
-        rec.summary.dropped
-    );
+    let percent = 100.0 * rec.summary.dropped as f64 / produced as f64;
+    let said = format!("{} ({percent:.1} % of {produced})", rec.summary.dropped);
     assert!(
         stderr.contains(&said) && stderr.contains("--ring-bytes"),
         "{stderr}"

@@ -22,7 +22,9 @@ use super::output::RecordingOutput;
 use super::plan::TierSpec;
 use super::ring::EventRings;
 use super::selfcost::OwnPrograms;
-use crate::schema::{ClockSample, Drops, HookCounts, Record, SelfCost, StopReason, Summary};
+use crate::schema::{
+    ClockSample, DropShare, Drops, HookCounts, Record, SelfCost, StopReason, Summary,
+};
 
 /// Creates the ready file (signal handlers are in place) and drops every capability: everything
 /// is attached and every file is open, so nothing from here on needs one (kernel/privilege.rs).
@@ -496,13 +498,15 @@ fn warn_of_drops(received: u64, dropped: u64) {
     if dropped == 0 {
         return;
     }
-    let produced = dropped + received;
+    let share = DropShare {
+        dropped,
+        written: received,
+    };
     log::warn!(
-        "{dropped} of the {produced} events the programs produced ({:.1} %) were dropped, the \
-         event rings being full: the requests they belonged to will be incomplete or missing \
-         from the merge. Trace less (--sample-messages 1/N, --sample-conns N, a narrower \
-         --port) or give the rings more room (--ring-bytes)",
-        100.0 * dropped as f64 / produced as f64
+        "events dropped, the event rings being full: {share} of what the programs produced; \
+         the requests they belonged to will be incomplete or missing from the merge. Trace \
+         less (--sample-messages 1/N, --sample-conns N, a narrower --port) or give the rings \
+         more room (--ring-bytes)"
     );
 }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::schema::{AttachEntry, Kind, Layer, MergeSummary};
+use crate::schema::{AttachEntry, DropShare, Kind, Layer, MergeSummary};
 
 use super::aggregate::{Aggregate, Completeness, GroupKey, node_label};
 use super::hops::HopRow;
@@ -83,16 +83,17 @@ pub const DROPS_NOTE: &str = "a request with dropped events is incomplete, or ab
      were dropped: the figures cover the recorded requests";
 
 impl RunReport {
+    /// Whether any node dropped kernel events (then [`DROPS_NOTE`] goes with the figures).
+    pub fn has_drops(&self) -> bool {
+        self.kernel_drops.values().any(|&d| d > 0)
+    }
+
     /// `dropped` events of `node`, with their share of what its programs produced when the
     /// recording's `self_cost` says how many were written (`dropped + written` produced).
     pub fn dropped_figure(&self, node: &str, dropped: u64) -> String {
         let own = self.own_cost.nodes.iter().find(|n| n.node == node);
         match own.map(|n| n.events) {
-            Some(written) if dropped > 0 => {
-                let produced = dropped + written;
-                let share = 100.0 * dropped as f64 / produced as f64;
-                format!("{dropped} ({share:.1} % of {produced})")
-            }
+            Some(written) if dropped > 0 => DropShare { dropped, written }.to_string(),
             _ => dropped.to_string(),
         }
     }

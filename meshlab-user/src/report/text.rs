@@ -192,7 +192,7 @@ fn write_completeness(r: &RunReport, out: &mut dyn Write) -> io::Result<()> {
             drops.join(", ")
         }
     )?;
-    if r.kernel_drops.values().any(|&d| d > 0) {
+    if r.has_drops() {
         writeln!(out, "  {DROPS_NOTE}")?;
     }
     writeln!(

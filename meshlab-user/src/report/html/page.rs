@@ -165,7 +165,7 @@ pub fn provenance(out: &mut String, r: &RunReport, agg: &Aggregate) {
         .map(|(n, &d)| format!("{} {}", escape(n), r.dropped_figure(n, d)))
         .collect();
     let mut drops = or_none(drops, "unknown (no merge_summary)");
-    if r.kernel_drops.values().any(|&d| d > 0) {
+    if r.has_drops() {
         drops = format!("{drops}: {DROPS_NOTE}");
     }
     item(out, "kernel drops", drops);

@@ -49,6 +49,12 @@ pub enum Cause {
     /// Guests only: guest B's virtio-net RX IRQ pinned to a CPU where a hog spins (the IRQ is
     /// on that CPU with and without the hog) -> B's IRQ and softirq segments.
     IrqBusyCpu,
+    /// Guests only: the same move of B's NIC RX IRQ, but the CPU is kept busy by a loopback
+    /// TCP flood inside B (a lab client and server pinned to it, in both conditions): its
+    /// time is spent in softirqs and in sections with softirqs held off, which a spinning
+    /// task's is not, so a NIC IRQ landing there waits for its NET_RX run -> B's IRQ and
+    /// softirq segments.
+    IrqSoftirqLoad,
 }
 
 /// The causes a run without `--cause` injects, in table order.
@@ -63,15 +69,16 @@ pub(crate) const CAUSES: [Cause; 7] = [
 ];
 
 /// The causes `--vm` injects (the guests' kernel has netem and a real NIC), in table order.
-pub(crate) const VM_CAUSES: [Cause; 4] = [
+pub(crate) const VM_CAUSES: [Cause; 5] = [
     Cause::NetemDelay,
     Cause::NetemLoss,
     Cause::WireDelay,
     Cause::IrqBusyCpu,
+    Cause::IrqSoftirqLoad,
 ];
 
 /// Every cause, in table order.
-pub(crate) const ALL_CAUSES: [Cause; 13] = [
+pub(crate) const ALL_CAUSES: [Cause; 14] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
@@ -85,6 +92,7 @@ pub(crate) const ALL_CAUSES: [Cause; 13] = [
     Cause::NetemLoss,
     Cause::WireDelay,
     Cause::IrqBusyCpu,
+    Cause::IrqSoftirqLoad,
 ];
 
 /// The share of frames [`Cause::WireLoss`] drops, per million.
@@ -117,12 +125,18 @@ impl Cause {
             Cause::NetemLoss => "netem loss 1% on A's NIC",
             Cause::WireDelay => "wire relay 2.5ms each way",
             Cause::IrqBusyCpu => "B's NIC IRQ on a busy CPU",
+            Cause::IrqSoftirqLoad => "B's NIC IRQ on a softirq-loaded CPU",
         }
     }
 
     /// Injected in the qemu guests (`--vm`), not in the namespaces.
     pub fn in_guests(self) -> bool {
         VM_CAUSES.contains(&self)
+    }
+
+    /// Moves guest B's NIC RX IRQ onto a loaded CPU (with the cause) or an idle one.
+    pub fn moves_irq(self) -> bool {
+        matches!(self, Cause::IrqBusyCpu | Cause::IrqSoftirqLoad)
     }
 
     /// Where the cause lives, as shown in the table.
@@ -138,7 +152,7 @@ impl Cause {
             Cause::SmallRcvbuf => "A tx_socket_queue",
             Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
             Cause::WireDelay | Cause::WireLoss => "network_round_trip",
-            Cause::IrqBusyCpu => "B irq+softirq",
+            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad => "B irq+softirq",
         }
     }
 
@@ -167,7 +181,9 @@ impl Cause {
             }
             Cause::WireDelay | Cause::WireLoss => seg.name == "network_round_trip",
             // rx_irq_handler (unit irq) and rx_softirq_delay (unit softirq) on the server.
-            Cause::IrqBusyCpu => seg.node == "B" && (seg.unit == "irq" || seg.unit == "softirq"),
+            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad => {
+                seg.node == "B" && (seg.unit == "irq" || seg.unit == "softirq")
+            }
         }
     }
 
@@ -231,12 +247,14 @@ impl Cause {
             },
             // TCG guests on a shared 2-CPU host take milliseconds per request: at 200 req/s
             // they idle between requests instead of running back to back.
-            Cause::NetemDelay | Cause::NetemLoss | Cause::WireDelay | Cause::IrqBusyCpu => {
-                Workload {
-                    payload: 64,
-                    qps: 200,
-                }
-            }
+            Cause::NetemDelay
+            | Cause::NetemLoss
+            | Cause::WireDelay
+            | Cause::IrqBusyCpu
+            | Cause::IrqSoftirqLoad => Workload {
+                payload: 64,
+                qps: 200,
+            },
         }
     }
 

@@ -17,9 +17,9 @@ use crate::truth_cause::{Cause, VM_CAUSES};
 use crate::truth_retransmit::{self, retransmissions};
 use crate::truth_stats::{self, RunStats, TableSetting};
 use crate::truth_vm_script::{
-    self, HOG_CPU, IDLE_IRQ_CPU, IRQ_GUEST_CPUS, PlannedRun, cause_slug, guest_cpus,
+    self, HOG_CPU, IRQ_GUEST_CPUS, PlannedRun, cause_slug, guest_cpus, irq_state,
 };
-use crate::{read_ndjson, run_cmd, vm_wire_rounds, workspace_root};
+use crate::{read_ndjson, run_cmd, target_dir, vm_wire_rounds};
 
 /// The guests' kernel: 6.12 has every tier the merge needs for complete requests (6.1 has no
 /// sk_data_ready tier, vm_scenarios.rs).
@@ -103,8 +103,11 @@ fn report(boots: &[Boot], args: &VmTruth) -> Result<()> {
     for boot in with(Cause::WireDelay) {
         print_relay_delays(&boot.dir)?;
     }
-    for boot in with(Cause::IrqBusyCpu) {
-        print_irq_placement(&boot.dir)?;
+    for boot in boots
+        .iter()
+        .filter(|b| b.causes.iter().any(|c| c.moves_irq()))
+    {
+        print_irq_placement(&boot.dir, &boot.causes)?;
     }
     if args.breakdown {
         truth_stats::print_breakdowns(&results);
@@ -397,8 +400,9 @@ fn irqs_per_state(switches: &[IrqSwitch]) -> BTreeMap<String, Vec<u64>> {
 }
 
 /// B's NIC RX IRQ must have fired where each run put it: on the hog's CPU in the runs with
-/// the cause, on the idle CPU in the others.
-fn print_irq_placement(dir: &Path) -> Result<()> {
+/// the cause, on the idle CPU in the others (every state the runs of the boot's `causes` ask
+/// for).
+fn print_irq_placement(dir: &Path, causes: &[Cause]) -> Result<()> {
     let path = dir.join("b.irq-log");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -406,14 +410,12 @@ fn print_irq_placement(dir: &Path) -> Result<()> {
         .map(parse_irq_switch)
         .collect::<Result<Vec<_>>>()?;
     let per_state = irqs_per_state(&switches);
-    println!(
-        "\nB's NIC RX IRQ per CPU in the irq-busy-cpu runs: with the cause (CPU {HOG_CPU}, the hog's) \
-         {:?}, without (CPU {IDLE_IRQ_CPU}, idle) {:?}",
-        per_state.get("busy"),
-        per_state.get("idle")
-    );
-    for (state, cpu) in [("busy", HOG_CPU), ("idle", IDLE_IRQ_CPU)] {
+    println!("\nB's NIC RX IRQ per CPU in the runs of the IRQ causes (the hog on CPU {HOG_CPU}):");
+    let asked = (causes.iter().filter(|c| c.moves_irq()))
+        .flat_map(|&c| [irq_state(c, true), irq_state(c, false)]);
+    for (state, cpu) in asked {
         let counts = per_state.get(state).map_or(&[][..], Vec::as_slice);
+        println!("  {state} (IRQ on CPU {cpu}): {counts:?}");
         check_pinned(counts, cpu).with_context(|| format!("the {state} runs"))?;
     }
     Ok(())
@@ -447,7 +449,7 @@ impl RunDir {
         let (path, keep) = match keep {
             Some(dir) => (dir, true),
             None => (
-                workspace_root().join(format!("target/vm/truth-{}", std::process::id())),
+                target_dir().join(format!("vm/truth-{}", std::process::id())),
                 false,
             ),
         };

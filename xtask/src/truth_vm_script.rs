@@ -19,11 +19,34 @@ pub const NETEM_LOSS: &str = "loss 1%";
 /// netem delay), and without it.
 pub const WIRE_DELAY_US: u64 = 2500;
 const WIRE_BASE_US: u64 = 0;
-/// Guest B: the server (and in A the client) runs on CPU 0; the hog of the `irq-busy-cpu` runs
-/// spins on CPU 1; B's NIC RX IRQ is on CPU 2 (idle) except in the runs with that cause.
+/// Guest B: the server (and in A the client) runs on CPU 0; the hog of the IRQ causes runs on
+/// CPU 1 (a spinning shell, or the loopback flood); B's NIC RX IRQ is on CPU 2 (idle) except
+/// in the runs with the cause.
 pub const APP_CPU: usize = 0;
 pub const HOG_CPU: usize = 1;
 pub const IDLE_IRQ_CPU: usize = 2;
+/// The loopback flood of `irq-softirq-load` in B: a lab server on this port of 127.0.0.1 and a
+/// client with this many connections sending as fast as replies come (the recorder, on
+/// `PORT`, filters it out), both pinned to `HOG_CPU`.
+const FLOOD_PORT: u16 = 9100;
+const FLOOD_CONNECTIONS: usize = 8;
+const FLOOD_PAYLOAD: usize = 65536;
+
+/// The states A asks B for, each run: (state, the CPU B's NIC RX IRQ goes to). `busy`/`idle`
+/// with the spinning hog, `loadbusy`/`loadidle` with the loopback flood; `stop` (after each
+/// run) ends the hog and puts the IRQ back on the idle CPU.
+pub const IRQ_STATES: [(&str, usize); 4] = [
+    ("busy", HOG_CPU),
+    ("idle", IDLE_IRQ_CPU),
+    ("loadbusy", HOG_CPU),
+    ("loadidle", IDLE_IRQ_CPU),
+];
+
+/// The state A asks B for before a run of an IRQ cause (`on`: with it), and its IRQ CPU.
+pub fn irq_state(cause: Cause, on: bool) -> (&'static str, usize) {
+    let at = usize::from(!on) + if cause == Cause::IrqSoftirqLoad { 2 } else { 0 };
+    IRQ_STATES[at]
+}
 /// vCPUs per guest in the boot of the IRQ cause (the `vm run` option applies to both guests).
 pub const IRQ_GUEST_CPUS: usize = 3;
 
@@ -31,11 +54,7 @@ pub const IRQ_GUEST_CPUS: usize = 3;
 /// on another vCPU wakes a halted host thread: with three vCPUs the same request took
 /// 3-15 ms end to end (a quick run's per-run p50s), so only the IRQ cause pays for them.
 pub fn guest_cpus(cause: Cause) -> usize {
-    if cause == Cause::IrqBusyCpu {
-        IRQ_GUEST_CPUS
-    } else {
-        1
-    }
+    if cause.moves_irq() { IRQ_GUEST_CPUS } else { 1 }
 }
 /// How long the recorders may run; they are stopped after the last round.
 const RECORD_LIMIT: &str = "3600s";
@@ -70,9 +89,9 @@ pub fn cause_slug(cause: Cause) -> String {
 }
 
 /// Shell text run in guest A before a run of `cause` (`on`: with it) and after it. netem:
-/// the qdisc only in the runs with the cause. The busy IRQ CPU: B spins the hog on `HOG_CPU`
-/// in both conditions (the host's CPUs carry the same load), the IRQ goes to the hog's CPU
-/// or to the idle `IDLE_IRQ_CPU`; B stops the hog after the run.
+/// the qdisc only in the runs with the cause. The IRQ causes: B runs the hog on `HOG_CPU` in
+/// both conditions (the host's CPUs carry the same load), the IRQ goes to the hog's CPU or to
+/// the idle `IDLE_IRQ_CPU`; B stops the hog after the run.
 fn around_run(cause: Cause, on: bool) -> (String, String) {
     let netem = |params: &str| {
         if on {
@@ -87,7 +106,7 @@ fn around_run(cause: Cause, on: bool) -> (String, String) {
     match cause {
         Cause::NetemDelay => netem(NETEM_DELAY),
         Cause::NetemLoss => netem(NETEM_LOSS),
-        Cause::IrqBusyCpu => (ask_b(if on { "busy" } else { "idle" }), ask_b("stop")),
+        Cause::IrqBusyCpu | Cause::IrqSoftirqLoad => (ask_b(irq_state(cause, on).0), ask_b("stop")),
         Cause::WireDelay if on => (ask_relay(WIRE_DELAY_US), ask_relay(WIRE_BASE_US)),
         Cause::WireDelay => (String::new(), String::new()),
         other => unreachable!("{other:?} is not a guest cause"),
@@ -135,7 +154,7 @@ pub fn guest_scripts(
     runs: &[PlannedRun],
     seconds: u64,
 ) -> GuestScripts {
-    let irq = runs.iter().any(|r| r.cause == Cause::IrqBusyCpu);
+    let irq = runs.iter().any(|r| r.cause.moves_irq());
     let mut a = guest_a(meshlab, dir, runs, seconds);
     if irq {
         // A needs one CPU; the others stay offline for the whole run.
@@ -212,12 +231,12 @@ fn guest_a(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> Str
 }
 
 /// B: record; put the NIC's RX IRQ on the idle CPU, serve on `APP_CPU`; until A is done, set
-/// the IRQ state A asks for (`busy`/`idle`: the hog spins, the IRQ on its CPU or on the idle
-/// one; `stop`: no hog, IRQ on the idle CPU), log the IRQ's /proc/interrupts line at each
+/// the IRQ state A asks for (one of [`IRQ_STATES`]: the hog runs, the IRQ on its CPU or on the
+/// idle one; `stop`: no hog, IRQ on the idle CPU), log the IRQ's /proc/interrupts line at each
 /// switch (b.irq-log: where the IRQs of each run went) and acknowledge.
 fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
     let (m, d) = (meshlab.display(), dir.display());
-    let (busy_mask, idle_mask) = (1u32 << HOG_CPU, 1u32 << IDLE_IRQ_CPU);
+    let idle_mask = 1u32 << IDLE_IRQ_CPU;
     let shared = "$MESHLAB_VM_SHARED";
     // Without the IRQ cause (one vCPU) A never asks for a state: the loop only waits.
     let irq_setup = if irq {
@@ -234,23 +253,48 @@ fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
     } else {
         (String::new(), String::new())
     };
+    let states: Vec<&str> = IRQ_STATES.iter().map(|(s, _)| *s).collect();
+    let masks: String = (IRQ_STATES.iter())
+        .map(|(s, cpu)| format!("{s}) mask={:x};; ", 1u32 << cpu))
+        .collect();
     format!(
         "{offline}{record}{online}{irq_setup}\
          taskset -c {APP_CPU} {m} lab server --listen {SERVER_ADDR}:{PORT} & SRV=$!; \
-         until grep -q ':{PORT:04X} 00000000:0000 0A' /proc/net/tcp; do sleep 0.1; done; \
-         touch \"{shared}/b.ready\"; HOG=; n=0; \
+         {listening}touch \"{shared}/b.ready\"; HOG=; n=0; \
          while [ ! -f \"{shared}/a.done\" ]; do next=$((n+1)); state=; \
-           for s in busy idle stop; do [ -f \"{shared}/irq.$next.$s\" ] && state=$s; done; \
+           for s in {states} stop; do [ -f \"{shared}/irq.$next.$s\" ] && state=$s; done; \
            if [ -z \"$state\" ]; then sleep 0.02; continue; fi; \
            if [ $state = stop ]; then kill $HOG; wait $HOG; HOG=; \
-           elif [ -z \"$HOG\" ]; then taskset -c {HOG_CPU} sh -c 'while :; do :; done' & HOG=$!; fi; \
-           mask={idle_mask:x}; [ $state = busy ] && mask={busy_mask:x}; \
+           elif [ -z \"$HOG\" ]; then case $state in load*) {flood};; *) {spin};; esac; fi; \
+           case $state in {masks}*) mask={idle_mask:x};; esac; \
            echo $mask > /proc/irq/$irq/smp_affinity || exit 1; \
            echo \"$state $(grep \"^ *$irq:\" /proc/interrupts)\" >> {d}/b.irq-log; \
            n=$next; touch \"{shared}/irq.ack.$n\"; \
          done; [ -z \"$HOG\" ] || kill $HOG; \
          kill -INT $SRV; wait $SRV; {offline}kill -INT $REC; wait $REC",
         record = record(meshlab, dir, "B"),
+        listening = listening(PORT),
+        states = states.join(" "),
+        spin = format_args!("taskset -c {HOG_CPU} sh -c 'while :; do :; done' & HOG=$!"),
+        flood = flood(meshlab),
+    )
+}
+
+/// Waits until a TCP socket listens on `port` (/proc/net/tcp: local port in hex, state 0A).
+fn listening(port: u16) -> String {
+    format!("until grep -q ':{port:04X} 00000000:0000 0A' /proc/net/tcp; do sleep 0.1; done; ")
+}
+
+/// The loopback flood on `HOG_CPU`: a lab server and, once it listens, a client sending as
+/// fast as replies come; `$HOG` holds both processes.
+fn flood(meshlab: &Path) -> String {
+    let m = meshlab.display();
+    format!(
+        "taskset -c {HOG_CPU} {m} lab server --listen 127.0.0.1:{FLOOD_PORT} & HOG=$!; \
+         {listening}taskset -c {HOG_CPU} {m} lab client --connect 127.0.0.1:{FLOOD_PORT} \
+         --concurrency {FLOOD_CONNECTIONS} --payload {FLOOD_PAYLOAD} --qps 0 --warmup 0s --duration {RECORD_LIMIT} \
+         > /dev/null & HOG=\"$HOG $!\"",
+        listening = listening(FLOOD_PORT),
     )
 }
 
@@ -312,6 +356,27 @@ mod tests {
     }
 
     #[test]
+    fn the_softirq_load_cause_asks_for_the_flood_states() {
+        // irq-softirq-load alone: off then on.
+        let runs = plan(&[Cause::IrqSoftirqLoad], 1);
+        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2);
+        let idle = a.find("irq.$irqreq.loadidle").expect("flood, idle IRQ CPU");
+        let off = a.find("echo \"irq-softirq-load off").expect("off run");
+        let busy = a
+            .find("irq.$irqreq.loadbusy")
+            .expect("flood, IRQ on its CPU");
+        let on = a.find("echo \"irq-softirq-load on").expect("on run");
+        assert!(idle < off && off < busy && busy < on, "{a}");
+        assert!(!a.contains("irq.$irqreq.busy"), "{a}");
+        assert_eq!(
+            irq_state(Cause::IrqSoftirqLoad, true),
+            ("loadbusy", HOG_CPU)
+        );
+        assert_eq!(irq_state(Cause::IrqBusyCpu, false), ("idle", IDLE_IRQ_CPU));
+        assert_eq!(guest_cpus(Cause::IrqSoftirqLoad), IRQ_GUEST_CPUS);
+    }
+
+    #[test]
     fn the_relay_delays_only_the_runs_with_the_wire_cause() {
         let runs = plan(&[Cause::WireDelay], 1);
         let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2);
@@ -335,7 +400,21 @@ mod tests {
         let b = guest_b(Path::new("/m"), Path::new("/d"), true);
         // CPU 2 (mask 4) at the start and by default, CPU 1 (mask 2) only when busy.
         assert!(b.contains("echo 4 > /proc/irq/$irq/smp_affinity"), "{b}");
-        assert!(b.contains("mask=4; [ $state = busy ] && mask=2;"), "{b}");
+        assert!(
+            b.contains("case $state in busy) mask=2;; idle) mask=4;; loadbusy) mask=2;; loadidle) mask=4;; *) mask=4;; esac;"),
+            "{b}"
+        );
+        // The flood's server and client, both on the hog's CPU, both in $HOG.
+        assert!(
+            b.contains("load*) taskset -c 1 /m lab server --listen 127.0.0.1:9100 & HOG=$!;"),
+            "{b}"
+        );
+        assert!(b.contains(":238C 00000000:0000 0A"), "{b}");
+        assert!(
+            b.contains("taskset -c 1 /m lab client --connect 127.0.0.1:9100"),
+            "{b}"
+        );
+        assert!(b.contains("& HOG=\"$HOG $!\";;"), "{b}");
         assert!(b.contains("taskset -c 0 /m lab server"), "{b}");
         assert!(b.contains("taskset -c 1 sh -c"), "{b}");
         assert!(b.contains(":2328 00000000:0000 0A"), "{b}");

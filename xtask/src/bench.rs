@@ -76,10 +76,10 @@ pub fn ladder(quick: bool, partial: &crate::ladder_plan::PartialArgs) -> Result<
     }
     run_cmd(&mut build)?;
     let root = workspace_root();
-    let exe = root.join("target").join(profile).join("meshlab");
+    let exe = crate::target_dir().join(profile).join("meshlab");
     let full = crate::ladder::Scope::full;
     if quick {
-        let out = root.join("target/bench-quick");
+        let out = crate::target_dir().join("bench-quick");
         crate::ladder::run(&exe, crate::ladder_plan::QUICK, &out, full())
     } else if partial.is_partial() {
         // A part of the ladder is no replacement for docs/benchmarks.md.
@@ -87,7 +87,7 @@ pub fn ladder(quick: bool, partial: &crate::ladder_plan::PartialArgs) -> Result<
             rungs: partial.rungs(),
             everything: false,
         };
-        let out = root.join("target/bench-partial");
+        let out = crate::target_dir().join("bench-partial");
         crate::ladder::run(&exe, partial.sizes(), &out, scope)
     } else {
         crate::ladder::run(&exe, crate::ladder_plan::FULL, &root.join("docs"), full())
@@ -123,7 +123,7 @@ pub fn run(task: BenchTask) -> Result<()> {
             "meshlab",
         ]),
     )?;
-    let exe = workspace_root().join("target/release/meshlab");
+    let exe = crate::target_dir().join("release/meshlab");
     match task {
         BenchTask::Decode
         | BenchTask::Merge(_)

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::bench_recorder::spawn_ready;
-use crate::{read_ndjson, run_cmd, workspace_root};
+use crate::{read_ndjson, run_cmd, target_dir};
 
 #[derive(clap::Args)]
 pub struct AttachDelayArgs {
@@ -33,7 +33,7 @@ pub fn run(args: AttachDelayArgs) -> Result<()> {
     ensure!(args.cycles > 0, "--cycles must be at least 1");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run_cmd(Command::new(cargo).args(["build", "--release", "--bin", "meshlab"]))?;
-    let exe = workspace_root().join("target/release/meshlab");
+    let exe = target_dir().join("release/meshlab");
     let dir = crate::procs::tempdir()?;
     let listener = TcpListener::bind("127.0.0.1:0").context("a loopback listener")?;
     let port = listener.local_addr()?.port();

@@ -72,7 +72,7 @@ const WORKLOAD: Workload = Workload::Redis { clients: CLIENTS };
 pub fn run(args: KernelAbArgs) -> Result<()> {
     let candidate = args
         .candidate
-        .unwrap_or_else(|| crate::workspace_root().join("target/debug/meshlab"));
+        .unwrap_or_else(|| crate::target_dir().join("debug/meshlab"));
     // The candidate's label carries its extra record arguments into the report.
     let candidate_label = format!("{} {}", candidate.display(), args.candidate_args.join(" "));
     let rungs: Vec<Rung> = ALL_RUNGS

@@ -85,7 +85,7 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
     let build = |what: &[&str]| run_cmd(Command::new(&cargo).arg("build").args(flag).args(what));
     build(&["--bin", "meshlab"])?;
     build(&["-p", "meshlab-user", "--example", "merge_bench_input"])?;
-    let target = workspace_root().join("target").join(profile);
+    let target = crate::target_dir().join(profile);
     let exe = target.join("meshlab");
     let mut rows = Vec::new();
     let mut report_rows = Vec::new();
@@ -94,7 +94,7 @@ pub fn run(args: MergeBenchArgs) -> Result<()> {
             Some(large) if size >= 10_000_000 => large.max(1),
             _ => rounds,
         };
-        let dir = workspace_root().join(format!("target/bench-merge/{size}"));
+        let dir = crate::target_dir().join(format!("bench-merge/{size}"));
         let _ = std::fs::remove_dir_all(&dir);
         let input = generate(&target.join("examples/merge_bench_input"), size, &dir)?;
         let mut runs: [Vec<Run>; 2] = Default::default();

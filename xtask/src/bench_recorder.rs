@@ -116,8 +116,8 @@ struct Run {
 pub fn run(args: RecorderCpuArgs) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run_cmd(Command::new(cargo).args(["build", "--release", "--bin", "meshlab"]))?;
-    let exe = workspace_root().join("target/release/meshlab");
-    let dir = workspace_root().join("target/bench-recorder");
+    let exe = crate::target_dir().join("release/meshlab");
+    let dir = crate::target_dir().join("bench-recorder");
     std::fs::create_dir_all(&dir)?;
     let _server = spawn_ready(
         Command::new(&exe).args(["lab", "server", "--listen", &format!("127.0.0.1:{PORT}")]),

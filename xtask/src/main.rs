@@ -139,6 +139,14 @@ fn main() -> Result<()> {
     }
 }
 
+/// The workspace's target directory (respects CARGO_TARGET_DIR like cargo does).
+pub fn target_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    workspace_root().join("target")
+}
+
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -270,7 +278,7 @@ fn vm_tests(ci: bool) -> Result<()> {
 fn demo(args: &[String]) -> Result<()> {
     setup::run()?;
     run_cmd(cargo().args(["build", "--release", "--bin", "meshlab"]))?;
-    let exe = workspace_root().join("target/release/meshlab");
+    let exe = target_dir().join("release/meshlab");
     let mut cmd = if setup::is_root() {
         Command::new(&exe)
     } else {

@@ -29,7 +29,7 @@ use crate::truth_stats::{
     print_table, run_stats,
 };
 use crate::wire_loss::WireLoss;
-use crate::{run_cmd, workspace_root};
+use crate::{run_cmd, target_dir};
 
 #[derive(clap::Args)]
 pub struct TruthArgs {
@@ -187,10 +187,10 @@ pub fn run(args: TruthArgs) -> Result<()> {
 pub fn build_meshlab(debug: bool) -> Result<PathBuf> {
     if debug {
         run_cmd(crate::cargo().args(["build", "--bin", "meshlab"]))?;
-        Ok(workspace_root().join("target/debug/meshlab"))
+        Ok(target_dir().join("debug/meshlab"))
     } else {
         run_cmd(crate::cargo().args(["build", "--release", "--bin", "meshlab"]))?;
-        Ok(workspace_root().join("target/release/meshlab"))
+        Ok(target_dir().join("release/meshlab"))
     }
 }
 

@@ -12,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::{read_ndjson, run_cmd, vm_irq_counts, vm_two_machines, vm_wire_rounds, workspace_root};
+use crate::{read_ndjson, run_cmd, target_dir, vm_irq_counts, vm_two_machines, vm_wire_rounds};
 
 const KERNELS: [&str; 2] = ["6.1", "6.12"];
 /// The kernel whose two-guest run is also merged and checked across machines.
@@ -69,12 +69,9 @@ pub fn run(ci: bool, nic_only: bool) -> Result<()> {
 /// Both guests record; B serves, A sends RPCs over the virtio link once B answers, in rounds
 /// with and without a netem delay (vm_two_machines.rs); the host merges both recordings.
 fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
-    let dir = workspace_root().join(format!(
-        "target/vm/scenario-{kernel}-{}",
-        std::process::id()
-    ));
+    let dir = target_dir().join(format!("vm/scenario-{kernel}-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let meshlab = workspace_root().join("target/debug/meshlab");
+    let meshlab = target_dir().join("debug/meshlab");
     let rounds = kernel == TWO_MACHINE_KERNEL;
     // The wire relay's rounds run after the netem ones (docs/vm.md, vm_wire_rounds.rs).
     let wire = rounds.then_some(vm_wire_rounds::rounds_script as vm_two_machines::WireRounds);

@@ -143,18 +143,7 @@ fn all_if_empty(kernels: Vec<KernelLabel>) -> Vec<KernelLabel> {
     }
 }
 
-/// The workspace's target directory (respects CARGO_TARGET_DIR like cargo does).
-pub fn target_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(dir);
-    }
-    workspace_root().join("target")
-}
-
-pub fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
-}
+pub use crate::{target_dir, workspace_root};
 
 fn ensure_root(what: &str) -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::truth_cause::Cause;
-use crate::vm_two_machines::GuestScripts;
+use crate::vm_two_machines::{B_DONE_ON_EXIT, B_READY, GuestScripts, RECORDER_READY};
 
 /// The lab server's port and address in guest B (the private link, vm/spec.rs).
 pub const PORT: u16 = 9000;
@@ -186,8 +186,7 @@ const NOW: &str = "now() { awk '/^now at/ {print $3; exit}' /proc/timer_list; };
 fn record(meshlab: &Path, dir: &Path, node: &str) -> String {
     format!(
         "{NOW}{m} record -o {d}/{lower}.capture --node {node} --port {PORT} \
-         --duration {RECORD_LIMIT} --ready-file /run/rec.ready & REC=$!; \
-         while [ ! -f /run/rec.ready ]; do sleep 0.1; done; ",
+         --duration {RECORD_LIMIT} --ready-file /run/rec.ready & REC=$!; {RECORDER_READY}",
         m = meshlab.display(),
         d = dir.display(),
         lower = node.to_lowercase(),
@@ -209,7 +208,7 @@ fn guest_a(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> Str
     };
     let mut text = format!(
         "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}\
-         until [ -f \"$MESHLAB_VM_SHARED/b.ready\" ]; do sleep 0.1; done; \
+         {B_READY}\
          modprobe sch_netem || exit 1; irqreq=0; wirereq=0; \
          ok=; for i in $(seq 120); do {first} && ok=1 && break; sleep 0.5; done; [ -n \"$ok\" ] || exit 1; ",
         record = record(meshlab, dir, "A"),
@@ -258,7 +257,7 @@ fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
         .map(|(s, cpu)| format!("{s}) mask={:x};; ", 1u32 << cpu))
         .collect();
     format!(
-        "{offline}{record}{online}{irq_setup}\
+        "{B_DONE_ON_EXIT}{offline}{record}{online}{irq_setup}\
          taskset -c {APP_CPU} {m} lab server --listen {SERVER_ADDR}:{PORT} & SRV=$!; \
          {listening}touch \"{shared}/b.ready\"; HOG=; n=0; \
          while [ ! -f \"{shared}/a.done\" ]; do next=$((n+1)); state=; \
@@ -424,7 +423,7 @@ mod tests {
         let online = "for c in $(seq 1 2); do echo 1 > /sys/devices/system/cpu/cpu$c/online";
         let starts = b.find(" record -o ").expect("recorder");
         let stops = b.find("kill -INT $REC").expect("recorder stop");
-        assert!(b.starts_with(offline), "{b}");
+        assert!(b.starts_with(&format!("{B_DONE_ON_EXIT}{offline}")), "{b}");
         assert!(
             b.find(online).is_some_and(|i| i > starts && i < stops),
             "{b}"

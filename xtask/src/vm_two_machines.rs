@@ -45,6 +45,18 @@ const MIN_COMPLETE: f64 = 0.95;
 /// and the client command of one round (vm_wire_rounds.rs).
 pub type WireRounds = fn(&Path, &str) -> String;
 
+/// Guest shell text after `record --ready-file /run/rec.ready & REC=$!`: waits until the
+/// recorder is ready, and fails at once if it exited instead (a missing binary, a refused
+/// program) rather than waiting for the run's deadline.
+/// B's first words: whatever ends its script (success or failure) leaves `b.done` in the
+/// directory both guests share, so A's wait for B ([`B_READY`]) cannot outlive B.
+pub const B_DONE_ON_EXIT: &str = "trap 'touch \"$MESHLAB_VM_SHARED/b.done\"' EXIT; ";
+/// A's wait until B serves; fails once B's script ended without getting there.
+pub const B_READY: &str = "until [ -f \"$MESHLAB_VM_SHARED/b.ready\" ]; do \
+     [ -f \"$MESHLAB_VM_SHARED/b.done\" ] && exit 1; sleep 0.1; done; ";
+pub const RECORDER_READY: &str = "while [ ! -f /run/rec.ready ]; do kill -0 $REC 2>/dev/null || \
+     { echo 'the recorder exited before it was ready' >&2; exit 1; }; sleep 0.1; done; ";
+
 /// Shell text of guest A (recorder + client rounds) and guest B (recorder + server).
 pub struct GuestScripts {
     pub a: String,
@@ -78,15 +90,15 @@ pub fn guest_scripts(
         format!(
             "now() {{ awk '/^now at/ {{print $3; exit}}' /proc/timer_list; }}; \
              {m} record -o {d}/{node}.capture --node {node_upper} --port {PORT} --duration 180s \
-             {extra} --ready-file /run/rec.ready & REC=$!; \
-             while [ ! -f /run/rec.ready ]; do sleep 0.1; done; {snap}",
+             {extra} --ready-file /run/rec.ready & REC=$!; {ready}{snap}",
             node_upper = node.to_uppercase(),
+            ready = RECORDER_READY,
             snap = snapshot(node, 0),
         )
     };
     let stop = |node: &str| format!("{}kill -INT $REC; wait $REC", snapshot(node, 1));
     let b = format!(
-        "{record}{m} lab server --listen {server} & SRV=$!; \
+        "{B_DONE_ON_EXIT}{record}{m} lab server --listen {server} & SRV=$!; \
          until grep -q ':{port:04X} 00000000:0000 0A' /proc/net/tcp; do sleep 0.1; done; \
          touch \"$MESHLAB_VM_SHARED/b.ready\"; \
          for i in $(seq 900); do [ -f \"$MESHLAB_VM_SHARED/a.done\" ] && break; sleep 0.2; done; \
@@ -111,8 +123,7 @@ pub fn guest_scripts(
     };
     let wire_rounds = wire_rounds.map_or(String::new(), |script| script(dir, &client));
     let a = format!(
-        "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}\
-         until [ -f \"$MESHLAB_VM_SHARED/b.ready\" ]; do sleep 0.1; done; \
+        "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}{B_READY}\
          ok=; for i in $(seq 120); do {client} > {d}/a.json && ok=1 && break; sleep 0.5; done; \
          [ -n \"$ok\" ] || exit 1; {netem_rounds}{wire_rounds}{stop}",
         record = record("a", ""),
@@ -509,6 +520,47 @@ fn median(values: &mut [i64]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs guest shell text with busybox-compatible `sh` on the host; (exit code, stderr).
+    fn sh(text: &str, shared: &std::path::Path) -> (Option<i32>, String) {
+        let out = std::process::Command::new("sh")
+            .args(["-c", text])
+            .env("MESHLAB_VM_SHARED", shared)
+            .output()
+            .expect("sh runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into(),
+        )
+    }
+
+    /// A recorder that exits before it is ready (here `false`) ends the guest's script at once
+    /// instead of leaving it waiting for /run/rec.ready until the run's deadline.
+    #[test]
+    fn a_recorder_that_exits_unready_fails_the_script() {
+        let shared = std::env::temp_dir();
+        let (code, stderr) = sh(&format!("false & REC=$!; {RECORDER_READY}exit 0"), &shared);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(
+            stderr.contains("the recorder exited before it was ready"),
+            "{stderr}"
+        );
+    }
+
+    /// A's wait for B ends with a failure once B's script ended without serving.
+    #[test]
+    fn a_stops_waiting_for_a_b_that_ended() {
+        let shared = std::env::temp_dir().join(format!("ml-b-done-{}", std::process::id()));
+        std::fs::create_dir_all(&shared).unwrap();
+        let (code, _) = sh(
+            &format!("({B_DONE_ON_EXIT}exit 3); {B_READY}exit 0"),
+            &shared,
+        );
+        let b_done = shared.join("b.done").exists();
+        std::fs::remove_dir_all(&shared).unwrap();
+        assert!(b_done, "B's exit left b.done");
+        assert_eq!(code, Some(1));
+    }
 
     /// `count` requests starting inside `round`, each with end-to-end `e2e_ns`.
     fn requests_in(round: &Round, count: usize, e2e_ns: i64) -> Vec<serde_json::Value> {

@@ -426,15 +426,25 @@ pub(crate) fn rate_search_with(
 /// The rate search's capture file (each step overwrites it).
 const RATE_CAPTURE: &str = "rate.capture";
 
+/// Merges of the rate capture timed for its figure: one run is at the mercy of the machine (a
+/// VM's first touches of fresh memory cost 3-26 % of a merge depending on the host's load,
+/// docs/benchmarks-merge-ab.md round 35).
+pub const MERGE_RUNS: usize = 3;
+
 /// `meshlab merge` of the last rate step's capture (one node, kernel-only, loopback echo RPC):
-/// events per CPU-second of the merge process (all its threads).
+/// events per CPU-second of the merge process (all its threads), at the median CPU time of
+/// `MERGE_RUNS` runs.
 fn merge_rate(exe: &Path, dir: &Path, steps: &[RateStep]) -> Result<f64> {
     let events = steps.last().context("no rate step")?.events;
-    let run = crate::bench_merge::merge_once(exe, &[dir.join(RATE_CAPTURE)])?;
-    let rate = events as f64 / run.cpu_s;
+    let mut cpu_s = (0..MERGE_RUNS)
+        .map(|_| Ok(crate::bench_merge::merge_once(exe, &[dir.join(RATE_CAPTURE)])?.cpu_s))
+        .collect::<Result<Vec<f64>>>()?;
+    cpu_s.sort_by(f64::total_cmp);
+    let median = cpu_s[MERGE_RUNS / 2];
+    let rate = events as f64 / median;
     eprintln!(
-        "bench: merge of the last rate capture: {events} events, {:.2} CPU s, {rate:.0} events per CPU-second",
-        run.cpu_s
+        "bench: merge of the last rate capture: {events} events, CPU s of {MERGE_RUNS} runs \
+         {cpu_s:.2?}, {rate:.0} events per CPU-second at the median"
     );
     Ok(rate)
 }

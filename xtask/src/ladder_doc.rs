@@ -250,7 +250,10 @@ fn rate_targets(md: &mut String, r: &LadderReport) {
     target_row(
         md,
         None,
-        "merge of that capture, events per CPU-second (one core) >= 1 M",
+        &format!(
+            "merge of that capture, events per CPU-second (one core, median of {} runs) >= 1 M",
+            crate::ladder::MERGE_RUNS
+        ),
         r.merge_events_per_cpu_s,
         |v| v >= 1e6,
     );

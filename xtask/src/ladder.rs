@@ -426,25 +426,21 @@ pub(crate) fn rate_search_with(
 /// The rate search's capture file (each step overwrites it).
 const RATE_CAPTURE: &str = "rate.capture";
 
-/// Merges of the rate capture timed for its figure: one run is at the mercy of the machine (a
-/// VM's first touches of fresh memory cost 3-26 % of a merge depending on the host's load,
-/// docs/benchmarks-merge-ab.md round 35).
-pub const MERGE_RUNS: usize = 3;
-
 /// `meshlab merge` of the last rate step's capture (one node, kernel-only, loopback echo RPC):
 /// events per CPU-second of the merge process (all its threads), at the median CPU time of
-/// `MERGE_RUNS` runs.
+/// [`crate::ladder_doc::MERGE_RUNS`] runs.
 fn merge_rate(exe: &Path, dir: &Path, steps: &[RateStep]) -> Result<f64> {
     let events = steps.last().context("no rate step")?.events;
-    let mut cpu_s = (0..MERGE_RUNS)
+    let mut cpu_s = (0..crate::ladder_doc::MERGE_RUNS)
         .map(|_| Ok(crate::bench_merge::merge_once(exe, &[dir.join(RATE_CAPTURE)])?.cpu_s))
         .collect::<Result<Vec<f64>>>()?;
     cpu_s.sort_by(f64::total_cmp);
-    let median = cpu_s[MERGE_RUNS / 2];
+    let median = cpu_s[cpu_s.len() / 2];
     let rate = events as f64 / median;
     eprintln!(
-        "bench: merge of the last rate capture: {events} events, CPU s of {MERGE_RUNS} runs \
-         {cpu_s:.2?}, {rate:.0} events per CPU-second at the median"
+        "bench: merge of the last rate capture: {events} events, CPU s of {} runs \
+         {cpu_s:.2?}, {rate:.0} events per CPU-second at the median",
+        cpu_s.len()
     );
     Ok(rate)
 }

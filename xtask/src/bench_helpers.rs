@@ -20,8 +20,8 @@ use anyhow::Result;
 
 use crate::bench_merge::machine;
 use crate::bpfraw::{
-    Asm, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_RB_NO_WAKEUP, R0, R1, R2, R3, R4, R6, R10, RingDrain,
-    attach_raw_tp, helper, load_raw_tp, map_create,
+    Asm, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_RB_NO_WAKEUP, R0, R1, R2, R3, R4, R6,
+    R7, R8, R10, RingDrain, attach_raw_tp, helper, load_raw_tp, map_create,
 };
 use crate::bpfstats::{self, ProgramCost, StatsEnabled};
 use crate::machine_cpu::loadavg;
@@ -65,6 +65,40 @@ struct Variant {
 struct Maps<'a> {
     rings: Vec<&'a OwnedFd>,
     counters: &'a OwnedFd,
+    slots: &'a SlotMaps,
+}
+
+/// A lock-free ring of fixed-size slots per CPU in a plain array map, the alternative to a
+/// BPF ring buffer measured by the `mb_slot_` variants: CPU c owns slots
+/// `c << SLOT_SHIFT ..`; a slot is an 8-byte commit word then an Event. `ctl` is a per-CPU
+/// array whose one value holds the CPU's head (slots reserved, taken with an atomic
+/// fetch-add because a program in IRQ context can nest inside another on the same CPU) and
+/// the consumer position last read (the shared one is read again only when the cached one
+/// says the CPU's slots may be full).
+struct SlotMaps {
+    slots: OwnedFd,
+    ctl: OwnedFd,
+}
+
+/// Slots per CPU: 1 << SLOT_SHIFT (16384 x 144 B = 2.25 MiB).
+const SLOT_SHIFT: i32 = 14;
+/// Bytes of a slot: the commit word and an Event.
+const SLOT_BYTES: u32 = 8 + EVENT_BYTES as u32;
+
+impl SlotMaps {
+    fn new() -> Result<SlotMaps> {
+        // SAFETY: sysconf has no preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as u32;
+        Ok(SlotMaps {
+            slots: map_create(
+                BPF_MAP_TYPE_ARRAY,
+                SLOT_BYTES,
+                cpus << SLOT_SHIFT,
+                "mb_slots",
+            )?,
+            ctl: map_create(BPF_MAP_TYPE_PERCPU_ARRAY, 16, 1, "mb_slot_ctl")?,
+        })
+    }
 }
 
 impl Maps<'_> {
@@ -200,6 +234,20 @@ const VARIANTS: &[Variant] = &[
         },
     },
     Variant {
+        name: "mb_slot_144",
+        what: "a 136 B Event zeroed in a lock-free per-CPU slot ring in an array map (head \
+               fetch-add, capacity check against a cached consumer position, inlined array \
+               lookups, commit word)",
+        rings: 0,
+        build: |a, m| slot_write(a, m, |a| zero_event_at(a, 8)),
+    },
+    Variant {
+        name: "mb_emit_slot",
+        what: "as mb_emit_like, in the slot ring of mb_slot_144 instead of a ring buffer",
+        rings: 0,
+        build: |a, m| slot_write(a, m, |a| emit_fields(a, m, 8)),
+    },
+    Variant {
         name: "mb_emit_pcpu",
         what: "as mb_emit_like, in the ring of this CPU (as meshlab-ebpf's emit() since \
                per-CPU rings)",
@@ -257,9 +305,55 @@ fn stack_output(a: &mut Asm, m: &Maps, size: i32) {
 }
 
 fn zero_event(a: &mut Asm) {
+    zero_event_at(a, 0);
+}
+
+/// 17 eight-byte zero stores at r6 + `at`.
+fn zero_event_at(a: &mut Asm, at: i16) {
     for word in 0..EVENT_BYTES / 8 {
-        a.st_u64(R6, (word * 8) as i16, 0);
+        a.st_u64(R6, at + (word * 8) as i16, 0);
     }
+}
+
+/// Reserves this CPU's next slot of [`SlotMaps`], lets `fill` write the Event at r6 + 8 and
+/// commits it (the commit word = head + 1, written last; on x86 stores are not reordered
+/// with other stores, so a reader that sees the word sees the record).
+fn slot_write(a: &mut Asm, m: &Maps, fill: impl FnOnce(&mut Asm)) {
+    a.call(helper::GET_SMP_PROCESSOR_ID)
+        .mov_reg(R8, R0)
+        .lsh_imm(R8, SLOT_SHIFT)
+        .st_u32(R10, -4, 0)
+        .ld_map(R1, &m.slots.ctl)
+        .mov_reg(R2, R10)
+        .add_imm(R2, -4)
+        .call(helper::MAP_LOOKUP_ELEM);
+    let no_ctl = a.jeq_zero_fwd(R0);
+    a.mov_reg(R7, R0)
+        .ldx_u64(R1, R7, 0)
+        .ldx_u64(R2, R7, 8)
+        .sub_reg(R1, R2);
+    let may_be_full = a.jgt_imm_fwd(R1, (1 << SLOT_SHIFT) - 16);
+    let room = a.ja_fwd();
+    // The bench has no reader: reading the consumer position again finds everything read.
+    a.label_here(may_be_full)
+        .ldx_u64(R1, R7, 0)
+        .stx_u64(R7, 8, R1)
+        .label_here(room)
+        .mov_imm(R1, 1)
+        .atomic_fetch_add_u64(R7, 0, R1)
+        .mov_reg(R7, R1)
+        .add_imm(R7, 1)
+        .and_imm(R1, (1 << SLOT_SHIFT) - 1)
+        .add_reg(R1, R8)
+        .stx_u32(R10, -8, R1)
+        .ld_map(R1, &m.slots.slots)
+        .mov_reg(R2, R10)
+        .add_imm(R2, -8)
+        .call(helper::MAP_LOOKUP_ELEM);
+    let no_slot = a.jeq_zero_fwd(R0);
+    a.mov_reg(R6, R0);
+    fill(a);
+    a.stx_u64(R6, 0, R7).label_here(no_slot).label_here(no_ctl);
 }
 
 /// What meshlab-ebpf's emit() does around a hook's own fields (emit.rs), at Event's offsets:
@@ -270,16 +364,23 @@ fn emit_like(a: &mut Asm, m: &Maps) {
         .call(helper::RINGBUF_RESERVE);
     let failed = a.jeq_zero_fwd(R0);
     a.mov_reg(R6, R0);
-    zero_event(a);
-    a.call(helper::KTIME_GET_NS).stx_u64(R6, 0, R0);
-    a.call(helper::GET_CURRENT_PID_TGID).stx_u64(R6, 56, R0);
-    a.call(helper::GET_SMP_PROCESSOR_ID).stx_u32(R6, 120, R0);
-    a.st_u32(R6, 128, -1);
-    counter_add(a, m, 0);
-    countdown_flag(a, m);
+    emit_fields(a, m, 0);
     a.mov_reg(R1, R6)
         .call(helper::RINGBUF_SUBMIT)
         .label_here(failed);
+}
+
+/// emit()'s work on a record at r6 + `at`; leaves the submit flag in r2.
+fn emit_fields(a: &mut Asm, m: &Maps, at: i16) {
+    zero_event_at(a, at);
+    a.call(helper::KTIME_GET_NS).stx_u64(R6, at, R0);
+    a.call(helper::GET_CURRENT_PID_TGID)
+        .stx_u64(R6, at + 56, R0);
+    a.call(helper::GET_SMP_PROCESSOR_ID)
+        .stx_u32(R6, at + 120, R0);
+    a.st_u32(R6, at + 128, -1);
+    counter_add(a, m, 0);
+    countdown_flag(a, m);
 }
 
 /// r2 = the submit flag of emit::wakeup_flag: a forced wakeup (2) every WAKEUP_EVERY events of
@@ -310,6 +411,7 @@ struct Loaded {
 }
 
 fn load_all(counters: &OwnedFd) -> Result<Vec<Loaded>> {
+    let slots = SlotMaps::new()?;
     let mut loaded = Vec::new();
     for variant in VARIANTS {
         let rings = (0..variant.rings)
@@ -318,6 +420,7 @@ fn load_all(counters: &OwnedFd) -> Result<Vec<Loaded>> {
         let maps = Maps {
             rings: rings.iter().map(|r| &r.map).collect(),
             counters,
+            slots: &slots,
         };
         let mut asm = Asm::default();
         (variant.build)(&mut asm, &maps);

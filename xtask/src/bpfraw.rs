@@ -15,6 +15,7 @@ const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 pub const BPF_PROG_TYPE_XDP: u32 = 6;
 /// `enum bpf_attach_type` BPF_XDP: a BPF link on a network device's XDP hook.
 const BPF_XDP: u32 = 37;
+pub const BPF_MAP_TYPE_ARRAY: u32 = 2;
 pub const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
 pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 
@@ -42,6 +43,8 @@ pub const R2: u8 = 2;
 pub const R3: u8 = 3;
 pub const R4: u8 = 4;
 pub const R6: u8 = 6;
+pub const R7: u8 = 7;
+pub const R8: u8 = 8;
 pub const R10: u8 = 10;
 
 /// A program under construction: one u64 per instruction, in `struct bpf_insn` byte order.
@@ -103,6 +106,27 @@ impl Asm {
     pub fn atomic_add_u64(&mut self, dst: u8, off: i16, src: u8) -> &mut Asm {
         self.push(0xdb, dst, src, off, 0)
     }
+    /// `src = atomic_fetch_add((u64 *)(dst + off), src)`: the old value comes back in `src`.
+    pub fn atomic_fetch_add_u64(&mut self, dst: u8, off: i16, src: u8) -> &mut Asm {
+        const BPF_FETCH: i32 = 0x01;
+        self.push(0xdb, dst, src, off, BPF_FETCH)
+    }
+    /// `dst &= imm` (64-bit).
+    pub fn and_imm(&mut self, dst: u8, imm: i32) -> &mut Asm {
+        self.push(0x57, dst, 0, 0, imm)
+    }
+    /// `dst <<= imm` (64-bit).
+    pub fn lsh_imm(&mut self, dst: u8, imm: i32) -> &mut Asm {
+        self.push(0x67, dst, 0, 0, imm)
+    }
+    /// `dst += src` (64-bit).
+    pub fn add_reg(&mut self, dst: u8, src: u8) -> &mut Asm {
+        self.push(0x0f, dst, src, 0, 0)
+    }
+    /// `dst -= src` (64-bit).
+    pub fn sub_reg(&mut self, dst: u8, src: u8) -> &mut Asm {
+        self.push(0x1f, dst, src, 0, 0)
+    }
     pub fn call(&mut self, helper: i32) -> &mut Asm {
         self.push(0x85, 0, 0, 0, helper)
     }
@@ -120,6 +144,12 @@ impl Asm {
     /// returns the jump's index for [`Asm::label_here`].
     pub fn jlt32_imm_fwd(&mut self, reg: u8, imm: u32) -> usize {
         self.push(0xa6, reg, 0, 0, imm as i32);
+        self.insns.len() - 1
+    }
+    /// `if reg > imm goto <label>` (unsigned, 64-bit); returns the jump's index for
+    /// [`Asm::label_here`].
+    pub fn jgt_imm_fwd(&mut self, reg: u8, imm: i32) -> usize {
+        self.push(0x25, reg, 0, 0, imm);
         self.insns.len() - 1
     }
     /// `goto <label>`; returns the jump's index for [`Asm::label_here`].

@@ -46,7 +46,9 @@ pub struct Event {
     pub cpu: u32,
     /// Last NIC IRQ number seen on this CPU (valid when `irq_entry_ns != 0`).
     pub irq: u32,
-    /// TX queue (skb queue_mapping) or RX queue of the IRQ, u32::MAX if unknown.
+    /// Device queue, u32::MAX if unknown: the TX queue (skb `queue_mapping`) on TX hooks, the
+    /// RX queue the driver recorded (`queue_mapping` - 1) on netif_receive_skb, the vector's
+    /// queue on the IRQ stream.
     pub queue: u32,
     /// Explicit padding so the struct has no implicit holes.
     pub _pad: u32,

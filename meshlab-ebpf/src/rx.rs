@@ -29,7 +29,7 @@ use crate::tx::track_thread;
 /// first look at its poll list (seen on 6.1 in the two-guest scenario); elsewhere on 6.1 the
 /// raise starts a new run, whose entry promotes the IRQ as before.
 #[inline(always)]
-fn netif_context<M: KernelRead>(ev: &mut Event, skb: u64) {
+fn netif_context(ev: &mut Event) {
     if let Some(state) = CPU_STATE.get_ptr_mut(0) {
         // SAFETY: per-CPU slot, only touched by programs of this CPU.
         let state = unsafe { &mut *state };
@@ -40,7 +40,7 @@ fn netif_context<M: KernelRead>(ev: &mut Event, skb: u64) {
         if pending != 0
             && pending > state.softirq_entry_ns.max(state.irq_entry_ns)
             && (state.softirq_entry_ns | state.irq_entry_ns) != 0
-            && irq_of_frame::<M>(state.pending_irq, ev.ifindex, skb)
+            && irq_of_frame(state.pending_irq, ev.ifindex, ev.queue)
         {
             state.irq = state.pending_irq;
             state.irq_entry_ns = state.pending_irq_ns;
@@ -54,10 +54,10 @@ fn netif_context<M: KernelRead>(ev: &mut Event, skb: u64) {
     attach_cpu_context(ev);
 }
 
-/// Whether NIC IRQ `irq` is of the device `ifindex` and of the skb's RX queue (when both are
-/// known: `skb_record_rx_queue` stores queue + 1 in `queue_mapping`).
+/// Whether NIC IRQ `irq` is of the device `ifindex` and of the frame's RX `queue` (when both
+/// are known; `u32::MAX` is an unknown queue).
 #[inline(always)]
-fn irq_of_frame<M: KernelRead>(irq: u32, ifindex: u32, skb: u64) -> bool {
+fn irq_of_frame(irq: u32, ifindex: u32, queue: u32) -> bool {
     // SAFETY: value copied out at once.
     let Some(nic) = (unsafe { NIC_IRQS.get(&irq) }).copied() else {
         return false;
@@ -65,8 +65,20 @@ fn irq_of_frame<M: KernelRead>(irq: u32, ifindex: u32, skb: u64) -> bool {
     if nic.ifindex != ifindex {
         return false;
     }
-    let mapping = M::load::<u16>(skb, offset!(sk_buff_queue_mapping)).unwrap_or(0);
-    nic.queue == u32::MAX || mapping == 0 || u32::from(mapping) - 1 == nic.queue
+    nic.queue == u32::MAX || queue == u32::MAX || queue == nic.queue
+}
+
+/// The RX queue a driver recorded for the skb (`skb_record_rx_queue` stores queue + 1 in
+/// `queue_mapping`), `u32::MAX` when none did; read as the kernel's `skb_get_rx_queue` reads
+/// it (on veth the field still holds the sender's TX queue: the merge uses it for NICs only).
+/// It tells apart the frames of two queues of one NIC whose softirq runs share a CPU, which the
+/// CPU's context cannot.
+#[inline(always)]
+fn rx_queue<M: KernelRead>(skb: u64) -> u32 {
+    match M::load::<u16>(skb, offset!(sk_buff_queue_mapping)) {
+        Some(mapping) if mapping != 0 => u32::from(mapping) - 1,
+        _ => u32::MAX,
+    }
 }
 
 /// Copies this CPU's IRQ/softirq context into an RX event, so a message's RX path is complete
@@ -117,7 +129,8 @@ fn try_netif_receive_skb<C: TpArgs>(ctx: &C) -> Option<()> {
         if config!(rx_hw_timestamps) != 0 {
             ev.aux = rx_hw_timestamp::<C::Mem>(skb);
         }
-        netif_context::<C::Mem>(ev, skb);
+        ev.queue = rx_queue::<C::Mem>(skb);
+        netif_context(ev);
         Some(())
     });
     Some(())

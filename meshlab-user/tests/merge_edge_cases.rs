@@ -191,6 +191,51 @@ fn a_nic_frame_carrying_another_nics_irq_starts_at_netif_receive_skb() {
     );
 }
 
+/// B's startup with eth0 on two queues: vector 40 serves queue 0, vector 41 queue 1.
+const ETH0_TWO_QUEUES: &str = r#""nic_irqs":[{"irq":40,"dev":"eth0","ifindex":2,"queue":0},{"irq":41,"dev":"eth0","ifindex":2,"queue":1}]"#;
+
+/// Two queues of one NIC whose softirq runs share a CPU: the frame's RX queue (the driver's
+/// `skb_record_rx_queue`, the event's `queue`) says whose the context IRQ is. A frame of queue
+/// 0 carrying queue 1's vector is merged as one polled without an IRQ of its own (its chain
+/// starts at netif_receive_skb, so no kernel segment ends at the frame), and no segment is
+/// placed on queue 1 or its vector; a frame of queue 1 keeps them.
+#[test]
+fn a_frame_carrying_another_queues_irq_starts_at_netif_receive_skb() {
+    let frame_on_queue = |dir: &std::path::Path, queue: &'static str| {
+        plain_with_b_edited(dir, move |n, l| match n {
+            1 => l.replace(ETH0_IRQS, ETH0_TWO_QUEUES),
+            3 => l.replace(r#""irq":40,"#, &format!(r#""irq":41,"queue":{queue},"#)),
+            _ => l.to_owned(),
+        })
+    };
+    let (other, own) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let files = frame_on_queue(other.path(), "0");
+    assert_starts_at_netif_receive_skb(&files);
+    let out = merge(&files, &[]);
+    let rx_places: Vec<_> = out.requests[0]
+        .segments
+        .iter()
+        .filter(|s| s.name.starts_with("rx_") && s.node.as_deref() == Some("B"))
+        .filter_map(|s| s.place.as_ref().map(|p| (s.name.clone(), p.queue, p.irq)))
+        .collect();
+    assert!(
+        rx_places
+            .iter()
+            .all(|(_, queue, irq)| *irq != Some(41) && *queue != Some(1)),
+        "{rx_places:?}"
+    );
+    let kept = merge(&frame_on_queue(own.path(), "1"), &[]);
+    let r = &kept.requests[0];
+    assert!(r.complete, "{r:?}");
+    let on_41 = r.segments.iter().filter(|s| {
+        s.node.as_deref() == Some("B")
+            && s.place
+                .as_ref()
+                .is_some_and(|p| p.irq == Some(41) && p.queue == Some(1))
+    });
+    assert!(on_41.count() > 0, "{r:?}");
+}
+
 /// A frame of a device without IRQs (veth) carrying a NIC's IRQ was routed there from that NIC
 /// in the same softirq run: it keeps the IRQ, its segments and durations as when the vector is
 /// unknown (only the queue the named vector serves is added to their place).

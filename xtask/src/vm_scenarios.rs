@@ -162,6 +162,7 @@ fn check_rx_irqs(
         .filter(|r| r["type"] == "kernel" && r["hook"] == "netif_receive_skb" && r["dev"] == "eth0")
         .collect();
     ensure!(rx.len() >= 10, "only {} RX events on eth0", rx.len());
+    check_rx_queues(&rx, nic_irqs)?;
     let with_irq: Vec<_> = rx
         .iter()
         .filter(|r| r["irq"].is_u64() && r["irq_entry_ns"].is_u64())
@@ -205,6 +206,28 @@ fn check_rx_irqs(
         irq_inside_run,
         own_irq_in_run,
     })
+}
+
+/// Every RX frame on eth0 carries the RX queue virtio_net recorded for it
+/// (`skb_record_rx_queue`; meshlab-ebpf rx.rs `rx_queue`), one that a vector of eth0 serves.
+fn check_rx_queues(rx: &[&serde_json::Value], nic_irqs: &[serde_json::Value]) -> Result<()> {
+    let served: Vec<u64> = nic_irqs
+        .iter()
+        .filter(|i| i["dev"] == "eth0")
+        .filter_map(|i| i["queue"].as_u64())
+        .collect();
+    ensure!(
+        !served.is_empty(),
+        "no eth0 vector names its queue: {nic_irqs:?}"
+    );
+    for r in rx {
+        let queue = r["queue"].as_u64();
+        ensure!(
+            queue.is_some_and(|q| served.contains(&q)),
+            "RX event on eth0 without a queue of eth0's vectors {served:?}: {r}"
+        );
+    }
+    Ok(())
 }
 
 /// TX completion: the driver frees each response skb after sending it; the event must follow

@@ -30,10 +30,12 @@ pub struct Stamp {
 }
 
 /// Where a kernel event ran: its CPU and, where known, its device, queue and NIC IRQ. RX
-/// queues come from the IRQ of the CPU's receive context, TX IRQs from the TX queue, both
-/// through the node's device context ([`super::nic`]). Every [`Stamp`] carries one, so it is
-/// kept at 16 bytes: `u32::MAX` stands for "not known" (no CPU, ifindex, IRQ or queue has it;
-/// the kernel event already uses it for an unknown queue).
+/// queues are the frame's own where the driver recorded one, else the queue the IRQ of the
+/// CPU's receive context serves; TX IRQs come from the TX queue, both through the node's device
+/// context ([`super::nic`]). Every [`Stamp`] carries one, so it is kept at 16 bytes: `u32::MAX`
+/// stands for "not known" (no CPU, ifindex, IRQ or queue has it; the kernel event already uses
+/// it for an unknown queue), and a queue known only through the IRQ has [`QUEUE_OF_IRQ`] set
+/// (queues are u16 in the kernel), so that it goes when the IRQ does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Place {
     cpu: u32,
@@ -43,6 +45,8 @@ pub struct Place {
 }
 
 const UNKNOWN: u32 = u32::MAX;
+/// In [`Place::queue`]'s field: the queue is the one the IRQ serves, not the event's own.
+const QUEUE_OF_IRQ: u32 = 1 << 31;
 
 impl Default for Place {
     fn default() -> Self {
@@ -79,17 +83,29 @@ impl Place {
     }
 
     pub fn queue(&self) -> Option<u32> {
-        Place::get(self.queue)
+        Place::get(self.queue).map(|q| q & !QUEUE_OF_IRQ)
+    }
+
+    /// The place with the queue its IRQ serves, where it has none of its own.
+    pub fn or_queue_of_irq(self, served: Option<u32>) -> Place {
+        match served {
+            Some(q) if self.queue == UNKNOWN => Place {
+                queue: q | QUEUE_OF_IRQ,
+                ..self
+            },
+            _ => self,
+        }
     }
 
     pub fn irq(&self) -> Option<u32> {
         Place::get(self.irq)
     }
 
-    /// The same place without its IRQ and the queue derived from it.
+    /// The same place without its IRQ and the queue known only through it.
     pub fn without_irq(self) -> Place {
+        let of_irq = self.queue != UNKNOWN && self.queue & QUEUE_OF_IRQ != 0;
         Place {
-            queue: UNKNOWN,
+            queue: if of_irq { UNKNOWN } else { self.queue },
             irq: UNKNOWN,
             ..self
         }

@@ -1,14 +1,15 @@
 //! Where a node's kernel events ran ([`Place`]): the event's CPU, and the queue and IRQ it
 //! belongs to, completed from the node's device context (startup `devices`, `nic_irqs`).
 //!
-//! RX events carry the IRQ of their CPU's receive context (the kernel does not read the RX
-//! queue): the queue is the one that IRQ serves. TX events carry the skb's queue_mapping: the
-//! IRQ is the vector that serves that TX queue (a `tx` or `rx_tx` vector of the device).
+//! RX events carry the IRQ of their CPU's receive context and, where the driver recorded it,
+//! the frame's RX queue: the queue is the frame's own, else the one the IRQ serves. TX events
+//! carry the skb's queue_mapping: the IRQ is the vector that serves that TX queue (a `tx` or
+//! `rx_tx` vector of the device).
 //!
-//! The receive context is per CPU, not per device: on a machine whose NICs share a CPU, a
-//! frame of one NIC can carry the IRQ of another (the last IRQ before the softirq run that
-//! polled both): [`NodeNic::irq_of_other_device`]. What the merge makes of it is decided where
-//! the context is reduced (reduce.rs `rx_context`).
+//! The receive context is per CPU, not per queue: on a machine whose NICs or queues share a
+//! CPU, a frame of one can carry the IRQ of another (the last IRQ before the softirq run that
+//! polled both): [`NodeNic::irq_not_of_frame`]. What the merge makes of it is decided where the
+//! context is reduced (reduce.rs `rx_context`); such an IRQ is no part of the frame's place.
 
 use super::HashMap;
 
@@ -28,6 +29,8 @@ pub struct NodeNic {
     ifindex: HashMap<String, u32>,
     /// Every known vector -> the ifindex of the device it belongs to.
     irq_device: HashMap<u32, u32>,
+    /// The devices with vectors of their own (a few NICs).
+    irq_devices: Vec<u32>,
 }
 
 impl NodeNic {
@@ -57,6 +60,9 @@ impl NodeNic {
                 }
             }
         }
+        nic.irq_devices = nic.irq_device.values().copied().collect();
+        nic.irq_devices.sort_unstable();
+        nic.irq_devices.dedup();
         nic
     }
 
@@ -65,13 +71,22 @@ impl NodeNic {
         (k.ifindex.filter(|&i| i != 0)).or_else(|| self.ifindex.get(k.dev?).copied())
     }
 
-    /// Whether an RX event's context IRQ is known to belong to another device than the
-    /// frame's (module doc).
-    pub fn irq_of_other_device(&self, k: &KernelLine<'_>) -> bool {
+    /// Whether an RX event's context IRQ is known not to be the frame's: a vector of another
+    /// device, or of the same device's other RX queue when the frame's queue is known
+    /// (module doc).
+    pub fn irq_not_of_frame(&self, k: &KernelLine<'_>) -> bool {
         let (Some(irq), Some(frame_dev)) = (k.irq, self.ifindex_of(k)) else {
             return false;
         };
-        self.irq_device.get(&irq).is_some_and(|&d| d != frame_dev)
+        let Some(&irq_dev) = self.irq_device.get(&irq) else {
+            return false;
+        };
+        let other_queue = || {
+            k.queue
+                .zip(self.rx_queue.get(&irq))
+                .is_some_and(|(frame, &served)| frame != served)
+        };
+        irq_dev != frame_dev || other_queue()
     }
 
     /// The place of one event: CPU always; queue and IRQ on the device stages.
@@ -79,8 +94,16 @@ impl NodeNic {
         let ifindex = self.ifindex_of(k);
         let (queue, irq) = match k.hook {
             Hook::NetifReceiveSkb => {
-                let irq = k.irq.filter(|_| k.irq_entry_ns.is_some());
-                (irq.and_then(|irq| self.rx_queue.get(&irq).copied()), irq)
+                // As reduce.rs `rx_context`: a frame of a device without vectors (veth, a
+                // bridge) routed from a NIC keeps that NIC's IRQ and queue.
+                let own_irqs = ifindex.is_some_and(|d| self.irq_devices.contains(&d));
+                let foreign = own_irqs && self.irq_not_of_frame(k);
+                let irq = k.irq.filter(|_| k.irq_entry_ns.is_some() && !foreign);
+                let served = irq.and_then(|irq| self.rx_queue.get(&irq).copied());
+                // A NIC driver records the RX queue; on veth `queue_mapping` still holds the
+                // sender's TX queue (the kernel's skb_get_rx_queue reads it all the same).
+                let own_queue = k.queue.filter(|_| own_irqs);
+                return Place::new(Some(k.cpu), ifindex, own_queue, irq).or_queue_of_irq(served);
             }
             Hook::NetDevQueue | Hook::NetDevStartXmit | Hook::NetDevXmit | Hook::TxComplete => {
                 let irq = ifindex
@@ -159,6 +182,47 @@ mod tests {
     }
 
     #[test]
+    fn an_rx_frame_is_placed_on_its_own_queue_without_another_queues_irq() {
+        // eth0's queue 0 is served by vector 30, queue 1 by 32; both may run on one CPU.
+        let devices = [DeviceContext {
+            dev: "eth0".into(),
+            ifindex: 2,
+            irqs: vec![irq(30, IrqRole::RxTx, 0), irq(32, IrqRole::RxTx, 1)],
+            ..DeviceContext::default()
+        }];
+        let nic = NodeNic::from_context(&[], &devices);
+        let mut rx = KernelEvent::new("B".into(), Hook::NetifReceiveSkb, 1);
+        rx.ifindex = Some(2);
+        rx.irq_entry_ns = Some(1);
+        // (frame's queue, context IRQ, its place's queue and IRQ)
+        for (queue, ctx_irq, placed) in [
+            (Some(1), 32, (Some(1), Some(32))), // its own queue's IRQ
+            (Some(1), 30, (Some(1), None)),     // queue 0's IRQ: not the frame's
+            (Some(0), 30, (Some(0), Some(30))),
+            (None, 32, (Some(1), Some(32))), // no recorded queue: the IRQ's
+        ] {
+            rx.queue = queue;
+            rx.irq = Some(ctx_irq);
+            let k = KernelLine::of(&rx);
+            let p = nic.place(&k);
+            assert_eq!(
+                (p.queue(), p.irq()),
+                placed,
+                "queue {queue:?}, IRQ {ctx_irq}"
+            );
+            assert_eq!(nic.irq_not_of_frame(&k), placed.1.is_none());
+            // Without the IRQ (a stale context, index.rs) a queue of the frame's own stays.
+            assert_eq!(p.without_irq().queue(), queue);
+        }
+        // A veth frame routed from eth0's queue 1 keeps that IRQ and queue (reduce.rs too);
+        // its own `queue` is the veth sender's TX queue, no RX queue.
+        rx.ifindex = Some(7);
+        rx.queue = Some(3);
+        let p = nic.place(&KernelLine::of(&rx));
+        assert_eq!((p.queue(), p.irq()), (Some(1), Some(32)));
+    }
+
+    #[test]
     fn a_context_irq_is_known_to_be_another_devices_by_its_vector() {
         let nic_irqs = [(30, "eth0", 2), (50, "eth1", 3)].map(|(irq, dev, ifindex)| NicIrqInfo {
             irq,
@@ -181,7 +245,7 @@ mod tests {
             rx.irq = Some(irq);
             let k = KernelLine::of(&rx);
             assert_eq!(
-                nic.irq_of_other_device(&k),
+                nic.irq_not_of_frame(&k),
                 other,
                 "frame {ifindex}, IRQ {irq}"
             );

@@ -44,8 +44,13 @@ pub const IRQ_STATES: [(&str, usize); 4] = [
 
 /// The state A asks B for before a run of an IRQ cause (`on`: with it), and its IRQ CPU.
 pub fn irq_state(cause: Cause, on: bool) -> (&'static str, usize) {
-    let at = usize::from(!on) + if cause == Cause::IrqSoftirqLoad { 2 } else { 0 };
-    IRQ_STATES[at]
+    let [busy, idle, load_busy, load_idle] = IRQ_STATES;
+    match (cause == Cause::IrqSoftirqLoad, on) {
+        (false, true) => busy,
+        (false, false) => idle,
+        (true, true) => load_busy,
+        (true, false) => load_idle,
+    }
 }
 /// vCPUs per guest in the boot of the IRQ cause (the `vm run` option applies to both guests).
 pub const IRQ_GUEST_CPUS: usize = 3;

@@ -522,9 +522,11 @@ mod tests {
     use super::*;
 
     /// Runs guest shell text with busybox-compatible `sh` on the host; (exit code, stderr).
+    /// Runs `text` under `sh`, killed after 10 s: a wait that the script text fails to end
+    /// makes a test fail (exit 124), not hang.
     fn sh(text: &str, shared: &std::path::Path) -> (Option<i32>, String) {
-        let out = std::process::Command::new("sh")
-            .args(["-c", text])
+        let out = std::process::Command::new("timeout")
+            .args(["10", "sh", "-c", text])
             .env("MESHLAB_VM_SHARED", shared)
             .output()
             .expect("sh runs");

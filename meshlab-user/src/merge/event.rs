@@ -309,11 +309,10 @@ pub struct PEvent {
 
 /// One node's input, in node time order after the reorder window.
 ///
-/// Both kinds boxed: an item is moved from the reading thread's reduction through its batch,
-/// the channel and the reorder buffer to the joiner, and a 184-byte `KEvent` (152 since
-/// round 32) cost a memcpy call
-/// at each move, more than its one allocation does (merge-callgrind, docs/benchmarks-merge-ab.md
-/// round 25).
+/// Both kinds boxed: an item is moved through the reorder buffer to the joiner, and a
+/// 184-byte `KEvent` (128 since round 32) cost a memcpy call at each move, more than its one
+/// allocation does (merge-callgrind, docs/benchmarks-merge-ab.md round 25). A kernel event is
+/// boxed once it reaches the merging thread ([`Reduced`]).
 #[derive(Clone, Debug)]
 pub enum Item {
     Kernel(Box<KEvent>),
@@ -321,6 +320,24 @@ pub enum Item {
 }
 
 const _: () = assert!(std::mem::size_of::<Item>() == 16);
+
+/// An item as the reading thread reduces it: the kernel event by value, boxed by
+/// [`Reduced::boxed`] on the merging thread, which also frees it. Allocated on the reading
+/// thread, every kernel event's box was freed across threads (mimalloc's slow path: the
+/// merging thread's `mi_free` was 10-11 % of a merge's CPU, perf, round 36).
+pub enum Reduced {
+    Kernel(KEvent),
+    Probe(Box<PEvent>),
+}
+
+impl Reduced {
+    pub fn boxed(self) -> Item {
+        match self {
+            Reduced::Kernel(k) => Item::Kernel(Box::new(k)),
+            Reduced::Probe(p) => Item::Probe(p),
+        }
+    }
+}
 
 impl Item {
     pub fn stamp(&self) -> Stamp {

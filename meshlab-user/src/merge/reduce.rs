@@ -6,7 +6,7 @@ use crate::schema::{Hook, InputKind, ProbeEvent, Record};
 
 use super::MergeError;
 use super::event::{
-    Endpoint, Established, Extra, Extras, Item, KEvent, Origin, PEvent, Role, RxContext, Stamp,
+    Endpoint, Established, Extra, Extras, KEvent, Origin, PEvent, Reduced, Role, RxContext, Stamp,
     UnixEnds,
 };
 use super::input::{Plan, parse_err, shift};
@@ -22,7 +22,7 @@ pub fn to_item(
     line: u64,
     node: NodeId,
     record: Incoming<'_>,
-) -> Result<Option<Item>, MergeError> {
+) -> Result<Option<Reduced>, MergeError> {
     let f = &plan.files[file];
     let origin = Origin {
         file: file as u16,
@@ -64,7 +64,7 @@ pub fn to_item(
                 return Ok(None);
             }
             probe_item(plan, node, origin, skew, p)
-                .map(|p| p.map(|p| Item::Probe(Box::new(p))))
+                .map(|p| p.map(|p| Reduced::Probe(Box::new(p))))
                 .map_err(|(field, what)| bad("probe", field, what))
         }
         other => Err(bad(
@@ -95,7 +95,7 @@ fn kernel_item(
     origin: Origin,
     skew: i64,
     k: &KernelLine<'_>,
-) -> Result<Item, FieldError> {
+) -> Result<Reduced, FieldError> {
     let moved = |field: &'static str, v: u64| {
         shift(v, skew).ok_or_else(|| (field, format!("--inject-skew {skew} moves {v} below zero")))
     };
@@ -117,7 +117,7 @@ fn kernel_item(
     let tx_wire = on_nic_clock(plan, node, k.aux.filter(|_| hook == Hook::TxTstampHw));
     let (ts, error_ns, sample) =
         tx_wire.map_or((ts, 0, u32::MAX), |at| (at.ns, at.error_ns, at.sample));
-    Ok(Item::Kernel(Box::new(KEvent {
+    Ok(Reduced::Kernel(KEvent {
         hook,
         stamp: Stamp {
             time: NodeTime::new(node, ts),
@@ -142,7 +142,7 @@ fn kernel_item(
             }),
             aux: k.aux.filter(|_| hook == Hook::SchedSwitch),
         }),
-    })))
+    }))
 }
 
 /// The receive context a `netif_receive_skb` event carries, its times moved by `moved`.

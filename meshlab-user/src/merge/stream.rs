@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 use super::MergeError;
-use super::event::Item;
+use super::event::{Item, Reduced};
 use super::input::Plan;
 use super::reduce::to_item;
 use super::time::NodeId;
@@ -18,7 +18,7 @@ use super::time::NodeId;
 struct Source {
     /// NDJSON or binary capture (crate::records), reduced to this node's items on the
     /// reading thread: the merging thread neither moves whole records nor reduces them.
-    items: ReducedSource<Item, MergeError>,
+    items: ReducedSource<Reduced, MergeError>,
     /// Latest timestamp read from this file.
     high_ns: u64,
     done: bool,
@@ -160,7 +160,7 @@ impl NodeStream {
             src.done = true;
             return Ok(false);
         };
-        let item = item?;
+        let item = item?.boxed();
         let ns = item.stamp().ns();
         src.high_ns = src.high_ns.max(ns);
         self.seq += 1;

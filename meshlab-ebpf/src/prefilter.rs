@@ -282,16 +282,17 @@ pub fn conn_added(cookie: u64, info: &ConnInfo) {
     mark(&TUPLE_SLOTS, index, cookie, PREFILTER_COLLIDED_COOKIE);
 }
 
-/// sock_ops is about to remove connection `cookie` from TRACED_CONNS: its turn leaves the
-/// count of sampled turns (from the slot while it owns one, else from its map value; the
-/// other copy is never sampled).
+/// sock_ops is about to remove connection `cookie` (its TRACED_CONNS value `info`) from the map:
+/// its turn leaves the count of sampled turns (from the slot while it owns one, else from its
+/// map value; the other copy is never sampled).
+///
+/// # Safety
+/// `info` must be connection `cookie`'s TRACED_CONNS value (8-byte aligned, valid for the
+/// program's RCU section).
 #[inline(always)]
-pub fn conn_closing(cookie: u64) {
-    let mut was_sampled = false;
-    if let Some(info) = TRACED_CONNS.get_ptr_mut(&cookie) {
-        // SAFETY: a hash map value, 8-byte aligned, valid for the program's RCU section.
-        was_sampled |= unsafe { retire_turn(info) } == TURN_SAMPLED;
-    }
+pub unsafe fn conn_closing(cookie: u64, info: *mut ConnInfo) {
+    // SAFETY: the caller's promise.
+    let mut was_sampled = unsafe { retire_turn(info) } == TURN_SAMPLED;
     if let Some(slot) = CONN_SLOTS.get_ptr_mut(cookie as u32 & SLOT_MASK) {
         // SAFETY: valid array value; the record sits at an 8-byte offset (maps.rs).
         unsafe {

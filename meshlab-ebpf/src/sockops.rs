@@ -209,8 +209,7 @@ fn try_closed(ctx: &SockOpsContext) -> Option<()> {
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     // Only connections sock_ops traced ask for STATE_CB (try_established), so a miss means
     // this recording lost it, or an earlier recording traced it.
-    // SAFETY: value copied out at once.
-    let Some(info) = unsafe { TRACED_CONNS.get(&cookie) }.copied() else {
+    let Some(record) = TRACED_CONNS.get_ptr_mut(&cookie) else {
         diag_warn!(
             "sock_ops",
             "closed connection {} was not in TRACED_CONNS: evicted (more than {} traced at once) or traced by an earlier recording",
@@ -219,7 +218,11 @@ fn try_closed(ctx: &SockOpsContext) -> Option<()> {
         );
         return None;
     };
-    conn_closing(cookie);
+    // SAFETY: `record` is the connection's TRACED_CONNS value, valid for this run: copied out
+    // before conn_closing retires its turn.
+    let info = unsafe { *record };
+    // SAFETY: as above.
+    unsafe { conn_closing(cookie, record) };
     let _ = TUPLES.remove(&info.tuple);
     if TRACED_CONNS.remove(&cookie).is_ok() {
         conn_removed(cookie, &info.tuple);

@@ -514,7 +514,7 @@ impl Drop for Scratch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::truth_cause::VM_CAUSES;
+    use crate::truth_cause::{VM_CAUSES, VM_NAMED_CAUSES};
     use crate::truth_stats::{CpuTimes, cost_cell, request_stats, target_ns};
     use clap::Parser;
     use serde_json::json;
@@ -707,6 +707,12 @@ mod tests {
             VM_CAUSES
                 .iter()
                 .all(|c| c.in_guests() && !CAUSES.contains(c))
+        );
+        // Named-only guest causes run in the guests, never by default.
+        assert!(
+            VM_NAMED_CAUSES
+                .iter()
+                .all(|c| c.in_guests() && !VM_CAUSES.contains(c) && ALL_CAUSES.contains(c))
         );
     }
 }

@@ -55,6 +55,12 @@ pub enum Cause {
     /// task's is not, so a NIC IRQ landing there waits for its NET_RX run -> B's IRQ and
     /// softirq segments.
     IrqSoftirqLoad,
+    /// Guests only, not run unless named: a flood on B's NIC itself (A's lab client, 16
+    /// connections of 64-byte requests as fast as replies come, to a second server on B), B's
+    /// NIC RX IRQ on its idle CPU in both conditions: the frames of the measured requests share
+    /// the NIC's queue and NAPI polls with the flood's -> B's IRQ and softirq segments (what a
+    /// NIC under other traffic costs a request; docs/truth.md).
+    IrqNicFlood,
 }
 
 /// The causes a run without `--cause` injects, in table order.
@@ -77,8 +83,11 @@ pub(crate) const VM_CAUSES: [Cause; 5] = [
     Cause::IrqSoftirqLoad,
 ];
 
+/// Guest causes run only when named (`--vm --cause ...`).
+pub(crate) const VM_NAMED_CAUSES: [Cause; 1] = [Cause::IrqNicFlood];
+
 /// Every cause, in table order.
-pub(crate) const ALL_CAUSES: [Cause; 14] = [
+pub(crate) const ALL_CAUSES: [Cause; 15] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
@@ -93,6 +102,7 @@ pub(crate) const ALL_CAUSES: [Cause; 14] = [
     Cause::WireDelay,
     Cause::IrqBusyCpu,
     Cause::IrqSoftirqLoad,
+    Cause::IrqNicFlood,
 ];
 
 /// The share of frames [`Cause::WireLoss`] drops, per million.
@@ -126,12 +136,19 @@ impl Cause {
             Cause::WireDelay => "wire relay 2.5ms each way",
             Cause::IrqBusyCpu => "B's NIC IRQ on a busy CPU",
             Cause::IrqSoftirqLoad => "B's NIC IRQ on a softirq-loaded CPU",
+            Cause::IrqNicFlood => "a 64 B flood on B's NIC",
         }
     }
 
     /// Injected in the qemu guests (`--vm`), not in the namespaces.
     pub fn in_guests(self) -> bool {
-        VM_CAUSES.contains(&self)
+        VM_CAUSES.contains(&self) || VM_NAMED_CAUSES.contains(&self)
+    }
+
+    /// Needs the guests' spare vCPUs: the IRQ causes (an idle and a loaded CPU for B's NIC
+    /// IRQ) and the NIC flood (its client and server beside the measured ones).
+    pub fn needs_spare_cpus(self) -> bool {
+        self.moves_irq() || self == Cause::IrqNicFlood
     }
 
     /// Moves guest B's NIC RX IRQ onto a loaded CPU (with the cause) or an idle one.
@@ -152,7 +169,7 @@ impl Cause {
             Cause::SmallRcvbuf => "A tx_socket_queue",
             Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
             Cause::WireDelay | Cause::WireLoss => "network_round_trip",
-            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad => "B irq+softirq",
+            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad | Cause::IrqNicFlood => "B irq+softirq",
         }
     }
 
@@ -181,7 +198,7 @@ impl Cause {
             }
             Cause::WireDelay | Cause::WireLoss => seg.name == "network_round_trip",
             // rx_irq_handler (unit irq) and rx_softirq_delay (unit softirq) on the server.
-            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad => {
+            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad | Cause::IrqNicFlood => {
                 seg.node == "B" && (seg.unit == "irq" || seg.unit == "softirq")
             }
         }
@@ -251,7 +268,8 @@ impl Cause {
             | Cause::NetemLoss
             | Cause::WireDelay
             | Cause::IrqBusyCpu
-            | Cause::IrqSoftirqLoad => Workload {
+            | Cause::IrqSoftirqLoad
+            | Cause::IrqNicFlood => Workload {
                 payload: 64,
                 qps: 200,
             },

@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result, ensure};
 
 use crate::truth;
-use crate::truth_cause::{Cause, VM_CAUSES};
+use crate::truth_cause::{Cause, VM_CAUSES, VM_NAMED_CAUSES};
 use crate::truth_retransmit::{self, retransmissions};
 use crate::truth_stats::{self, RunStats, TableSetting};
 use crate::truth_vm_script::{
@@ -54,8 +54,7 @@ pub fn run(args: VmTruth) -> Result<()> {
     let causes = if args.causes.is_empty() {
         VM_CAUSES.to_vec()
     } else {
-        VM_CAUSES
-            .into_iter()
+        (VM_CAUSES.into_iter().chain(VM_NAMED_CAUSES))
             .filter(|c| args.causes.contains(c))
             .collect()
     };
@@ -252,8 +251,7 @@ fn read_rounds(path: &Path) -> Result<Vec<GuestRound>> {
 fn parse_round(line: &str) -> Result<GuestRound> {
     let fields: Vec<&str> = line.split_whitespace().collect();
     ensure!(fields.len() == 4, "expected CAUSE on|off START_NS END_NS");
-    let cause = VM_CAUSES
-        .into_iter()
+    let cause = (VM_CAUSES.into_iter().chain(VM_NAMED_CAUSES))
         .find(|&c| cause_slug(c) == fields[0])
         .with_context(|| format!("unknown guest cause {:?}", fields[0]))?;
     let on = match fields[1] {

@@ -31,6 +31,12 @@ pub const IDLE_IRQ_CPU: usize = 2;
 const FLOOD_PORT: u16 = 9100;
 const FLOOD_CONNECTIONS: usize = 8;
 const FLOOD_PAYLOAD: usize = 65536;
+/// The flood of `irq-nic-flood` from A to a second lab server on B (`FLOOD_PORT` of
+/// `SERVER_ADDR`): many small requests, so B's NIC queue and its NAPI polls carry many frames
+/// (the packet rate, not the bytes, is what a poll's work grows with). Client and server on
+/// `HOG_CPU` of their guest.
+const NIC_FLOOD_CONNECTIONS: usize = 16;
+const NIC_FLOOD_PAYLOAD: usize = 64;
 
 /// The states A asks B for, each run: (state, the CPU B's NIC RX IRQ goes to). `busy`/`idle`
 /// with the spinning hog, `loadbusy`/`loadidle` with the loopback flood; `stop` (after each
@@ -59,7 +65,11 @@ pub const IRQ_GUEST_CPUS: usize = 3;
 /// on another vCPU wakes a halted host thread: with three vCPUs the same request took
 /// 3-15 ms end to end (a quick run's per-run p50s), so only the IRQ cause pays for them.
 pub fn guest_cpus(cause: Cause) -> usize {
-    if cause.moves_irq() { IRQ_GUEST_CPUS } else { 1 }
+    if cause.needs_spare_cpus() {
+        IRQ_GUEST_CPUS
+    } else {
+        1
+    }
 }
 /// How long the recorders may run; they are stopped after the last round.
 const RECORD_LIMIT: &str = "3600s";
@@ -97,7 +107,7 @@ pub fn cause_slug(cause: Cause) -> String {
 /// the qdisc only in the runs with the cause. The IRQ causes: B runs the hog on `HOG_CPU` in
 /// both conditions (the host's CPUs carry the same load), the IRQ goes to the hog's CPU or to
 /// the idle `IDLE_IRQ_CPU`; B stops the hog after the run.
-fn around_run(cause: Cause, on: bool) -> (String, String) {
+fn around_run(meshlab: &Path, cause: Cause, on: bool) -> (String, String) {
     let netem = |params: &str| {
         if on {
             (
@@ -114,8 +124,23 @@ fn around_run(cause: Cause, on: bool) -> (String, String) {
         Cause::IrqBusyCpu | Cause::IrqSoftirqLoad => (ask_b(irq_state(cause, on).0), ask_b("stop")),
         Cause::WireDelay if on => (ask_relay(WIRE_DELAY_US), ask_relay(WIRE_BASE_US)),
         Cause::WireDelay => (String::new(), String::new()),
+        Cause::IrqNicFlood if on => (
+            nic_flood_start(meshlab),
+            "kill $FLOOD; wait $FLOOD; ".to_owned(),
+        ),
+        Cause::IrqNicFlood => (String::new(), String::new()),
         other => unreachable!("{other:?} is not a guest cause"),
     }
+}
+
+/// A starts the flood on B's NIC (`$FLOOD`) and gives it a second to reach its rate.
+fn nic_flood_start(meshlab: &Path) -> String {
+    format!(
+        "taskset -c {HOG_CPU} {m} lab client --connect {SERVER_ADDR}:{FLOOD_PORT} \
+         --concurrency {NIC_FLOOD_CONNECTIONS} --payload {NIC_FLOOD_PAYLOAD} --qps 0 --warmup 0s \
+         --duration {RECORD_LIMIT} > /dev/null & FLOOD=$!; sleep 1; ",
+        m = meshlab.display(),
+    )
 }
 
 /// A asks the host's wire relay for a one-way delay (request `$wirereq`, in order: the
@@ -159,15 +184,16 @@ pub fn guest_scripts(
     runs: &[PlannedRun],
     seconds: u64,
 ) -> GuestScripts {
-    let irq = runs.iter().any(|r| r.cause.moves_irq());
-    let mut a = guest_a(meshlab, dir, runs, seconds);
+    let irq = runs.iter().any(|r| r.cause.needs_spare_cpus());
+    let nic_flood = runs.iter().any(|r| r.cause == Cause::IrqNicFlood);
+    let mut a = guest_a(meshlab, dir, runs, seconds, nic_flood);
     if irq {
         // A needs one CPU; the others stay offline for the whole run.
         a = format!("{}{a}", cpus_online(false));
     }
     GuestScripts {
         a,
-        b: guest_b(meshlab, dir, irq),
+        b: guest_b(meshlab, dir, irq, nic_flood),
     }
 }
 
@@ -200,8 +226,17 @@ fn record(meshlab: &Path, dir: &Path, node: &str) -> String {
 
 /// A: record; once B listens, one untimed client run (the link and B's accept are up after
 /// it); then every planned run: switch the cause, run the client, note the run's span on
-/// A's monotonic clock, switch it back. A always tells B it is done, also on failure.
-fn guest_a(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> String {
+/// A's monotonic clock, switch it back. A always tells B it is done, also on failure. With the
+/// NIC flood among the runs A's spare vCPUs (offline for the recorder's attach, see
+/// [`cpus_online`]) come online for the flood's client, and go offline again before the
+/// recorder detaches.
+fn guest_a(
+    meshlab: &Path,
+    dir: &Path,
+    runs: &[PlannedRun],
+    seconds: u64,
+    with_nic_flood: bool,
+) -> String {
     let (m, d) = (meshlab.display(), dir.display());
     let client = |cause: Cause, secs: u64| {
         let workload = cause.workload();
@@ -212,16 +247,21 @@ fn guest_a(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> Str
         )
     };
     let mut text = format!(
-        "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}\
+        "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}{online}\
          {B_READY}\
          modprobe sch_netem || exit 1; irqreq=0; wirereq=0; \
          ok=; for i in $(seq 120); do {first} && ok=1 && break; sleep 0.5; done; [ -n \"$ok\" ] || exit 1; ",
         record = record(meshlab, dir, "A"),
+        online = if with_nic_flood {
+            cpus_online(true)
+        } else {
+            String::new()
+        },
         first = client(runs.first().map_or(Cause::NetemDelay, |r| r.cause), 1),
     );
     for run in runs {
         let on_off = if run.on { "on" } else { "off" };
-        let (before, after) = around_run(run.cause, run.on);
+        let (before, after) = around_run(meshlab, run.cause, run.on);
         text.push_str(&before);
         text.push_str(&format!(
             "start=$(now); {client} || exit 1; echo \"{slug} {on_off} $start $(now)\" >> {d}/rounds; ",
@@ -230,6 +270,9 @@ fn guest_a(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> Str
         ));
         text.push_str(&after);
     }
+    if with_nic_flood {
+        text.push_str(&cpus_online(false));
+    }
     text.push_str("kill -INT $REC; wait $REC");
     text
 }
@@ -237,8 +280,9 @@ fn guest_a(meshlab: &Path, dir: &Path, runs: &[PlannedRun], seconds: u64) -> Str
 /// B: record; put the NIC's RX IRQ on the idle CPU, serve on `APP_CPU`; until A is done, set
 /// the IRQ state A asks for (one of [`IRQ_STATES`]: the hog runs, the IRQ on its CPU or on the
 /// idle one; `stop`: no hog, IRQ on the idle CPU), log the IRQ's /proc/interrupts line at each
-/// switch (b.irq-log: where the IRQs of each run went) and acknowledge.
-fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
+/// switch (b.irq-log: where the IRQs of each run went) and acknowledge. With the NIC flood
+/// among the runs, its server listens on `HOG_CPU` from the start (idle in the runs without).
+fn guest_b(meshlab: &Path, dir: &Path, irq: bool, with_nic_flood: bool) -> String {
     let (m, d) = (meshlab.display(), dir.display());
     let idle_mask = 1u32 << IDLE_IRQ_CPU;
     let shared = "$MESHLAB_VM_SHARED";
@@ -257,13 +301,24 @@ fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
     } else {
         (String::new(), String::new())
     };
+    let (flood_server, flood_stop) = if with_nic_flood {
+        (
+            format!(
+                "taskset -c {HOG_CPU} {m} lab server --listen {SERVER_ADDR}:{FLOOD_PORT} & FSRV=$!; {}",
+                listening(FLOOD_PORT)
+            ),
+            "kill -INT $FSRV; wait $FSRV; ",
+        )
+    } else {
+        (String::new(), "")
+    };
     let states: Vec<&str> = IRQ_STATES.iter().map(|(s, _)| *s).collect();
     let masks: String = (IRQ_STATES.iter())
         .map(|(s, cpu)| format!("{s}) mask={:x};; ", 1u32 << cpu))
         .collect();
     format!(
         "{B_DONE_ON_EXIT}{offline}{record}{online}{irq_setup}\
-         taskset -c {APP_CPU} {m} lab server --listen {SERVER_ADDR}:{PORT} & SRV=$!; \
+         {flood_server}taskset -c {APP_CPU} {m} lab server --listen {SERVER_ADDR}:{PORT} & SRV=$!; \
          {listening}touch \"{shared}/b.ready\"; HOG=; n=0; \
          while [ ! -f \"{shared}/a.done\" ]; do next=$((n+1)); state=; \
            for s in {states} stop; do [ -f \"{shared}/irq.$next.$s\" ] && state=$s; done; \
@@ -275,7 +330,7 @@ fn guest_b(meshlab: &Path, dir: &Path, irq: bool) -> String {
            echo \"$state $(grep \"^ *$irq:\" /proc/interrupts)\" >> {d}/b.irq-log; \
            n=$next; touch \"{shared}/irq.ack.$n\"; \
          done; [ -z \"$HOG\" ] || kill $HOG; \
-         kill -INT $SRV; wait $SRV; {offline}kill -INT $REC; wait $REC",
+         kill -INT $SRV; wait $SRV; {flood_stop}{offline}kill -INT $REC; wait $REC",
         record = record(meshlab, dir, "B"),
         listening = listening(PORT),
         states = states.join(" "),
@@ -329,7 +384,7 @@ mod tests {
     fn a_switches_each_cause_on_only_around_its_own_run() {
         // netem-loss: off then on; irq-busy-cpu: on then off.
         let runs = plan(&[Cause::NetemLoss, Cause::IrqBusyCpu], 1);
-        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2);
+        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2, false);
         // Without first, then with: the qdisc appears after the run without it.
         let off = a.find("echo \"netem-loss off").expect("off run");
         let add = a.find("netem loss 1%").expect("netem added");
@@ -363,7 +418,7 @@ mod tests {
     fn the_softirq_load_cause_asks_for_the_flood_states() {
         // irq-softirq-load alone: off then on.
         let runs = plan(&[Cause::IrqSoftirqLoad], 1);
-        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2);
+        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2, false);
         let idle = a.find("irq.$irqreq.loadidle").expect("flood, idle IRQ CPU");
         let off = a.find("echo \"irq-softirq-load off").expect("off run");
         let busy = a
@@ -383,7 +438,7 @@ mod tests {
     #[test]
     fn the_relay_delays_only_the_runs_with_the_wire_cause() {
         let runs = plan(&[Cause::WireDelay], 1);
-        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2);
+        let a = guest_a(Path::new("/m"), Path::new("/d"), &runs, 2, false);
         let off = a.find("echo \"wire-delay off").expect("off run");
         let set = a.find("wire.set.$wirereq.2500").expect("delay set");
         let on = a.find("echo \"wire-delay on").expect("on run");
@@ -401,7 +456,7 @@ mod tests {
 
     #[test]
     fn b_moves_the_nic_irq_between_the_idle_and_the_hogs_cpu() {
-        let b = guest_b(Path::new("/m"), Path::new("/d"), true);
+        let b = guest_b(Path::new("/m"), Path::new("/d"), true, false);
         // CPU 2 (mask 4) at the start and by default, CPU 1 (mask 2) only when busy.
         assert!(b.contains("echo 4 > /proc/irq/$irq/smp_affinity"), "{b}");
         assert!(
@@ -438,9 +493,44 @@ mod tests {
             "{b}"
         );
         // One vCPU (the netem boots): no IRQ to move.
-        let one_cpu = guest_b(Path::new("/m"), Path::new("/d"), false);
+        let one_cpu = guest_b(Path::new("/m"), Path::new("/d"), false, false);
         assert!(!one_cpu.contains("smp_affinity > "), "{one_cpu}");
         assert!(!one_cpu.contains("echo 4 >"), "{one_cpu}");
         assert!(one_cpu.contains("taskset -c 0 /m lab server"), "{one_cpu}");
+    }
+
+    /// The NIC flood: B's flood server listens from the start on its spare CPU, A starts the
+    /// flood's client before each run with the cause and stops it after, on a spare vCPU that
+    /// is online only while the recorder is attached.
+    #[test]
+    fn the_nic_flood_runs_from_a_to_a_second_server_on_b() {
+        let runs = plan(&[Cause::IrqNicFlood], 1);
+        let scripts = guest_scripts(Path::new("/m"), Path::new("/d"), &runs, 2);
+        let (a, b) = (&scripts.a, &scripts.b);
+        let flood_server = format!(
+            "taskset -c 1 /m lab server --listen {SERVER_ADDR}:9100 & FSRV=$!; {}",
+            listening(FLOOD_PORT)
+        );
+        let serves = b.find(&flood_server).expect(b);
+        assert!(serves < b.find("b.ready").expect(b), "{b}");
+        assert!(b.contains("kill -INT $FSRV; wait $FSRV; "), "{b}");
+        let start = a.find(&nic_flood_start(Path::new("/m"))).expect(a);
+        assert!(a.contains("--concurrency 16 --payload 64 --qps 0"), "{a}");
+        let on_run = a.find("irq-nic-flood on").expect(a);
+        let stop = a.find("kill $FLOOD; wait $FLOOD; ").expect(a);
+        assert!(start < on_run && on_run < stop, "{a}");
+        assert_eq!(
+            a.matches("& FLOOD=$!").count(),
+            1,
+            "one run with the cause: {a}"
+        );
+        let online = a.find(&cpus_online(true)).expect(a);
+        let ready = a.find(RECORDER_READY).expect(a);
+        let offline_last = a.rfind(&cpus_online(false)).expect(a);
+        let stops = a.find("kill -INT $REC").expect(a);
+        assert!(a.starts_with(&cpus_online(false)), "{a}");
+        assert!(ready < online && online < start, "{a}");
+        assert!(stop < offline_last && offline_last < stops, "{a}");
+        assert_eq!(guest_cpus(Cause::IrqNicFlood), IRQ_GUEST_CPUS);
     }
 }

@@ -38,7 +38,6 @@ pub struct Plan {
     pub startups: Vec<Startup>,
     /// Per node (by `NodeId`).
     pub clocks: Vec<ClockTable>,
-    pub nic_irq_devs: Vec<Vec<String>>,
     /// Per node: queue <-> IRQ maps of its device context.
     pub nics: Vec<NodeNic>,
     pub skew_ns: Vec<i64>,
@@ -113,7 +112,6 @@ pub fn plan(
         .map(|n| plan.startups.iter().any(|s| s.node == *n))
         .collect();
     plan.set_probe_clocks(&probe_clocks)?;
-    plan.nic_irq_devs = vec![Vec::new(); plan.nodes.len()];
     plan.nics = vec![NodeNic::default(); plan.nodes.len()];
     for i in 0..plan.files.len() {
         if plan.files[i].kind == InputKind::Kernel {
@@ -350,8 +348,6 @@ fn scan_kernel_file(plan: &mut Plan, file: usize) -> Result<(), MergeError> {
         .iter()
         .find(|s| s.node == node_name)
         .expect("registered");
-    plan.nic_irq_devs[usize::from(node.0)] =
-        startup.nic_irqs.iter().map(|i| i.dev.clone()).collect();
     plan.nics[usize::from(node.0)] = NodeNic::new(startup);
     let mut first = startup.clock.clone();
     shift_sample(&mut first, skew).map_err(|m| {

@@ -29,8 +29,8 @@ pub struct NodeNic {
     ifindex: HashMap<String, u32>,
     /// Every known vector -> the ifindex of the device it belongs to.
     irq_device: HashMap<u32, u32>,
-    /// The devices with vectors of their own (a few NICs).
-    irq_devices: Vec<u32>,
+    /// The devices with RX-capable vectors (a few NICs): their frames expect an IRQ.
+    rx_devices: Vec<u32>,
 }
 
 impl NodeNic {
@@ -43,6 +43,7 @@ impl NodeNic {
         for v in nic_irqs {
             nic.ifindex.insert(v.dev.clone(), v.ifindex);
             nic.irq_device.insert(v.irq, v.ifindex);
+            nic.rx_devices.push(v.ifindex);
             if let Some(q) = v.queue {
                 nic.rx_queue.insert(v.irq, q);
             }
@@ -54,15 +55,15 @@ impl NodeNic {
                 let Some(q) = v.queue else { continue };
                 if v.role.can_start_rx() {
                     nic.rx_queue.entry(v.irq).or_insert(q);
+                    nic.rx_devices.push(dev.ifindex);
                 }
                 if matches!(v.role, IrqRole::Tx | IrqRole::RxTx) {
                     nic.tx_irq.entry((dev.ifindex, q)).or_insert(v.irq);
                 }
             }
         }
-        nic.irq_devices = nic.irq_device.values().copied().collect();
-        nic.irq_devices.sort_unstable();
-        nic.irq_devices.dedup();
+        nic.rx_devices.sort_unstable();
+        nic.rx_devices.dedup();
         nic
     }
 
@@ -71,10 +72,24 @@ impl NodeNic {
         (k.ifindex.filter(|&i| i != 0)).or_else(|| self.ifindex.get(k.dev?).copied())
     }
 
+    /// Whether an RX event's frame came from a device with RX vectors (a NIC): its chain
+    /// should start at an IRQ of its own. A frame of a device without (veth, a bridge) routed
+    /// there from a NIC in the same softirq run did start at that NIC's IRQ.
+    pub fn expects_irq(&self, k: &KernelLine<'_>) -> bool {
+        self.ifindex_of(k)
+            .is_some_and(|d| self.rx_devices.contains(&d))
+    }
+
+    /// Whether a NIC frame's context IRQ is not its own ([`Self::irq_not_of_frame`]): that IRQ
+    /// and its raise are no part of the frame's chain or place (reduce.rs `rx_context`).
+    pub fn foreign_context_irq(&self, k: &KernelLine<'_>) -> bool {
+        self.expects_irq(k) && self.irq_not_of_frame(k)
+    }
+
     /// Whether an RX event's context IRQ is known not to be the frame's: a vector of another
     /// device, or of the same device's other RX queue when the frame's queue is known
     /// (module doc).
-    pub fn irq_not_of_frame(&self, k: &KernelLine<'_>) -> bool {
+    fn irq_not_of_frame(&self, k: &KernelLine<'_>) -> bool {
         let (Some(irq), Some(frame_dev)) = (k.irq, self.ifindex_of(k)) else {
             return false;
         };
@@ -94,15 +109,12 @@ impl NodeNic {
         let ifindex = self.ifindex_of(k);
         let (queue, irq) = match k.hook {
             Hook::NetifReceiveSkb => {
-                // As reduce.rs `rx_context`: a frame of a device without vectors (veth, a
-                // bridge) routed from a NIC keeps that NIC's IRQ and queue.
-                let own_irqs = ifindex.is_some_and(|d| self.irq_devices.contains(&d));
-                let foreign = own_irqs && self.irq_not_of_frame(k);
+                let foreign = self.foreign_context_irq(k);
                 let irq = k.irq.filter(|_| k.irq_entry_ns.is_some() && !foreign);
                 let served = irq.and_then(|irq| self.rx_queue.get(&irq).copied());
                 // A NIC driver records the RX queue; on veth `queue_mapping` still holds the
                 // sender's TX queue (the kernel's skb_get_rx_queue reads it all the same).
-                let own_queue = k.queue.filter(|_| own_irqs);
+                let own_queue = k.queue.filter(|_| self.expects_irq(k));
                 return Place::new(Some(k.cpu), ifindex, own_queue, irq).or_queue_of_irq(served);
             }
             Hook::NetDevQueue | Hook::NetDevStartXmit | Hook::NetDevXmit | Hook::TxComplete => {

@@ -152,16 +152,16 @@ fn rx_context(
     k: &KernelLine<'_>,
     moved: &dyn Fn(&'static str, u64) -> Result<u64, FieldError>,
 ) -> Result<RxContext, FieldError> {
-    let devs = &plan.nic_irq_devs[usize::from(node.0)];
+    let nic = &plan.nics[usize::from(node.0)];
     let moved_opt = |field, v: Option<u64>| v.map(|v| moved(field, v)).transpose();
-    let irq_expected = k.dev.is_some_and(|d| devs.iter().any(|x| x == d));
+    let irq_expected = nic.expects_irq(k);
     // A NIC's frame came from its own hardware queue: another NIC's or another queue's IRQ
     // in its CPU's context (NICs or queues sharing a CPU, merge/nic.rs) and that IRQ's raise
     // are not its. Without them it counts as polled without an IRQ of its own, placed on its
     // own queue where the driver recorded it. A frame of a device without IRQs (veth, a
     // bridge) keeps them: routed there from a NIC in the same softirq run, it did start at
     // that IRQ.
-    let foreign = irq_expected && plan.nics[usize::from(node.0)].irq_not_of_frame(k);
+    let foreign = nic.foreign_context_irq(k);
     let own = |v: Option<u64>| v.filter(|_| !foreign);
     Ok(RxContext {
         irq_entry_ns: moved_opt("irq_entry_ns", own(k.irq_entry_ns))?,

@@ -521,9 +521,9 @@ fn median(values: &mut [i64]) -> Option<i64> {
 mod tests {
     use super::*;
 
-    /// Runs guest shell text with busybox-compatible `sh` on the host; (exit code, stderr).
-    /// Runs `text` under `sh`, killed after 10 s: a wait that the script text fails to end
-    /// makes a test fail (exit 124), not hang.
+    /// Runs guest shell text with busybox-compatible `sh` on the host, killed after 10 s (a
+    /// wait the text fails to end makes a test fail with exit 124, not hang); (exit code,
+    /// stderr).
     fn sh(text: &str, shared: &std::path::Path) -> (Option<i32>, String) {
         let out = std::process::Command::new("timeout")
             .args(["10", "sh", "-c", text])

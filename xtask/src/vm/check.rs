@@ -73,7 +73,7 @@ fn check_kernel(label: KernelLabel) -> Result<()> {
     );
 
     // Two guests: distinct hostnames, ping both ways over the private link, REALTIME skew.
-    let clock_dir = super::target_dir().join(format!("vm/check-clock-{}", std::process::id()));
+    let clock_dir = crate::target_dir().join(format!("vm/check-clock-{}", std::process::id()));
     std::fs::create_dir_all(&clock_dir)?;
     let result = check_pair(label, &clock_dir);
     let _ = std::fs::remove_dir_all(&clock_dir);

@@ -127,7 +127,7 @@ pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
 pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
     super::qemu::which_qemu()?;
     let run_dir = RunDir::create()?;
-    let logs_dir = super::target_dir().join("vm/logs");
+    let logs_dir = crate::target_dir().join("vm/logs");
     std::fs::create_dir_all(&logs_dir)
         .with_context(|| format!("creating {}", logs_dir.display()))?;
     remove_logs_of_dead_runs(&logs_dir);

@@ -27,7 +27,7 @@ pub struct BootFiles {
 }
 
 pub fn boot_dir(label: KernelLabel) -> PathBuf {
-    super::target_dir().join("vm").join(label.as_str())
+    crate::target_dir().join("vm").join(label.as_str())
 }
 
 /// Installs what is missing and (re)builds the boot files when their inputs changed.

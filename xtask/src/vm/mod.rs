@@ -143,8 +143,6 @@ fn all_if_empty(kernels: Vec<KernelLabel>) -> Vec<KernelLabel> {
     }
 }
 
-pub use crate::{target_dir, workspace_root};
-
 fn ensure_root(what: &str) -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {

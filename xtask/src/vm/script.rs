@@ -53,7 +53,7 @@ pub fn exec_argv(argv: &[String]) -> String {
 
 /// The runner script cargo calls with the test binary and its arguments.
 pub fn runner_script() -> PathBuf {
-    super::workspace_root().join("xtask/vm-runner.sh")
+    crate::workspace_root().join("xtask/vm-runner.sh")
 }
 
 /// `cargo test ARGS` with CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER set for that step only,

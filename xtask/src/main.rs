@@ -88,6 +88,15 @@ enum Task {
     },
     /// Inject known causes into a two-namespace lab; print where the attribution puts them.
     Truth(truth::TruthArgs),
+    /// Run inside a guest by `truth --vm` (irq-rt-busy-cpu): spin SPIN_US on the CPU, sleep
+    /// SLEEP_US, until killed; the guest's script sets its CPU and real-time priority.
+    #[command(hide = true)]
+    GuestHog {
+        #[arg(long)]
+        spin_us: u64,
+        #[arg(long)]
+        sleep_us: u64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -128,6 +137,7 @@ fn main() -> Result<()> {
                 None => bench::ladder(quick, &partial),
             }
         }
+        Task::GuestHog { spin_us, sleep_us } => truth_vm_script::guest_hog(spin_us, sleep_us),
         Task::Truth(args) => {
             setup::run()?;
             if args.vm {

@@ -61,6 +61,13 @@ pub enum Cause {
     /// the NIC's queue and NAPI polls with the flood's -> B's IRQ and softirq segments (what a
     /// NIC under other traffic costs a request; docs/truth.md).
     IrqNicFlood,
+    /// Guests only: guest B booted with `threadirqs` (hard IRQ handlers run in threads,
+    /// SCHED_FIFO 50, as on PREEMPT_RT), its virtio-net RX IRQ pinned to a CPU where a
+    /// SCHED_FIFO task above those threads spins 6 ms in every 7 (in both conditions; the IRQ on
+    /// that CPU with the cause, on an idle one without): the IRQ thread, and the NET_RX softirq
+    /// it raises, wait for the hog's spin to end -> B's IRQ and softirq segments. Where a busy
+    /// CPU does delay network RX (docs/truth.md).
+    IrqRtBusyCpu,
 }
 
 /// The causes a run without `--cause` injects, in table order.
@@ -75,19 +82,20 @@ pub(crate) const CAUSES: [Cause; 7] = [
 ];
 
 /// The causes `--vm` injects (the guests' kernel has netem and a real NIC), in table order.
-pub(crate) const VM_CAUSES: [Cause; 5] = [
+pub(crate) const VM_CAUSES: [Cause; 6] = [
     Cause::NetemDelay,
     Cause::NetemLoss,
     Cause::WireDelay,
     Cause::IrqBusyCpu,
     Cause::IrqSoftirqLoad,
+    Cause::IrqRtBusyCpu,
 ];
 
 /// Guest causes run only when named (`--vm --cause ...`).
 pub(crate) const VM_NAMED_CAUSES: [Cause; 1] = [Cause::IrqNicFlood];
 
 /// Every cause, in table order.
-pub(crate) const ALL_CAUSES: [Cause; 15] = [
+pub(crate) const ALL_CAUSES: [Cause; 16] = [
     Cause::TbfRateLimit,
     Cause::CpuHogs,
     Cause::CpuHogsBusy,
@@ -102,6 +110,7 @@ pub(crate) const ALL_CAUSES: [Cause; 15] = [
     Cause::WireDelay,
     Cause::IrqBusyCpu,
     Cause::IrqSoftirqLoad,
+    Cause::IrqRtBusyCpu,
     Cause::IrqNicFlood,
 ];
 
@@ -137,6 +146,7 @@ impl Cause {
             Cause::IrqBusyCpu => "B's NIC IRQ on a busy CPU",
             Cause::IrqSoftirqLoad => "B's NIC IRQ on a softirq-loaded CPU",
             Cause::IrqNicFlood => "a 64 B flood on B's NIC",
+            Cause::IrqRtBusyCpu => "B's threaded NIC IRQ, RT hog",
         }
     }
 
@@ -153,7 +163,15 @@ impl Cause {
 
     /// Moves guest B's NIC RX IRQ onto a loaded CPU (with the cause) or an idle one.
     pub fn moves_irq(self) -> bool {
-        matches!(self, Cause::IrqBusyCpu | Cause::IrqSoftirqLoad)
+        matches!(
+            self,
+            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad | Cause::IrqRtBusyCpu
+        )
+    }
+
+    /// Its guests boot with `threadirqs` (`vm run --kernel-arg`): IRQ handlers in threads.
+    pub fn threaded_irqs(self) -> bool {
+        self == Cause::IrqRtBusyCpu
     }
 
     /// Where the cause lives, as shown in the table.
@@ -169,7 +187,10 @@ impl Cause {
             Cause::SmallRcvbuf => "A tx_socket_queue",
             Cause::NetemDelay | Cause::NetemLoss => "A qdisc+network",
             Cause::WireDelay | Cause::WireLoss => "network_round_trip",
-            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad | Cause::IrqNicFlood => "B irq+softirq",
+            Cause::IrqBusyCpu
+            | Cause::IrqSoftirqLoad
+            | Cause::IrqRtBusyCpu
+            | Cause::IrqNicFlood => "B irq+softirq",
         }
     }
 
@@ -198,9 +219,10 @@ impl Cause {
             }
             Cause::WireDelay | Cause::WireLoss => seg.name == "network_round_trip",
             // rx_irq_handler (unit irq) and rx_softirq_delay (unit softirq) on the server.
-            Cause::IrqBusyCpu | Cause::IrqSoftirqLoad | Cause::IrqNicFlood => {
-                seg.node == "B" && (seg.unit == "irq" || seg.unit == "softirq")
-            }
+            Cause::IrqBusyCpu
+            | Cause::IrqSoftirqLoad
+            | Cause::IrqRtBusyCpu
+            | Cause::IrqNicFlood => seg.node == "B" && (seg.unit == "irq" || seg.unit == "softirq"),
         }
     }
 
@@ -253,6 +275,15 @@ impl Cause {
             // not a multiple of the 3-tick cycle, so arrivals step through every turn too. The
             // waits then spread evenly over 0-8 ms instead of a run's luck of phase.
             Cause::CpuHogsBusyPoll => Workload {
+                payload: 64,
+                qps: 47,
+            },
+            // The real-time hog's 7 ms cycle: at 47 req/s (21.3 ms apart, 3.04 cycles) each
+            // request arrives a little later in the cycle than the one before, so a run's
+            // arrivals walk through every phase of it; and 21 ms is more than a request takes
+            // even with the cause, so both conditions run at the client's pace, not back to
+            // back (at 200 req/s the runs with the cause fell to ~110 req/s).
+            Cause::IrqRtBusyCpu => Workload {
                 payload: 64,
                 qps: 47,
             },

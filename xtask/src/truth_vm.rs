@@ -89,7 +89,8 @@ fn report(boots: &[Boot], args: &VmTruth) -> Result<()> {
     }
     let title = format!(
         "kernel-only recording, two qemu guests (kernel {KERNEL}, TCG, 1 vCPU each, \
-         {IRQ_GUEST_CPUS} for the IRQ cause), c=1, {} interleaved round(s) x {}s per run",
+         {IRQ_GUEST_CPUS} for the IRQ causes, booted with threadirqs for the RT hog's), c=1, \
+         {} interleaved round(s) x {}s per run",
         args.rounds, args.seconds
     );
     let setting = TableSetting {
@@ -114,12 +115,14 @@ fn report(boots: &[Boot], args: &VmTruth) -> Result<()> {
     Ok(())
 }
 
-/// The causes grouped by the vCPUs their guests need, one boot per group, in table order.
+/// The causes grouped by the guests they need (vCPUs, IRQ threads), one boot per group, in
+/// table order.
 fn boot_groups(causes: &[Cause]) -> Vec<(usize, Vec<Cause>)> {
     let mut groups: Vec<(usize, Vec<Cause>)> = Vec::new();
+    let boot = |cause: Cause| (guest_cpus(cause), cause.threaded_irqs());
     for &cause in causes {
         let cpus = guest_cpus(cause);
-        match groups.iter_mut().find(|(c, _)| *c == cpus) {
+        match groups.iter_mut().find(|(_, g)| boot(g[0]) == boot(cause)) {
             Some((_, group)) => group.push(cause),
             None => groups.push((cpus, vec![cause])),
         }
@@ -181,7 +184,7 @@ fn boot_and_run(
     seconds: u64,
     cpus: usize,
 ) -> Result<()> {
-    let scripts = truth_vm_script::guest_scripts(meshlab, dir, runs, seconds);
+    let scripts = truth_vm_script::guest_scripts(meshlab, &crate::self_exe()?, dir, runs, seconds);
     // Boot and recorder start-up (~30 s under TCG), then per run its seconds plus the client's
     // start and the cause's switch.
     let timeout = 180 + runs.len() as u64 * (seconds + 15);
@@ -192,6 +195,7 @@ fn boot_and_run(
             .args(["--timeout", &timeout.to_string(), "--rw"])
             .arg(dir)
             .args(truth_vm_script::wire_args(runs, dir))
+            .args(truth_vm_script::kernel_args(runs))
             .args(["--a", &scripts.a, "--b", &scripts.b]),
     )
 }
@@ -490,6 +494,22 @@ mod tests {
             [
                 (1, vec![Cause::NetemDelay, Cause::NetemLoss]),
                 (IRQ_GUEST_CPUS, vec![Cause::IrqBusyCpu])
+            ]
+        );
+        // Threaded IRQs are a boot of their own, even with as many vCPUs.
+        let groups = boot_groups(&[
+            Cause::IrqBusyCpu,
+            Cause::IrqRtBusyCpu,
+            Cause::IrqSoftirqLoad,
+        ]);
+        assert_eq!(
+            groups,
+            [
+                (
+                    IRQ_GUEST_CPUS,
+                    vec![Cause::IrqBusyCpu, Cause::IrqSoftirqLoad]
+                ),
+                (IRQ_GUEST_CPUS, vec![Cause::IrqRtBusyCpu])
             ]
         );
     }

@@ -39,23 +39,54 @@ const NIC_FLOOD_CONNECTIONS: usize = 16;
 const NIC_FLOOD_PAYLOAD: usize = 64;
 
 /// The states A asks B for, each run: (state, the CPU B's NIC RX IRQ goes to). `busy`/`idle`
-/// with the spinning hog, `loadbusy`/`loadidle` with the loopback flood; `stop` (after each
-/// run) ends the hog and puts the IRQ back on the idle CPU.
-pub const IRQ_STATES: [(&str, usize); 4] = [
+/// with the spinning hog, `loadbusy`/`loadidle` with the loopback flood, `rtbusy`/`rtidle`
+/// with the real-time hog; `stop` (after each run) ends the hog and puts the IRQ back on the
+/// idle CPU.
+pub const IRQ_STATES: [(&str, usize); 6] = [
     ("busy", HOG_CPU),
     ("idle", IDLE_IRQ_CPU),
     ("loadbusy", HOG_CPU),
     ("loadidle", IDLE_IRQ_CPU),
+    ("rtbusy", HOG_CPU),
+    ("rtidle", IDLE_IRQ_CPU),
 ];
 
 /// The state A asks B for before a run of an IRQ cause (`on`: with it), and its IRQ CPU.
 pub fn irq_state(cause: Cause, on: bool) -> (&'static str, usize) {
-    let [busy, idle, load_busy, load_idle] = IRQ_STATES;
-    match (cause == Cause::IrqSoftirqLoad, on) {
-        (false, true) => busy,
-        (false, false) => idle,
-        (true, true) => load_busy,
-        (true, false) => load_idle,
+    let [busy, idle, load_busy, load_idle, rt_busy, rt_idle] = IRQ_STATES;
+    let (with, without) = match cause {
+        Cause::IrqSoftirqLoad => (load_busy, load_idle),
+        Cause::IrqRtBusyCpu => (rt_busy, rt_idle),
+        _ => (busy, idle),
+    };
+    if on { with } else { without }
+}
+
+/// The real-time hog of `irq-rt-busy-cpu`: SCHED_FIFO above the IRQ threads `threadirqs`
+/// starts (SCHED_FIFO 50), so a threaded NIC IRQ on its CPU waits for the end of its spin. It
+/// spins `RT_HOG_SPIN_US` and sleeps `RT_HOG_SLEEP_US`: an IRQ arrives inside a spin 6 times
+/// in 7 and waits the rest of it (3 ms on average, more than the run-to-run spread of these
+/// guests' medians); the sleep keeps the hog under the kernel's real-time throttling (95 % of
+/// a CPU) and lets that CPU's other tasks run; 7 ms is no multiple of the client's 5 ms pace;
+/// and a wait stays under the 10 ms after which the recorder takes an IRQ for a stale one
+/// (meshlab-ebpf irq.rs `PENDING_WINDOW_NS`).
+const RT_HOG_PRIORITY: u8 = 60;
+const RT_HOG_SPIN_US: u64 = 6000;
+const RT_HOG_SLEEP_US: u64 = 1000;
+
+/// `xtask guest-hog`: spin `spin_us` on the CPU, sleep `sleep_us`, forever (the guest script
+/// sets its CPU and policy).
+pub fn guest_hog(spin_us: u64, sleep_us: u64) -> ! {
+    let (spin, sleep) = (
+        std::time::Duration::from_micros(spin_us),
+        std::time::Duration::from_micros(sleep_us),
+    );
+    loop {
+        let start = std::time::Instant::now();
+        while start.elapsed() < spin {
+            std::hint::spin_loop();
+        }
+        std::thread::sleep(sleep);
     }
 }
 /// vCPUs per guest in the boot of the IRQ cause (the `vm run` option applies to both guests).
@@ -121,7 +152,9 @@ fn around_run(meshlab: &Path, cause: Cause, on: bool) -> (String, String) {
     match cause {
         Cause::NetemDelay => netem(NETEM_DELAY),
         Cause::NetemLoss => netem(NETEM_LOSS),
-        Cause::IrqBusyCpu | Cause::IrqSoftirqLoad => (ask_b(irq_state(cause, on).0), ask_b("stop")),
+        Cause::IrqBusyCpu | Cause::IrqSoftirqLoad | Cause::IrqRtBusyCpu => {
+            (ask_b(irq_state(cause, on).0), ask_b("stop"))
+        }
         Cause::WireDelay if on => (ask_relay(WIRE_DELAY_US), ask_relay(WIRE_BASE_US)),
         Cause::WireDelay => (String::new(), String::new()),
         Cause::IrqNicFlood if on => (
@@ -176,25 +209,52 @@ fn ask_b(state: &str) -> String {
     )
 }
 
-/// Both guests' shell text: `meshlab` is the host-built binary (the guests see the host's
-/// root), `dir` the run directory mounted read-write in both.
+/// Both guests' shell text: `meshlab` and `xtask` are host-built binaries (the guests see the
+/// host's root), `dir` the run directory mounted read-write in both.
 pub fn guest_scripts(
     meshlab: &Path,
+    xtask: &Path,
     dir: &Path,
     runs: &[PlannedRun],
     seconds: u64,
 ) -> GuestScripts {
-    let irq = runs.iter().any(|r| r.cause.needs_spare_cpus());
-    let nic_flood = runs.iter().any(|r| r.cause == Cause::IrqNicFlood);
-    let mut a = guest_a(meshlab, dir, runs, seconds, nic_flood);
-    if irq {
+    let setup = BSetup {
+        irq: runs.iter().any(|r| r.cause.needs_spare_cpus()),
+        nic_flood: runs.iter().any(|r| r.cause == Cause::IrqNicFlood),
+        threaded_irqs: runs.iter().any(|r| r.cause.threaded_irqs()),
+        xtask,
+    };
+    let mut a = guest_a(meshlab, dir, runs, seconds, setup.nic_flood);
+    if setup.irq {
         // A needs one CPU; the others stay offline for the whole run.
         a = format!("{}{a}", cpus_online(false));
     }
     GuestScripts {
         a,
-        b: guest_b(meshlab, dir, irq, nic_flood),
+        b: guest_b(meshlab, dir, &setup),
     }
+}
+
+/// `vm run` options for a boot of these runs' causes: `threadirqs` where a cause needs IRQ
+/// threads (one boot has one set of causes' kernel parameters: truth_vm.rs `boot_groups`).
+pub fn kernel_args(runs: &[PlannedRun]) -> Vec<String> {
+    if runs.iter().any(|r| r.cause.threaded_irqs()) {
+        vec!["--kernel-arg".into(), "threadirqs".into()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// What guest B sets up for a boot's runs.
+struct BSetup<'a> {
+    /// Spare vCPUs: the NIC IRQ moved between them, the hogs on one.
+    irq: bool,
+    /// A second server for A's flood on B's NIC.
+    nic_flood: bool,
+    /// The guests boot with `threadirqs`: B fails unless its NIC IRQ has a thread.
+    threaded_irqs: bool,
+    /// The xtask binary: its `guest-hog` is the real-time hog.
+    xtask: &'a Path,
 }
 
 /// Takes the extra vCPUs of the IRQ boot off- or online. Under multi-threaded TCG a guest
@@ -282,15 +342,22 @@ fn guest_a(
 /// idle one; `stop`: no hog, IRQ on the idle CPU), log the IRQ's /proc/interrupts line at each
 /// switch (b.irq-log: where the IRQs of each run went) and acknowledge. With the NIC flood
 /// among the runs, its server listens on `HOG_CPU` from the start (idle in the runs without).
-fn guest_b(meshlab: &Path, dir: &Path, irq: bool, with_nic_flood: bool) -> String {
+fn guest_b(meshlab: &Path, dir: &Path, setup: &BSetup) -> String {
     let (m, d) = (meshlab.display(), dir.display());
+    let (irq, with_nic_flood) = (setup.irq, setup.nic_flood);
     let idle_mask = 1u32 << IDLE_IRQ_CPU;
     let shared = "$MESHLAB_VM_SHARED";
     // Without the IRQ cause (one vCPU) A never asks for a state: the loop only waits.
     let irq_setup = if irq {
         format!(
             "irq=$(awk -F: '/-input\\./ {{print $1+0; exit}}' /proc/interrupts); [ -n \"$irq\" ] || exit 1; \
-             echo {idle_mask:x} > /proc/irq/$irq/smp_affinity || exit 1; "
+             echo {idle_mask:x} > /proc/irq/$irq/smp_affinity || exit 1; {threaded}",
+            // The IRQ's handler thread is named irq/N-DEVICE (comm, 15 characters).
+            threaded = if setup.threaded_irqs {
+                "grep -qs \"^irq/$irq-\" /proc/[0-9]*/comm || { echo \"IRQ $irq has no thread\" >&2; exit 1; }; "
+            } else {
+                ""
+            },
         )
     } else {
         String::new()
@@ -324,7 +391,7 @@ fn guest_b(meshlab: &Path, dir: &Path, irq: bool, with_nic_flood: bool) -> Strin
            for s in {states} stop; do [ -f \"{shared}/irq.$next.$s\" ] && state=$s; done; \
            if [ -z \"$state\" ]; then sleep 0.02; continue; fi; \
            if [ $state = stop ]; then kill $HOG; wait $HOG; HOG=; \
-           elif [ -z \"$HOG\" ]; then case $state in load*) {flood};; *) {spin};; esac; fi; \
+           elif [ -z \"$HOG\" ]; then case $state in load*) {flood};; rt*) {rt_hog};; *) {spin};; esac; fi; \
            case $state in {masks}*) mask={idle_mask:x};; esac; \
            echo $mask > /proc/irq/$irq/smp_affinity || exit 1; \
            echo \"$state $(grep \"^ *$irq:\" /proc/interrupts)\" >> {d}/b.irq-log; \
@@ -336,6 +403,17 @@ fn guest_b(meshlab: &Path, dir: &Path, irq: bool, with_nic_flood: bool) -> Strin
         states = states.join(" "),
         spin = format_args!("taskset -c {HOG_CPU} sh -c 'while :; do :; done' & HOG=$!"),
         flood = flood(meshlab),
+        rt_hog = rt_hog(setup.xtask),
+    )
+}
+
+/// The real-time hog on `HOG_CPU` in `$HOG`; B fails unless it runs SCHED_FIFO.
+fn rt_hog(xtask: &Path) -> String {
+    format!(
+        "taskset -c {HOG_CPU} chrt -f {RT_HOG_PRIORITY} {x} guest-hog --spin-us {RT_HOG_SPIN_US} \
+         --sleep-us {RT_HOG_SLEEP_US} & HOG=$!; sleep 0.5; \
+         chrt -p $HOG | grep -q SCHED_FIFO || {{ echo 'the real-time hog is not SCHED_FIFO' >&2; exit 1; }}",
+        x = xtask.display(),
     )
 }
 
@@ -456,12 +534,16 @@ mod tests {
 
     #[test]
     fn b_moves_the_nic_irq_between_the_idle_and_the_hogs_cpu() {
-        let b = guest_b(Path::new("/m"), Path::new("/d"), true, false);
+        let b = guest_b(Path::new("/m"), Path::new("/d"), &b_setup(true, false));
         // CPU 2 (mask 4) at the start and by default, CPU 1 (mask 2) only when busy.
         assert!(b.contains("echo 4 > /proc/irq/$irq/smp_affinity"), "{b}");
         assert!(
-            b.contains("case $state in busy) mask=2;; idle) mask=4;; loadbusy) mask=2;; loadidle) mask=4;; *) mask=4;; esac;"),
+            b.contains("case $state in busy) mask=2;; idle) mask=4;; loadbusy) mask=2;; loadidle) mask=4;; rtbusy) mask=2;; rtidle) mask=4;; *) mask=4;; esac;"),
             "{b}"
+        );
+        assert!(
+            !b.contains("/proc/[0-9]*/comm"),
+            "no IRQ threads asked for: {b}"
         );
         // The flood's server and client, both on the hog's CPU, both in $HOG.
         assert!(
@@ -493,10 +575,53 @@ mod tests {
             "{b}"
         );
         // One vCPU (the netem boots): no IRQ to move.
-        let one_cpu = guest_b(Path::new("/m"), Path::new("/d"), false, false);
+        let one_cpu = guest_b(Path::new("/m"), Path::new("/d"), &b_setup(false, false));
         assert!(!one_cpu.contains("smp_affinity > "), "{one_cpu}");
         assert!(!one_cpu.contains("echo 4 >"), "{one_cpu}");
         assert!(one_cpu.contains("taskset -c 0 /m lab server"), "{one_cpu}");
+    }
+
+    fn b_setup(irq: bool, nic_flood: bool) -> BSetup<'static> {
+        BSetup {
+            irq,
+            nic_flood,
+            threaded_irqs: false,
+            xtask: Path::new("/x"),
+        }
+    }
+
+    /// The real-time hog: A asks for `rtbusy`/`rtidle`; B checks its NIC IRQ has a thread
+    /// before the runs, starts xtask's hog under SCHED_FIFO above the IRQ threads on the hog's
+    /// CPU and checks its policy; the boot gets `threadirqs`, and only this cause's.
+    #[test]
+    fn the_rt_hog_runs_above_the_irq_threads_of_a_threadirqs_boot() {
+        let runs = plan(&[Cause::IrqRtBusyCpu], 1);
+        let scripts = guest_scripts(Path::new("/m"), Path::new("/x"), Path::new("/d"), &runs, 2);
+        let (a, b) = (&scripts.a, &scripts.b);
+        let idle = a.find("irq.$irqreq.rtidle").expect(a);
+        let off = a.find("echo \"irq-rt-busy-cpu off").expect(a);
+        let busy = a.find("irq.$irqreq.rtbusy").expect(a);
+        let on = a.find("echo \"irq-rt-busy-cpu on").expect(a);
+        assert!(idle < off && off < busy && busy < on, "{a}");
+        let thread_check = b
+            .find("grep -qs \"^irq/$irq-\" /proc/[0-9]*/comm || {")
+            .expect(b);
+        assert!(thread_check < b.find("b.ready").expect(b), "{b}");
+        assert!(
+            b.contains(
+                "rt*) taskset -c 1 chrt -f 60 /x guest-hog --spin-us 6000 --sleep-us 1000 & HOG=$!;"
+            ),
+            "{b}"
+        );
+        assert!(b.contains("chrt -p $HOG | grep -q SCHED_FIFO || {"), "{b}");
+        assert_eq!(kernel_args(&runs), ["--kernel-arg", "threadirqs"]);
+        assert!(kernel_args(&plan(&[Cause::IrqBusyCpu], 1)).is_empty());
+        assert_eq!(irq_state(Cause::IrqRtBusyCpu, true), ("rtbusy", HOG_CPU));
+        assert_eq!(
+            irq_state(Cause::IrqRtBusyCpu, false),
+            ("rtidle", IDLE_IRQ_CPU)
+        );
+        assert_eq!(guest_cpus(Cause::IrqRtBusyCpu), IRQ_GUEST_CPUS);
     }
 
     /// The NIC flood: B's flood server listens from the start on its spare CPU, A starts the
@@ -505,7 +630,7 @@ mod tests {
     #[test]
     fn the_nic_flood_runs_from_a_to_a_second_server_on_b() {
         let runs = plan(&[Cause::IrqNicFlood], 1);
-        let scripts = guest_scripts(Path::new("/m"), Path::new("/d"), &runs, 2);
+        let scripts = guest_scripts(Path::new("/m"), Path::new("/x"), Path::new("/d"), &runs, 2);
         let (a, b) = (&scripts.a, &scripts.b);
         let flood_server = format!(
             "taskset -c 1 /m lab server --listen {SERVER_ADDR}:9100 & FSRV=$!; {}",

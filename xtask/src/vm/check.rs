@@ -38,6 +38,7 @@ fn spec(label: KernelLabel, commands: Vec<String>, rw_dirs: Vec<PathBuf>) -> Res
         rw_dirs,
         stream: false,
         wire: None,
+        kernel_args: Vec::new(),
     })
 }
 

@@ -73,6 +73,7 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
             delay_us,
             log: args.wire_log.clone(),
         }),
+        kernel_args: args.kernel_args.clone(),
     };
     let outcome = run_guests(&spec)?;
     let peak: u64 = outcome.guests.iter().map(|g| g.peak_rss_kib).sum();

@@ -94,6 +94,9 @@ pub struct RunArgs {
     /// With --wire-delay-us: write each delay's realized per-frame delays (host clock) here.
     #[arg(long, value_name = "FILE", requires = "wire_delay_us")]
     pub wire_log: Option<PathBuf>,
+    /// An extra kernel command-line parameter of every guest (e.g. `threadirqs`). Repeatable.
+    #[arg(long = "kernel-arg", value_name = "PARAM")]
+    pub kernel_args: Vec<String>,
     /// Working directory of the command (default: the current directory).
     #[arg(long)]
     pub cwd: Option<PathBuf>,

@@ -83,13 +83,20 @@ pub fn qemu_args(
             LINK_ADDRS[1 - index]
         );
     }
-    // Extra kernel parameters for debugging a boot, e.g. MESHLAB_VM_APPEND=loglevel=7.
-    if let Ok(extra) = std::env::var("MESHLAB_VM_APPEND") {
-        append += &format!(" {extra}");
-    }
+    append += &extra_kernel_params(spec);
     args.push("-append".into());
     args.push(append);
     args.into_iter().map(OsString::from).collect()
+}
+
+/// The run's own kernel parameters, then `MESHLAB_VM_APPEND`'s (for debugging a boot, e.g.
+/// `MESHLAB_VM_APPEND=loglevel=7`), each after a space.
+fn extra_kernel_params(spec: &RunSpec) -> String {
+    let from_env = std::env::var("MESHLAB_VM_APPEND").ok();
+    (spec.kernel_args.iter().map(String::as_str))
+        .chain(from_env.as_deref())
+        .map(|param| format!(" {param}"))
+        .collect()
 }
 
 /// qemu option values escape a comma by doubling it.
@@ -152,6 +159,7 @@ mod tests {
             rw_dirs: vec!["/out,dir".into()],
             stream: false,
             wire: None,
+            kernel_args: Vec::new(),
         }
     }
 
@@ -194,6 +202,20 @@ mod tests {
         assert!(a.contains("meshlab.addr=10.213.0.1/24 meshlab.peer=10.213.0.2"));
         assert!(b.contains("meshlab.addr=10.213.0.2/24 meshlab.peer=10.213.0.1"));
         assert!(!a.contains("-netdev user") && !b.contains("-netdev user"));
+    }
+
+    #[test]
+    fn extra_kernel_parameters_end_every_guests_command_line() {
+        let mut spec = spec(2);
+        spec.kernel_args = vec!["threadirqs".into()];
+        for index in 0..2 {
+            let args = args(&spec, index);
+            let append = args.iter().position(|a| a == "-append").expect("-append");
+            let line = &args[append + 1];
+            assert!(line.starts_with("console=ttyS0 "), "{line}");
+            assert!(line.contains(" meshlab.peer="), "{line}");
+            assert!(line.ends_with(" threadirqs"), "{line}");
+        }
     }
 
     #[test]

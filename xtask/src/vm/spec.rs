@@ -27,6 +27,8 @@ pub struct RunSpec {
     pub stream: bool,
     /// Two guests: put the delaying relay of wire.rs between their sockets.
     pub wire: Option<WireSpec>,
+    /// Extra kernel command-line parameters of every guest (e.g. `threadirqs`).
+    pub kernel_args: Vec<String>,
 }
 
 /// The wire relay's start delay (one way) and where it writes what the frames really took.

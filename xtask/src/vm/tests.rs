@@ -28,6 +28,7 @@ fn spec_or_skip(label: KernelLabel, commands: Vec<String>) -> Option<RunSpec> {
             rw_dirs: Vec::new(),
             stream: false,
             wire: None,
+            kernel_args: Vec::new(),
         }),
         Err(why) if super::vm_required() => panic!("MESHLAB_REQUIRE_VM=1 but: {why:#}"),
         Err(why) => {

@@ -14,6 +14,7 @@
 
 mod merge_common;
 
+use merge_common::edit::with_kernel_lines;
 use merge_common::expect::{RX_STAGES, Seg, TX_STAGES, assert_request, on, only, plain};
 use merge_common::{fixture_dir, fixture_files, merge, scenarios};
 use meshlab_user::schema::{JoinMethod, MergedRequest, Segment};
@@ -95,6 +96,42 @@ fn tx_completion_after_the_peer_had_the_message_is_not_used() {
     };
     assert_request(r, &plain(), 82_100);
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
+}
+
+/// The request's completion 20.6 us after its driver returned, after the server's IRQ for the
+/// frame (10 us one way): the round trip from it would be 20000 - 20600 - 1500 (the
+/// response's completion) = -2100 ns, -200 with the response's completion and driver return
+/// cut off the server's end. Dropping the server's IRQ as well (300 ns to its raise) would
+/// make it +100, but the IRQ came after the frame left the client's driver (18500 ns of round
+/// trip from there, the response's completion kept): the request's completion was reclaimed
+/// late and is not used, the server's chain keeps its IRQ. (With the IRQ dropped first, a
+/// threaded IRQ handler waiting milliseconds for its CPU lost that wait to the network.)
+#[test]
+fn a_late_request_completion_goes_before_the_servers_irq() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = with_kernel_lines(dir.path(), "tx_completion", "A", |lines| {
+        let at = lines
+            .iter()
+            .position(|l| l.contains("\"tx_complete\""))
+            .unwrap();
+        assert!(lines[at].contains("1000001006400"), "{}", lines[at]);
+        lines[at] = lines[at].replace("1000001006400", "1000001025500");
+    });
+    let out = merge(&files, &[]);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+    let [r] = &out.requests[..] else {
+        panic!("one request expected: {:?}", out.summary)
+    };
+    let mut expected = plain();
+    let net = expected.iter().position(|s| s.0 == "network_round_trip");
+    expected[net.unwrap()].2 = 18_500;
+    let server_tx_end = expected.iter().rposition(|s| s.0 == "tx_driver").unwrap() + 1;
+    expected.insert(server_tx_end, ("tx_completion", Some("B"), 1_500));
+    assert_request(r, &expected, 82_100);
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+    let d = r.segments[net.unwrap()].derived.as_ref().expect("derived");
+    assert_eq!(d.outer, ["net_dev_xmit", "irq_entry"]);
+    assert_eq!(d.inner, ["irq_entry", "tx_complete"]);
 }
 
 /// Both drivers return after the peer already had the frame (a virtio kick that stalls the

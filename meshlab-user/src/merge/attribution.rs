@@ -602,6 +602,15 @@ fn segment_room(kept: usize) -> usize {
 /// request's TX completion after the server already had the request (the difference would be
 /// negative) was reclaimed late, as the response's in [`split_wait`]: the wait then starts at
 /// the point before it, and the completion is no stage of this request.
+///
+/// When the server's chain starts at a hard IRQ (its frame's own: merge/nic.rs keeps no
+/// other), that IRQ is kept before the request's late completion is: a difference that is
+/// negative with both but not without the completion says the IRQ came after the frame was
+/// handed to the client's NIC and the completion after the server had it (virtio's lazy
+/// reclaim; a NIC's completion coalescing). Only then may the server's receive context go
+/// ([`inner_chain`]), which was the first remedy before: with a threaded IRQ handler waiting
+/// milliseconds for its CPU (truth --vm `irq-rt-busy-cpu`) it dropped that wait into the
+/// network round trip.
 fn wait_for_peer(
     cc: &NodeClock,
     cside: &ClientSide,
@@ -620,22 +629,41 @@ fn wait_for_peer(
     let Some(s) = server else {
         return (pre.len(), vec![peer_wait(&outer_from(pre.len()))]);
     };
+    let starts_at_irq = s
+        .chain
+        .kept
+        .first()
+        .is_some_and(|k| k.id == PointId::IrqEntry);
+    let rules: &[ContextRule] = if starts_at_irq {
+        &[ContextRule::Keep, ContextRule::MayDrop]
+    } else {
+        &[ContextRule::MayDrop]
+    };
     let mut first_error = None;
-    for n in (1..=pre.len()).rev() {
-        match with_clock(s.half.node, |sc| {
-            split_wait(&sc, &outer_from(n), s, names, trace)
-        }) {
-            Ok(segs) => return (n, segs),
-            Err(e) => {
-                first_error.get_or_insert(e);
+    for &rule in rules {
+        for n in (1..=pre.len()).rev() {
+            match with_clock(s.half.node, |sc| {
+                split_wait(&sc, &outer_from(n), s, rule, names, trace)
+            }) {
+                Ok(segs) => return (n, segs),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
-        }
-        if !reported_after_handoff(pre[n - 1].id) {
-            break;
+            if !reported_after_handoff(pre[n - 1].id) {
+                break;
+            }
         }
     }
     found.errors.extend(first_error);
     (pre.len(), vec![peer_wait(&outer_from(pre.len()))])
+}
+
+/// Whether [`inner_chain`] may start the server's chain after its receive context.
+#[derive(Clone, Copy)]
+enum ContextRule {
+    Keep,
+    MayDrop,
 }
 
 /// The client's wait for its peer: request left -> response arrived.
@@ -652,12 +680,13 @@ fn split_wait(
     sc: &NodeClock,
     outer: &Outer,
     sside: &ServerSide,
+    rule: ContextRule,
     names: &Names,
     trace: &str,
 ) -> Result<Vec<Segment>, String> {
     let s = &sside.chain;
     let (oa, ob) = outer.ends;
-    let (kept, result) = inner_chain(sc, outer, &s.kept);
+    let (kept, result) = inner_chain(sc, outer, &s.kept, rule);
     let (ia, ib) = (kept[0], kept[kept.len() - 1]);
     match result {
         Ok(rtt) => {
@@ -697,18 +726,22 @@ fn split_wait(
 /// difference it leaves. A request's receive context (the CPU's IRQ and softirq run) before
 /// the client sent the request belongs to a softirq run that began before the frame existed
 /// (on veth the run that transmitted it: the peer's window update processed, the next segment
-/// sent and received in one run): when the difference would be negative, the chain starts at
-/// the next point instead.
+/// sent and received in one run): when the difference would be negative and `rule` allows,
+/// the chain starts at the next point instead.
 fn inner_chain<'k>(
     sc: &NodeClock,
     outer: &Outer,
     kept: &'k [Kept],
+    rule: ContextRule,
 ) -> (&'k [Kept], Result<u64, TimeError>) {
-    let starts = kept
-        .iter()
-        .take_while(|k| is_rx_context(k.id))
-        .count()
-        .min(kept.len().saturating_sub(2));
+    let starts = match rule {
+        ContextRule::Keep => 0,
+        ContextRule::MayDrop => kept
+            .iter()
+            .take_while(|k| is_rx_context(k.id))
+            .count()
+            .min(kept.len().saturating_sub(2)),
+    };
     let mut tried = (0..=starts).map(|from| {
         let kept = trim_late_end(sc, outer, &kept[from..]);
         (kept, difference(outer.span, inner_span(sc, kept)))

@@ -26,6 +26,8 @@ pub struct GuestOutcome {
     pub stderr: Vec<u8>,
     pub peak_rss_kib: u64,
     pub console_log: PathBuf,
+    /// The guest's init reached its command (init.sh writes `NAME.started`).
+    pub started: bool,
 }
 
 #[derive(Debug)]
@@ -124,8 +126,35 @@ pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
     Ok(code)
 }
 
-/// Boots the guests, relays their output, and returns once all have stopped.
+/// Boots the guests, relays their output, and returns once all have stopped. A guest that
+/// died while booting, before any guest's command started (nothing ran that could have
+/// written anywhere), is booted again once, with both guests: under TCG a boot with several
+/// vCPUs now and then stops in the kernel's early start-up with nothing on its console (a
+/// `threadirqs` boot, docs/truth.md), which says nothing about what the command tests.
 pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
+    let outcome = run_guests_once(spec)?;
+    if !outcome.died_booting() {
+        return Ok(outcome);
+    }
+    // The one that died and the ones killed after it: their consoles tell them apart.
+    for guest in &outcome.guests {
+        print_console_tail(&guest.console_log);
+    }
+    eprintln!("vm: a guest died while booting, before any command started: booting again, once");
+    run_guests_once(spec)
+}
+
+impl RunOutcome {
+    /// A guest stopped without a status while no guest's command had started, and the run
+    /// did not time out.
+    fn died_booting(&self) -> bool {
+        !self.timed_out
+            && !self.guests.iter().any(|g| g.started)
+            && self.guests.iter().any(|g| g.status.is_none())
+    }
+}
+
+fn run_guests_once(spec: &RunSpec) -> Result<RunOutcome> {
     super::qemu::which_qemu()?;
     let run_dir = RunDir::create()?;
     let logs_dir = crate::target_dir().join("vm/logs");
@@ -163,6 +192,9 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
         let status = std::fs::read_to_string(&status_path)
             .ok()
             .and_then(|s| s.trim().parse().ok());
+        let started = (run_dir.path())
+            .join(format!("{}.started", guest.name))
+            .exists();
         outcomes.push(GuestOutcome {
             name: guest.name,
             status,
@@ -170,6 +202,7 @@ pub fn run_guests(spec: &RunSpec) -> Result<RunOutcome> {
             stderr: guest.stderr.finish(spec.stream),
             peak_rss_kib: guest.peak_rss_kib,
             console_log: guest.console_log.clone(),
+            started,
         });
     }
     Ok(RunOutcome {
@@ -309,5 +342,43 @@ fn print_console_tail(log: &Path) {
     eprintln!("vm: last lines of {}:", log.display());
     for line in &lines[lines.len().saturating_sub(25)..] {
         eprintln!("  {line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guest(name: &'static str, status: Option<i32>, started: bool) -> GuestOutcome {
+        GuestOutcome {
+            name,
+            status,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            peak_rss_kib: 0,
+            console_log: PathBuf::from(format!("/logs/{name}.log")),
+            started,
+        }
+    }
+
+    fn outcome(guests: Vec<GuestOutcome>, timed_out: bool) -> RunOutcome {
+        RunOutcome {
+            guests,
+            elapsed: Duration::from_secs(1),
+            timed_out,
+        }
+    }
+
+    /// Booted again only when no command started anywhere: a command that ran may have
+    /// written into the read-write directories, and a run again would see its leftovers.
+    #[test]
+    fn only_a_death_before_any_command_started_boots_again() {
+        let both = |a, b| vec![guest("a", None, a), guest("b", None, b)];
+        assert!(outcome(both(false, false), false).died_booting());
+        assert!(outcome(vec![guest("a", None, false)], false).died_booting());
+        assert!(!outcome(both(true, false), false).died_booting());
+        assert!(!outcome(both(false, false), true).died_booting());
+        let finished = vec![guest("a", Some(0), true), guest("b", Some(1), true)];
+        assert!(!outcome(finished, false).died_booting());
     }
 }

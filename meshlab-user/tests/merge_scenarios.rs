@@ -98,40 +98,124 @@ fn tx_completion_after_the_peer_had_the_message_is_not_used() {
     assert!(r.complete && r.missing.is_empty(), "{r:?}");
 }
 
-/// The request's completion 20.6 us after its driver returned, after the server's IRQ for the
-/// frame (10 us one way): the round trip from it would be 20000 - 20600 - 1500 (the
-/// response's completion) = -2100 ns, -200 with the response's completion and driver return
-/// cut off the server's end. Dropping the server's IRQ as well (300 ns to its raise) would
-/// make it +100, but the IRQ came after the frame left the client's driver (18500 ns of round
-/// trip from there, the response's completion kept): the request's completion was reclaimed
-/// late and is not used, the server's chain keeps its IRQ. (With the IRQ dropped first, a
-/// threaded IRQ handler waiting milliseconds for its CPU lost that wait to the network.)
+/// A threaded IRQ handler that waited 5 us for its CPU: B's IRQ entry 5 us earlier than in
+/// the fixture (the frame arrived 5 us sooner, its raise, softirq and netif_receive_skb as
+/// before), and the request's completion 17 us after its driver returned. From the completion
+/// the round trip is negative with the IRQ kept (-1600 ns with the response's completion and
+/// driver return cut off), +1800 ns once the chain starts at the raise. But the IRQ's wait for
+/// its raise (5300 ns) is longer than the rest of the context (1400 ns to netif_receive_skb):
+/// a handler that ran late, after the frame came, so the request's completion goes instead
+/// and the IRQ stays (13500 ns of round trip from the client's driver return).
 #[test]
 fn a_late_request_completion_goes_before_the_servers_irq() {
     let dir = tempfile::tempdir().unwrap();
-    let files = with_kernel_lines(dir.path(), "tx_completion", "A", |lines| {
+    let mut files = with_kernel_lines(dir.path(), "tx_completion", "A", |lines| {
         let at = lines
             .iter()
             .position(|l| l.contains("\"tx_complete\""))
             .unwrap();
         assert!(lines[at].contains("1000001006400"), "{}", lines[at]);
-        lines[at] = lines[at].replace("1000001006400", "1000001025500");
+        lines[at] = lines[at].replace("1000001006400", "1000001021900");
     });
-    let out = merge(&files, &[]);
+    let b_dir = tempfile::tempdir().unwrap();
+    let b_files = with_kernel_lines(b_dir.path(), "tx_completion", "B", |lines| {
+        assert!(
+            lines[2].contains("\"irq_entry_ns\":7000001014900"),
+            "{}",
+            lines[2]
+        );
+        lines[2] = lines[2].replace("7000001014900", "7000001009900");
+    });
+    replace_file(&mut files, &b_files, "B.kernel.ndjson");
+    let r = only_request(&files);
+    let mut expected = plain();
+    let server_irq = expected
+        .iter()
+        .position(|s| s.0 == "rx_irq_handler")
+        .unwrap();
+    expected[server_irq].2 = 5_300;
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 13_500;
+    let server_tx_end = expected.iter().rposition(|s| s.0 == "tx_driver").unwrap() + 1;
+    expected.insert(server_tx_end, ("tx_completion", Some("B"), 1_500));
+    assert_request(&r, &expected, 82_100);
+    let d = r.segments[net].derived.as_ref().expect("derived");
+    assert_eq!(d.outer, ["net_dev_xmit", "irq_entry"]);
+    assert_eq!(d.inner, ["irq_entry", "tx_complete"]);
+}
+
+/// `files` with its `name` taken from `from`.
+fn replace_file(files: &mut [std::path::PathBuf], from: &[std::path::PathBuf], name: &str) {
+    let file = from.iter().find(|f| f.ends_with(name)).unwrap();
+    let at = files.iter().position(|f| f.ends_with(name)).unwrap();
+    files[at] = file.clone();
+}
+
+/// The one request of a merge of `files`, checked to have merged without errors.
+fn only_request(files: &[std::path::PathBuf]) -> MergedRequest {
+    let out = merge(files, &[]);
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
     let [r] = &out.requests[..] else {
         panic!("one request expected: {:?}", out.summary)
     };
-    let mut expected = plain();
-    let net = expected.iter().position(|s| s.0 == "network_round_trip");
-    expected[net.unwrap()].2 = 18_500;
+    assert!(r.complete && r.missing.is_empty(), "{r:?}");
+    r.clone()
+}
+
+/// A receive context left from an earlier frame (one poll of the same queue): B's IRQ, raise
+/// and softirq entry 5 us older than in the fixture, the frame as before, and the request's
+/// completion 17 us after its driver returned. From the completion the round trip is negative
+/// with any of the context kept and the response's completion and driver return cut off
+/// (-1600 ns from the IRQ, -1300 from the raise, -700 from the softirq entry), +3200 ns from
+/// netif_receive_skb with both completions kept. Dropping the completion instead would keep the whole old context (13500
+/// ns from the driver return), but one IRQ-to-raise gap (300 ns) undoes nothing here: no
+/// handler ran late, so the context goes, as before the threaded-IRQ rule.
+#[test]
+fn an_earlier_frames_irq_still_goes_before_the_request_completion() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = with_kernel_lines(dir.path(), "tx_completion", "A", |lines| {
+        let at = lines
+            .iter()
+            .position(|l| l.contains("\"tx_complete\""))
+            .unwrap();
+        lines[at] = lines[at].replace("1000001006400", "1000001021900");
+    });
+    let b_dir = tempfile::tempdir().unwrap();
+    let b_files = with_kernel_lines(b_dir.path(), "tx_completion", "B", |lines| {
+        assert!(lines[2].contains("netif_receive_skb"), "{}", lines[2]);
+        for (from, to) in [
+            ("7000001014900", "7000001009900"),
+            ("7000001015200", "7000001010200"),
+            ("7000001015800", "7000001010800"),
+        ] {
+            lines[2] = lines[2].replace(from, to);
+        }
+    });
+    replace_file(&mut files, &b_files, "B.kernel.ndjson");
+    let r = only_request(&files);
+    let dropped = ["rx_irq_handler", "rx_softirq_delay", "rx_napi_poll"];
+    let mut expected: Vec<Seg> = plain();
+    let server_rx = expected
+        .iter()
+        .position(|s| s.0 == "rx_irq_handler")
+        .unwrap();
+    expected.drain(server_rx..server_rx + dropped.len());
     let server_tx_end = expected.iter().rposition(|s| s.0 == "tx_driver").unwrap() + 1;
     expected.insert(server_tx_end, ("tx_completion", Some("B"), 1_500));
-    assert_request(r, &expected, 82_100);
-    assert!(r.complete && r.missing.is_empty(), "{r:?}");
-    let d = r.segments[net.unwrap()].derived.as_ref().expect("derived");
-    assert_eq!(d.outer, ["net_dev_xmit", "irq_entry"]);
-    assert_eq!(d.inner, ["irq_entry", "tx_complete"]);
+    let client_tx_end = expected.iter().position(|s| s.0 == "tx_driver").unwrap() + 1;
+    expected.insert(client_tx_end, ("tx_completion", Some("A"), 17_000));
+    let net = expected
+        .iter()
+        .position(|s| s.0 == "network_round_trip")
+        .unwrap();
+    expected[net].2 = 3_200;
+    assert_request(&r, &expected, 82_100);
+    let d = r.segments[net].derived.as_ref().expect("derived");
+    assert_eq!(d.outer, ["tx_complete", "irq_entry"]);
+    assert_eq!(d.inner, ["netif_receive_skb", "tx_complete"]);
 }
 
 /// Both drivers return after the peer already had the frame (a virtio kick that stalls the

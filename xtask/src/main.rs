@@ -113,9 +113,14 @@ struct TestArgs {
 }
 
 fn main() -> Result<()> {
-    // First: a signal before it kills xtask without clean-up.
-    cleanup::install()?;
     let cli = Cli::parse();
+    // The guest's hog starts nothing to clean up, and a signal thread would share its
+    // real-time priority on the CPU it hogs: `kill` ends it at once.
+    if let Task::GuestHog { spin_us, sleep_us } = cli.command {
+        truth_vm_script::guest_hog(spin_us, sleep_us);
+    }
+    // Before anything is started: a signal would otherwise kill xtask without clean-up.
+    cleanup::install()?;
     match cli.command {
         Task::Setup => setup::run(),
         Task::Test(args) => test(args),
@@ -137,7 +142,7 @@ fn main() -> Result<()> {
                 None => bench::ladder(quick, &partial),
             }
         }
-        Task::GuestHog { spin_us, sleep_us } => truth_vm_script::guest_hog(spin_us, sleep_us),
+        Task::GuestHog { .. } => unreachable!("run before the clean-up handler"),
         Task::Truth(args) => {
             setup::run()?;
             if args.vm {

@@ -17,7 +17,7 @@ use crate::truth_cause::{Cause, VM_CAUSES, VM_NAMED_CAUSES};
 use crate::truth_retransmit::{self, retransmissions};
 use crate::truth_stats::{self, RunStats, TableSetting};
 use crate::truth_vm_script::{
-    self, HOG_CPU, IRQ_GUEST_CPUS, PlannedRun, cause_slug, guest_cpus, irq_state,
+    self, HOG_CPU, IRQ_GUEST_CPUS, PlannedRun, boot_params, cause_slug, guest_cpus, irq_state,
 };
 use crate::{read_ndjson, run_cmd, target_dir, vm_wire_rounds};
 
@@ -87,11 +87,13 @@ fn report(boots: &[Boot], args: &VmTruth) -> Result<()> {
             results.entry(key).or_default().extend(stats);
         }
     }
+    let shapes: Vec<String> = boots.iter().map(|b| boot_shape(&b.causes)).collect();
     let title = format!(
-        "kernel-only recording, two qemu guests (kernel {KERNEL}, TCG, 1 vCPU each, \
-         {IRQ_GUEST_CPUS} for the IRQ causes, booted with threadirqs for the RT hog's), c=1, \
+        "kernel-only recording, two qemu guests (kernel {KERNEL}, TCG; per boot: {}), c=1, \
          {} interleaved round(s) x {}s per run",
-        args.rounds, args.seconds
+        shapes.join("; "),
+        args.rounds,
+        args.seconds
     );
     let setting = TableSetting {
         title,
@@ -115,16 +117,28 @@ fn report(boots: &[Boot], args: &VmTruth) -> Result<()> {
     Ok(())
 }
 
+/// How a boot's guests ran, for the table's title: `3 vCPUs, threadirqs: irq-rt-busy-cpu`.
+fn boot_shape(causes: &[Cause]) -> String {
+    let params: String = (boot_params(causes[0]).iter())
+        .map(|p| format!(", {p}"))
+        .collect();
+    let names: Vec<String> = causes.iter().map(|&c| cause_slug(c)).collect();
+    format!(
+        "{} vCPU(s){params}: {}",
+        guest_cpus(causes[0]),
+        names.join(" ")
+    )
+}
+
 /// The causes grouped by the guests they need (vCPUs, IRQ threads), one boot per group, in
 /// table order.
 fn boot_groups(causes: &[Cause]) -> Vec<(usize, Vec<Cause>)> {
     let mut groups: Vec<(usize, Vec<Cause>)> = Vec::new();
-    let boot = |cause: Cause| (guest_cpus(cause), cause.threaded_irqs());
+    let boot = |cause: Cause| (guest_cpus(cause), boot_params(cause));
     for &cause in causes {
-        let cpus = guest_cpus(cause);
         match groups.iter_mut().find(|(_, g)| boot(g[0]) == boot(cause)) {
             Some((_, group)) => group.push(cause),
-            None => groups.push((cpus, vec![cause])),
+            None => groups.push((guest_cpus(cause), vec![cause])),
         }
     }
     groups
@@ -511,6 +525,14 @@ mod tests {
                 ),
                 (IRQ_GUEST_CPUS, vec![Cause::IrqRtBusyCpu])
             ]
+        );
+        assert_eq!(
+            boot_shape(&[Cause::IrqRtBusyCpu]),
+            "3 vCPU(s), threadirqs: irq-rt-busy-cpu"
+        );
+        assert_eq!(
+            boot_shape(&[Cause::NetemDelay, Cause::WireDelay]),
+            "1 vCPU(s): netem-delay wire-delay"
         );
     }
 

@@ -5,7 +5,13 @@
 use std::path::Path;
 
 use crate::truth_cause::Cause;
-use crate::vm_two_machines::{B_DONE_ON_EXIT, B_READY, GuestScripts, RECORDER_READY};
+use crate::vm_two_machines::{B_READY, GuestScripts, RECORDER_READY};
+
+/// B's exit trap: tell A it is done, and end a hog still running (an `exit 1` of a failed
+/// check leaves it; the normal end kills it and clears `$HOG`). The two-machine scenario's
+/// `B_DONE_ON_EXIT` plus the hog.
+const B_EXIT: &str =
+    "trap 'touch \"$MESHLAB_VM_SHARED/b.done\"; [ -z \"$HOG\" ] || kill $HOG' EXIT; ";
 
 /// The lab server's port and address in guest B (the private link, vm/spec.rs).
 pub const PORT: u16 = 9000;
@@ -67,9 +73,9 @@ pub fn irq_state(cause: Cause, on: bool) -> (&'static str, usize) {
 /// spins `RT_HOG_SPIN_US` and sleeps `RT_HOG_SLEEP_US`: an IRQ arrives inside a spin 6 times
 /// in 7 and waits the rest of it (3 ms on average, more than the run-to-run spread of these
 /// guests' medians); the sleep keeps the hog under the kernel's real-time throttling (95 % of
-/// a CPU) and lets that CPU's other tasks run; 7 ms is no multiple of the client's 5 ms pace;
-/// and a wait stays under the 10 ms after which the recorder takes an IRQ for a stale one
-/// (meshlab-ebpf irq.rs `PENDING_WINDOW_NS`).
+/// a CPU) and lets that CPU's other tasks run; the client's pace walks through the cycle
+/// (truth_cause.rs, the cause's workload); and a wait stays under the 10 ms after which the
+/// recorder takes an IRQ for a stale one (meshlab-ebpf irq.rs `PENDING_WINDOW_NS`).
 const RT_HOG_PRIORITY: u8 = 60;
 const RT_HOG_SPIN_US: u64 = 6000;
 const RT_HOG_SLEEP_US: u64 = 1000;
@@ -89,7 +95,8 @@ pub fn guest_hog(spin_us: u64, sleep_us: u64) -> ! {
         std::thread::sleep(sleep);
     }
 }
-/// vCPUs per guest in the boot of the IRQ cause (the `vm run` option applies to both guests).
+/// vCPUs per guest in the boots of the IRQ causes (the `vm run` option applies to both
+/// guests).
 pub const IRQ_GUEST_CPUS: usize = 3;
 
 /// vCPUs per guest for a cause's boot: one where a second is not needed. Under TCG a wake-up
@@ -235,14 +242,25 @@ pub fn guest_scripts(
     }
 }
 
-/// `vm run` options for a boot of these runs' causes: `threadirqs` where a cause needs IRQ
-/// threads (one boot has one set of causes' kernel parameters: truth_vm.rs `boot_groups`).
-pub fn kernel_args(runs: &[PlannedRun]) -> Vec<String> {
-    if runs.iter().any(|r| r.cause.threaded_irqs()) {
-        vec!["--kernel-arg".into(), "threadirqs".into()]
+/// The kernel parameters a cause's guests boot with: `threadirqs` where it needs IRQ threads.
+pub fn boot_params(cause: Cause) -> &'static [&'static str] {
+    if cause.threaded_irqs() {
+        &["threadirqs"]
     } else {
-        Vec::new()
+        &[]
     }
+}
+
+/// `vm run` options for a boot of these runs' causes (one boot has one set of kernel
+/// parameters: truth_vm.rs `boot_groups` groups the causes by theirs).
+pub fn kernel_args(runs: &[PlannedRun]) -> Vec<String> {
+    let params: std::collections::BTreeSet<&str> = (runs.iter())
+        .flat_map(|r| boot_params(r.cause))
+        .copied()
+        .collect();
+    (params.into_iter())
+        .flat_map(|p| ["--kernel-arg".to_owned(), p.to_owned()])
+        .collect()
 }
 
 /// What guest B sets up for a boot's runs.
@@ -384,7 +402,7 @@ fn guest_b(meshlab: &Path, dir: &Path, setup: &BSetup) -> String {
         .map(|(s, cpu)| format!("{s}) mask={:x};; ", 1u32 << cpu))
         .collect();
     format!(
-        "{B_DONE_ON_EXIT}{offline}{record}{online}{irq_setup}\
+        "{B_EXIT}{offline}{record}{online}{irq_setup}\
          {flood_server}taskset -c {APP_CPU} {m} lab server --listen {SERVER_ADDR}:{PORT} & SRV=$!; \
          {listening}touch \"{shared}/b.ready\"; HOG=; n=0; \
          while [ ! -f \"{shared}/a.done\" ]; do next=$((n+1)); state=; \
@@ -396,7 +414,7 @@ fn guest_b(meshlab: &Path, dir: &Path, setup: &BSetup) -> String {
            echo $mask > /proc/irq/$irq/smp_affinity || exit 1; \
            echo \"$state $(grep \"^ *$irq:\" /proc/interrupts)\" >> {d}/b.irq-log; \
            n=$next; touch \"{shared}/irq.ack.$n\"; \
-         done; [ -z \"$HOG\" ] || kill $HOG; \
+         done; [ -z \"$HOG\" ] || kill $HOG; HOG=; \
          kill -INT $SRV; wait $SRV; {flood_stop}{offline}kill -INT $REC; wait $REC",
         record = record(meshlab, dir, "B"),
         listening = listening(PORT),
@@ -565,7 +583,7 @@ mod tests {
         let online = "for c in $(seq 1 2); do echo 1 > /sys/devices/system/cpu/cpu$c/online";
         let starts = b.find(" record -o ").expect("recorder");
         let stops = b.find("kill -INT $REC").expect("recorder stop");
-        assert!(b.starts_with(&format!("{B_DONE_ON_EXIT}{offline}")), "{b}");
+        assert!(b.starts_with(&format!("{B_EXIT}{offline}")), "{b}");
         assert!(
             b.find(online).is_some_and(|i| i > starts && i < stops),
             "{b}"

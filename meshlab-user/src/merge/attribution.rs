@@ -603,14 +603,11 @@ fn segment_room(kept: usize) -> usize {
 /// negative) was reclaimed late, as the response's in [`split_wait`]: the wait then starts at
 /// the point before it, and the completion is no stage of this request.
 ///
-/// When the server's chain starts at a hard IRQ (its frame's own: merge/nic.rs keeps no
-/// other), that IRQ is kept before the request's late completion is: a difference that is
-/// negative with both but not without the completion says the IRQ came after the frame was
-/// handed to the client's NIC and the completion after the server had it (virtio's lazy
-/// reclaim; a NIC's completion coalescing). Only then may the server's receive context go
-/// ([`inner_chain`]), which was the first remedy before: with a threaded IRQ handler waiting
-/// milliseconds for its CPU (truth --vm `irq-rt-busy-cpu`) it dropped that wait into the
-/// network round trip.
+/// A server chain whose IRQ ran its handler late ([`a_late_irq_handler`]) keeps that IRQ
+/// before the request's late completion is: the server's receive context goes only when
+/// dropping the completion does not make the difference non-negative. Otherwise the context
+/// goes first ([`inner_chain`]), which with a threaded IRQ handler waiting milliseconds for its
+/// CPU (truth --vm `irq-rt-busy-cpu`) put that wait into the network round trip.
 fn wait_for_peer(
     cc: &NodeClock,
     cside: &ClientSide,
@@ -629,12 +626,8 @@ fn wait_for_peer(
     let Some(s) = server else {
         return (pre.len(), vec![peer_wait(&outer_from(pre.len()))]);
     };
-    let starts_at_irq = s
-        .chain
-        .kept
-        .first()
-        .is_some_and(|k| k.id == PointId::IrqEntry);
-    let rules: &[ContextRule] = if starts_at_irq {
+    let late_handler = with_clock(s.half.node, |sc| a_late_irq_handler(&sc, &s.chain.kept));
+    let rules: &[ContextRule] = if late_handler {
         &[ContextRule::Keep, ContextRule::MayDrop]
     } else {
         &[ContextRule::MayDrop]
@@ -657,6 +650,27 @@ fn wait_for_peer(
     }
     found.errors.extend(first_error);
     (pre.len(), vec![peer_wait(&outer_from(pre.len()))])
+}
+
+/// Whether the server's chain starts at a hard IRQ whose handler ran late: from the IRQ to the
+/// next receive-context point (the handler's NET_RX raise) took longer than from there to the
+/// frame's `netif_receive_skb`. A handler that ran at once is microseconds from its raise;
+/// a receive context left from an earlier frame (one poll of the same queue) has its long gap
+/// after the raise, where the poll went on until this frame arrived. A handler that waited,
+/// a threaded IRQ (`threadirqs`, PREEMPT_RT) behind a task of higher priority, has it before:
+/// that IRQ came after the frame, so the request's late completion goes instead
+/// (merge_scenarios `a_late_request_completion_goes_before_the_servers_irq`,
+/// `an_earlier_frames_irq_still_goes_before_the_request_completion`).
+fn a_late_irq_handler(sc: &NodeClock, kept: &[Kept]) -> bool {
+    let [irq, next, ..] = kept else {
+        return false;
+    };
+    let frame = kept.iter().find(|k| !is_rx_context(k.id));
+    let Some(frame) = frame.filter(|_| irq.id == PointId::IrqEntry && is_rx_context(next.id))
+    else {
+        return false;
+    };
+    span(sc, irq, next).dur_ns() > span(sc, next, frame).dur_ns()
 }
 
 /// Whether [`inner_chain`] may start the server's chain after its receive context.

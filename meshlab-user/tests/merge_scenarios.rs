@@ -108,26 +108,7 @@ fn tx_completion_after_the_peer_had_the_message_is_not_used() {
 /// and the IRQ stays (13500 ns of round trip from the client's driver return).
 #[test]
 fn a_late_request_completion_goes_before_the_servers_irq() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut files = with_kernel_lines(dir.path(), "tx_completion", "A", |lines| {
-        let at = lines
-            .iter()
-            .position(|l| l.contains("\"tx_complete\""))
-            .unwrap();
-        assert!(lines[at].contains("1000001006400"), "{}", lines[at]);
-        lines[at] = lines[at].replace("1000001006400", "1000001021900");
-    });
-    let b_dir = tempfile::tempdir().unwrap();
-    let b_files = with_kernel_lines(b_dir.path(), "tx_completion", "B", |lines| {
-        assert!(
-            lines[2].contains("\"irq_entry_ns\":7000001014900"),
-            "{}",
-            lines[2]
-        );
-        lines[2] = lines[2].replace("7000001014900", "7000001009900");
-    });
-    replace_file(&mut files, &b_files, "B.kernel.ndjson");
-    let r = only_request(&files);
+    let r = late_completion_with_server_context(&[("7000001014900", "7000001009900")]);
     let mut expected = plain();
     let server_irq = expected
         .iter()
@@ -147,16 +128,29 @@ fn a_late_request_completion_goes_before_the_servers_irq() {
     assert_eq!(d.inner, ["irq_entry", "tx_complete"]);
 }
 
-/// `files` with its `name` taken from `from`.
-fn replace_file(files: &mut [std::path::PathBuf], from: &[std::path::PathBuf], name: &str) {
-    let file = from.iter().find(|f| f.ends_with(name)).unwrap();
-    let at = files.iter().position(|f| f.ends_with(name)).unwrap();
-    files[at] = file.clone();
-}
-
-/// The one request of a merge of `files`, checked to have merged without errors.
-fn only_request(files: &[std::path::PathBuf]) -> MergedRequest {
-    let out = merge(files, &[]);
+/// The `tx_completion` fixture's request with its completion 17 us after its driver returned
+/// (15.5 us later than recorded) and B's receive context times replaced by `moves` (old, new),
+/// merged without errors.
+fn late_completion_with_server_context(moves: &[(&str, &str)]) -> MergedRequest {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = with_kernel_lines(dir.path(), "tx_completion", "A", |lines| {
+        let completion = lines.iter().position(|l| l.contains("\"tx_complete\""));
+        let line = &mut lines[completion.unwrap()];
+        assert!(line.contains("1000001006400"), "{line}");
+        *line = line.replace("1000001006400", "1000001021900");
+    });
+    let b_dir = tempfile::tempdir().unwrap();
+    let b_files = with_kernel_lines(b_dir.path(), "tx_completion", "B", |lines| {
+        assert!(lines[2].contains("netif_receive_skb"), "{}", lines[2]);
+        for (old, new) in moves {
+            assert!(lines[2].contains(old), "{}", lines[2]);
+            lines[2] = lines[2].replace(old, new);
+        }
+    });
+    let b = b_files.iter().find(|f| f.ends_with("B.kernel.ndjson"));
+    let at = files.iter().position(|f| f.ends_with("B.kernel.ndjson"));
+    files[at.unwrap()] = b.unwrap().clone();
+    let out = merge(&files, &[]);
     assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
     let [r] = &out.requests[..] else {
         panic!("one request expected: {:?}", out.summary)
@@ -170,32 +164,17 @@ fn only_request(files: &[std::path::PathBuf]) -> MergedRequest {
 /// completion 17 us after its driver returned. From the completion the round trip is negative
 /// with any of the context kept and the response's completion and driver return cut off
 /// (-1600 ns from the IRQ, -1300 from the raise, -700 from the softirq entry), +3200 ns from
-/// netif_receive_skb with both completions kept. Dropping the completion instead would keep the whole old context (13500
-/// ns from the driver return), but one IRQ-to-raise gap (300 ns) undoes nothing here: no
-/// handler ran late, so the context goes, as before the threaded-IRQ rule.
+/// netif_receive_skb with both completions kept. Dropping the completion instead would keep
+/// the whole old context (13500 ns from the driver return), but its long gap comes after the
+/// raise (300 ns IRQ to raise, 6400 raise to netif_receive_skb): no handler ran late, so the
+/// context goes, as before the threaded-IRQ rule.
 #[test]
 fn an_earlier_frames_irq_still_goes_before_the_request_completion() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut files = with_kernel_lines(dir.path(), "tx_completion", "A", |lines| {
-        let at = lines
-            .iter()
-            .position(|l| l.contains("\"tx_complete\""))
-            .unwrap();
-        lines[at] = lines[at].replace("1000001006400", "1000001021900");
-    });
-    let b_dir = tempfile::tempdir().unwrap();
-    let b_files = with_kernel_lines(b_dir.path(), "tx_completion", "B", |lines| {
-        assert!(lines[2].contains("netif_receive_skb"), "{}", lines[2]);
-        for (from, to) in [
-            ("7000001014900", "7000001009900"),
-            ("7000001015200", "7000001010200"),
-            ("7000001015800", "7000001010800"),
-        ] {
-            lines[2] = lines[2].replace(from, to);
-        }
-    });
-    replace_file(&mut files, &b_files, "B.kernel.ndjson");
-    let r = only_request(&files);
+    let r = late_completion_with_server_context(&[
+        ("7000001014900", "7000001009900"),
+        ("7000001015200", "7000001010200"),
+        ("7000001015800", "7000001010800"),
+    ]);
     let dropped = ["rx_irq_handler", "rx_softirq_delay", "rx_napi_poll"];
     let mut expected: Vec<Seg> = plain();
     let server_rx = expected

@@ -157,7 +157,9 @@ impl NodeJoiner {
         }
         self.run_deadlines(self.frontier_ns);
         self.since_sweep += 1;
-        if self.since_sweep >= 4096 || self.frontier_ns >= self.swept_at_ns + self.window_ns / 2 {
+        // Saturating: a capture's times can reach the end of u64 (fuzz/regressions/capture).
+        let half_window_on = self.swept_at_ns.saturating_add(self.window_ns / 2);
+        if self.since_sweep >= 4096 || self.frontier_ns >= half_window_on {
             self.sweep();
         }
     }

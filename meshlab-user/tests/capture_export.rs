@@ -360,6 +360,63 @@ fn merged_output_is_the_same_from_captures_and_from_ndjson() {
     assert_eq!(compared, total - 1);
 }
 
+/// The kernel_only fixture with events of another thread appended, each `after_ns` after A's
+/// last event (in the order given, so not in time order), as NDJSON and as a capture; the
+/// errors of each merge.
+fn merge_errors_with_events_after(dir: &Path, after_ns: &[u64]) -> (Vec<String>, Vec<String>) {
+    let files = merge_common::edit::with_kernel_lines(dir, "kernel_only", "A", |lines| {
+        let ts =
+            |l: &String| serde_json::from_str::<serde_json::Value>(l).unwrap()["ts_ns"].as_u64();
+        let last = lines.iter().filter_map(ts).max().unwrap();
+        let at = lines.len() - 2; // before the final clock and summary records
+        let appended = after_ns.iter().map(|after| {
+            format!(
+                "{{\"type\":\"kernel\",\"node\":\"A\",\"hook\":\"sched_switch\",\"ts_ns\":{},\"cpu\":1,\"pid\":77,\"tid\":77,\"value\":1}}",
+                last + after
+            )
+        });
+        lines.splice(at..at, appended);
+    });
+    let mut captures = files.clone();
+    for f in &mut captures {
+        if f.starts_with(dir) {
+            let out = f.with_extension("capture");
+            ndjson_to_capture(f, &out).unwrap();
+            *f = out;
+        }
+    }
+    let errors = |files: &[PathBuf]| merge_common::merge(files, &[]).summary.errors;
+    (errors(&files), errors(&captures))
+}
+
+/// `record` writes a capture in time order, so the merge reads a capture only 10 ms ahead
+/// (stream.rs `CAPTURE_READ_AHEAD_NS`), not a `--window`: an event more out of order than that
+/// is still merged, and counted and reported as out of order, never dropped silently; NDJSON
+/// keeps the window.
+#[test]
+fn a_capture_is_read_10_ms_ahead_and_a_later_event_is_reported() {
+    const MS: u64 = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    // The event at +50 ms comes after one at +200 ms: the one at +100 ms has left the buffer.
+    let (ndjson, capture) =
+        merge_errors_with_events_after(dir.path(), &[100 * MS, 200 * MS, 50 * MS]);
+    assert!(ndjson.is_empty(), "{ndjson:?}");
+    assert_eq!(capture.len(), 1, "{capture:?}");
+    assert!(
+        capture[0].starts_with("node A: 1 events were out of order by more than their read-ahead")
+            && capture[0].contains("A.kernel.capture:")
+            && capture[0].contains("is 50000000 ns earlier than an event already merged")
+            && capture[0].contains("(--window; 10 ms for a binary capture)"),
+        "{capture:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (ndjson, capture) = merge_errors_with_events_after(dir.path(), &[100 * MS, 95 * MS]);
+    assert!(
+        ndjson.is_empty() && capture.is_empty(),
+        "{ndjson:?} {capture:?}"
+    );
+}
+
 #[test]
 fn a_capture_cut_short_is_valid_up_to_its_last_complete_record() {
     let events = ring_events();

@@ -159,8 +159,9 @@ fn open_nodes(
 
 /// The node to read next: the one furthest behind on the common clock once every live node's
 /// offset is known, else the one with the fewest pending halves; ties to the fewest read, then
-/// the first. Called once per event, so a plain loop: as `min_by_key` over a filtered range it
-/// cost 4-6 % of a one-node merge's CPU (docs/benchmarks-merge-ab.md, round 38).
+/// the first. Called once per event, so a plain loop: perf put 5-8 % of a one-node merge's
+/// samples in the `min_by_key` fold over a filtered range it was (docs/benchmarks-merge-ab.md,
+/// round 38; callgrind: 0.5 % of the instructions, so stalls, not work).
 fn pick(exhausted: &[bool], st: &State, joiners: &[NodeJoiner], read: &[u64]) -> Option<usize> {
     if let [done] = exhausted {
         return (!done).then_some(0);

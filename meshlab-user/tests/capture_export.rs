@@ -360,23 +360,27 @@ fn merged_output_is_the_same_from_captures_and_from_ndjson() {
     assert_eq!(compared, total - 1);
 }
 
-/// The kernel_only fixture with events of another thread appended, each `after_ns` after A's
-/// last event (in the order given, so not in time order), as NDJSON and as a capture; the
-/// errors of each merge.
-fn merge_errors_with_events_after(dir: &Path, after_ns: &[u64]) -> (Vec<String>, Vec<String>) {
-    let files = merge_common::edit::with_kernel_lines(dir, "kernel_only", "A", |lines| {
-        let ts =
-            |l: &String| serde_json::from_str::<serde_json::Value>(l).unwrap()["ts_ns"].as_u64();
-        let last = lines.iter().filter_map(ts).max().unwrap();
-        let at = lines.len() - 2; // before the final clock and summary records
-        let appended = after_ns.iter().map(|after| {
-            format!(
-                "{{\"type\":\"kernel\",\"node\":\"A\",\"hook\":\"sched_switch\",\"ts_ns\":{},\"cpu\":1,\"pid\":77,\"tid\":77,\"value\":1}}",
-                last + after
-            )
-        });
-        lines.splice(at..at, appended);
-    });
+const MS: u64 = 1_000_000;
+
+fn ts_ns(line: &str) -> Option<u64> {
+    serde_json::from_str::<serde_json::Value>(line).unwrap()["ts_ns"].as_u64()
+}
+
+/// A sched_switch of another thread at `ts`.
+fn other_thread_at(ts: u64) -> String {
+    format!(
+        "{{\"type\":\"kernel\",\"node\":\"A\",\"hook\":\"sched_switch\",\"ts_ns\":{ts},\"cpu\":1,\"pid\":77,\"tid\":77,\"value\":1}}"
+    )
+}
+
+/// `fixture` with A's kernel lines edited, merged as NDJSON and with A's recording as a
+/// capture: the errors of each merge that report events out of order beyond a read-ahead.
+fn read_ahead_errors(
+    dir: &Path,
+    fixture: &str,
+    edit: impl FnOnce(&mut Vec<String>),
+) -> (Vec<String>, Vec<String>) {
+    let files = merge_common::edit::with_kernel_lines(dir, fixture, "A", edit);
     let mut captures = files.clone();
     for f in &mut captures {
         if f.starts_with(dir) {
@@ -385,32 +389,83 @@ fn merge_errors_with_events_after(dir: &Path, after_ns: &[u64]) -> (Vec<String>,
             *f = out;
         }
     }
-    let errors = |files: &[PathBuf]| merge_common::merge(files, &[]).summary.errors;
+    let errors = |files: &[PathBuf]| {
+        let errors = merge_common::merge(files, &[]).summary.errors;
+        errors
+            .into_iter()
+            .filter(|e| e.contains("read-ahead"))
+            .collect()
+    };
     (errors(&files), errors(&captures))
+}
+
+/// Events of another thread written after A's last event, each `after_ns` after it (in the
+/// order given, so not in time order), before the final clock and summary records.
+fn append_after_last(lines: &mut Vec<String>, after_ns: &[u64]) {
+    let last = lines.iter().filter_map(|l| ts_ns(l)).max().unwrap();
+    let at = lines.len() - 2;
+    let appended = after_ns.iter().map(|after| other_thread_at(last + after));
+    lines.splice(at..at, appended);
 }
 
 /// `record` writes a capture in time order, so the merge reads a capture only 10 ms ahead
 /// (stream.rs `CAPTURE_READ_AHEAD_NS`), not a `--window`: an event more out of order than that
-/// is still merged, and counted and reported as out of order, never dropped silently; NDJSON
+/// is still merged, and counted and reported as out of order with its file and line; NDJSON
 /// keeps the window.
 #[test]
 fn a_capture_is_read_10_ms_ahead_and_a_later_event_is_reported() {
-    const MS: u64 = 1_000_000;
     let dir = tempfile::tempdir().unwrap();
     // The event at +50 ms comes after one at +200 ms: the one at +100 ms has left the buffer.
-    let (ndjson, capture) =
-        merge_errors_with_events_after(dir.path(), &[100 * MS, 200 * MS, 50 * MS]);
+    let (ndjson, capture) = read_ahead_errors(dir.path(), "kernel_only", |lines| {
+        append_after_last(lines, &[100 * MS, 200 * MS, 50 * MS])
+    });
     assert!(ndjson.is_empty(), "{ndjson:?}");
     assert_eq!(capture.len(), 1, "{capture:?}");
     assert!(
         capture[0].starts_with("node A: 1 events were out of order by more than their read-ahead")
             && capture[0].contains("A.kernel.capture:")
             && capture[0].contains("is 50000000 ns earlier than an event already merged")
-            && capture[0].contains("(--window; 10 ms for a binary capture)"),
+            && capture[0].contains("its file's read-ahead of 10000000 ns allows"),
         "{capture:?}"
     );
     let dir = tempfile::tempdir().unwrap();
-    let (ndjson, capture) = merge_errors_with_events_after(dir.path(), &[100 * MS, 95 * MS]);
+    let (ndjson, capture) = read_ahead_errors(dir.path(), "kernel_only", |lines| {
+        append_after_last(lines, &[100 * MS, 95 * MS])
+    });
+    assert!(
+        ndjson.is_empty() && capture.is_empty(),
+        "{ndjson:?} {capture:?}"
+    );
+}
+
+/// A hardware TX stamp is merged at its wire time (through the NIC clock), earlier than the
+/// stamp `record` ordered it by, by a completion delay nothing bounds: a node whose clock
+/// records sample a NIC clock keeps the window for its capture too. Here the stamp's wire
+/// time is 50 ms after A's last event but it is written after events at +100 and +200 ms.
+#[test]
+fn a_capture_with_a_nic_clock_keeps_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ndjson, capture) = read_ahead_errors(dir.path(), "tx_hw_timestamp_nic_clock", |lines| {
+        let hw = lines
+            .iter()
+            .position(|l| l.contains("\"tx_tstamp_hw\""))
+            .unwrap();
+        let stamp = lines.remove(hw);
+        let last = lines.iter().filter_map(|l| ts_ns(l)).max().unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&stamp).unwrap();
+        let aux = v["aux"].as_u64().unwrap();
+        // Its wire time (aux on the NIC clock) moves as far as its own stamp does.
+        let shift = last + 50 * MS - v["ts_ns"].as_u64().unwrap();
+        v["aux"] = (aux + shift).into();
+        v["ts_ns"] = (last + 250 * MS).into();
+        let at = lines.len() - 2;
+        let moved = [
+            other_thread_at(last + 100 * MS),
+            other_thread_at(last + 200 * MS),
+            v.to_string(),
+        ];
+        lines.splice(at..at, moved);
+    });
     assert!(
         ndjson.is_empty() && capture.is_empty(),
         "{ndjson:?} {capture:?}"

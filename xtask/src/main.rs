@@ -253,7 +253,7 @@ fn test(args: TestArgs) -> Result<()> {
     }
     test.args(&args.cargo_args);
     run_cmd(&mut test)?;
-    truth_quick(args.ci)?;
+    truth_quick(args.ci, TruthPlace::Host)?;
     // The cost ladder's smoke test: every bench code path once, no thresholds (~1 min).
     run_cmd(setup::as_root(&self_exe()?.to_string_lossy()).args(["bench", "--quick"]))?;
     // Seconds: the merge benchmark's smoke run (capture and NDJSON inputs) on the debug build.
@@ -266,38 +266,41 @@ fn test(args: TestArgs) -> Result<()> {
     })?;
     if !args.no_vm {
         vm_tests(args.ci)?;
-        truth_quick_in_guests(args.ci)?;
+        truth_quick(args.ci, TruthPlace::Guests)?;
     }
     Ok(())
 }
 
-/// `cargo xtask truth --quick --debug`: the attribution-truth table without thresholds (~1 min).
-/// It needs root; outside CI a non-root run skips it, in CI that is a failure.
-fn truth_quick(ci: bool) -> Result<()> {
+/// Where `cargo xtask test` runs the attribution-truth table's quick, threshold-free mode.
+#[derive(Clone, Copy)]
+enum TruthPlace {
+    /// The host's causes in two network namespaces (~1 min).
+    Host,
+    /// The guests' causes (netem, the wire relay, NIC IRQs on busy CPUs): three boots of two
+    /// TCG guests (~3 min), after the VM tests, which have failed already (in CI) or said
+    /// loudly why guests cannot boot here.
+    Guests,
+}
+
+/// `cargo xtask truth [--vm] --quick --debug`. It needs root; outside CI a non-root run skips
+/// it, in CI that is a failure.
+fn truth_quick(ci: bool, place: TruthPlace) -> Result<()> {
+    let mut truth = vec!["truth"];
+    if let TruthPlace::Guests = place {
+        truth.push("--vm");
+    }
+    truth.push("--quick");
+    let what = format!("cargo xtask {}", truth.join(" "));
     if !setup::is_root() {
         if ci {
-            bail!("cargo xtask truth --quick needs root and --ci forbids skipping it");
+            bail!("{what} needs root and --ci forbids skipping it");
         }
-        eprintln!("SKIP xtask truth --quick: not root");
+        eprintln!("SKIP {what}: not root");
         return Ok(());
     }
     // The debug build `cargo test` has just made: a release build of meshlab and its eBPF
     // object costs CI minutes, and the quick table has no thresholds to hold a build to.
-    run_cmd(Command::new(self_exe()?).args(["truth", "--quick", "--debug"]))
-}
-
-/// `cargo xtask truth --vm --quick --debug`: the guests' causes (netem, the wire relay, NIC
-/// IRQs on busy CPUs) without thresholds (~3 min: three boots of two TCG guests). After the VM
-/// tests, which have failed already (in CI) or said loudly why guests cannot boot here.
-fn truth_quick_in_guests(ci: bool) -> Result<()> {
-    if !setup::is_root() {
-        if ci {
-            bail!("cargo xtask truth --vm --quick needs root and --ci forbids skipping it");
-        }
-        eprintln!("SKIP xtask truth --vm --quick: not root");
-        return Ok(());
-    }
-    let truth = ["truth", "--vm", "--quick", "--debug"];
+    truth.push("--debug");
     run_cmd(Command::new(self_exe()?).args(truth))
 }
 

@@ -29,7 +29,8 @@ pub struct MergeArgs {
     #[arg(long, value_name = "NODE=OFFSET", value_delimiter = ',')]
     pub inject_skew: Vec<String>,
     /// Reorder and join window: how far out of order NDJSON lines may be (a binary capture,
-    /// which `record` writes in time order, is read 10 ms ahead) and how long after a message
+    /// which `record` writes in time order, is read 10 ms ahead, or the window if shorter or
+    /// if its node has hardware TX stamps) and how long after a message
     /// its kernel events may appear; a number with a unit: ns, us, ms, s, m or h. Memory grows
     /// with event rate x window.
     #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]

@@ -48,6 +48,12 @@ impl NicClockMap {
             .is_some_and(|first| self.samples.iter().all(|s| s.phc_index == first.phc_index));
     }
 
+    /// Whether hardware stamps are placed on the monotonic clock ([`Self::to_monotonic`] can
+    /// answer): exactly one NIC clock was sampled.
+    pub fn places_stamps(&self) -> bool {
+        self.one_clock
+    }
+
     /// `phc_ns` on the monotonic clock, or `None` (no NIC clock, or several).
     pub fn to_monotonic(&self, phc_ns: u64) -> Option<OnMonotonic> {
         if !self.one_clock {

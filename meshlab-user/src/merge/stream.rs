@@ -16,13 +16,19 @@ use super::input::Plan;
 use super::reduce::to_item;
 use super::time::NodeId;
 
-/// How far ahead of the stream's head a binary capture is read. `record` writes a capture in
-/// time order across CPUs (its reader merges the per-CPU rings up to a horizon no ring can
-/// still precede); inside one ring a stamp can step back only by what interrupted a program
-/// between its clock read and its reservation, microseconds. So a capture needs no window of
-/// read-ahead: its events would wait in the buffer for a window (~18 % of a merge's peak
-/// memory on a 2 s window) for nothing. An event more than this out of order is still merged,
-/// counted as late and reported, as for `--window`.
+/// How far ahead of the stream's head a binary capture is read (or `--window`, if shorter).
+/// `record` writes a capture in time order across CPUs (its reader merges the per-CPU rings
+/// up to a horizon no ring can still precede); inside one ring a stamp steps back only when
+/// a program was interrupted between its reservation and its clock read by one that
+/// reserved and stamped after it, by the length of that interruption (an IRQ and the softirq
+/// work at its exit: microseconds, rarely milliseconds). So a capture needs no window of
+/// read-ahead: its events would wait in the buffer for a window (~20 % of a one-node merge's
+/// peak memory with a 2 s window) for nothing. An event more out of order than this is still
+/// merged; it is counted as late and reported, as for `--window`.
+///
+/// Not for a node with hardware TX timestamps (a NIC clock in its clock records): those
+/// events are placed at their wire time, earlier than the stamp `record` ordered them by (by
+/// the completion delay, which nothing bounds); such a capture keeps the window.
 pub const CAPTURE_READ_AHEAD_NS: u64 = 10_000_000;
 
 struct Source {
@@ -33,6 +39,8 @@ struct Source {
     high_ns: u64,
     /// How far past the head this file is read: its own disorder bound.
     read_ahead_ns: u64,
+    /// Its index in [`Plan::files`] (an item's `Origin::file`).
+    file: usize,
     done: bool,
 }
 
@@ -139,12 +147,13 @@ impl NodeStream {
         let name = &plan.nodes[usize::from(node.0)];
         let shared = Arc::new(plan.clone());
         let mut sources = Vec::new();
+        let wire_stamps = plan.clocks[usize::from(node.0)].nic().places_stamps();
         for (i, f) in plan.files.iter().enumerate() {
             if f.nodes.contains(name) {
                 let plan = Arc::clone(&shared);
                 let reduce =
                     move |line, record: Incoming<'_>| to_item(&plan, i, line, node, record);
-                let read_ahead_ns = if file_is_capture(&f.path)? {
+                let read_ahead_ns = if !wire_stamps && file_is_capture(&f.path)? {
                     CAPTURE_READ_AHEAD_NS.min(window_ns)
                 } else {
                     window_ns
@@ -153,6 +162,7 @@ impl NodeStream {
                     items: ReducedSource::open(&f.path, reduce)?,
                     high_ns: 0,
                     read_ahead_ns,
+                    file: i,
                     done: false,
                 });
             }
@@ -211,20 +221,29 @@ impl NodeStream {
             return Ok(None);
         };
         if ns < self.last_out_ns {
-            self.late += 1;
-            if self.first_late.is_none() {
-                let o = item.stamp().origin;
-                self.first_late = Some(format!(
-                    "{}:{}: event at {} ns is {} ns earlier than an event already merged, more than its file's read-ahead allows (--window; {} ms for a binary capture); it was joined out of order",
-                    plan.files[usize::from(o.file)].display,
-                    { o.line }, // a copy: Origin is packed
-                    ns,
-                    self.last_out_ns - ns,
-                    CAPTURE_READ_AHEAD_NS / 1_000_000
-                ));
-            }
+            self.note_late(plan, ns, &item);
         }
         self.last_out_ns = self.last_out_ns.max(ns);
         Ok(Some(item))
+    }
+
+    /// Counts an event earlier than one already merged; the first is described.
+    fn note_late(&mut self, plan: &Plan, ns: u64, item: &Item) {
+        self.late += 1;
+        if self.first_late.is_some() {
+            return;
+        }
+        let o = item.stamp().origin;
+        let file = usize::from(o.file);
+        let source = self.sources.iter().find(|s| s.file == file);
+        let read_ahead_ns = source.map_or(0, |s| s.read_ahead_ns);
+        self.first_late = Some(format!(
+            "{}:{}: event at {} ns is {} ns earlier than an event already merged, more than its file's read-ahead of {} ns allows; it was joined out of order",
+            plan.files[file].display,
+            { o.line }, // a copy: Origin is packed
+            ns,
+            self.last_out_ns - ns,
+            read_ahead_ns,
+        ));
     }
 }

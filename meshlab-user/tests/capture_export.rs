@@ -340,16 +340,7 @@ fn merged_output_is_the_same_from_captures_and_from_ndjson() {
         }
         let dir = tempfile::tempdir().unwrap();
         let files = merge_common::generate_into(&cfg, dir.path());
-        let mut captures = Vec::new();
-        for f in &files {
-            if f.to_string_lossy().contains(".kernel.") {
-                let out = f.with_extension("capture");
-                ndjson_to_capture(f, &out).unwrap();
-                captures.push(out);
-            } else {
-                captures.push(f.clone());
-            }
-        }
+        let captures = as_captures(&files, |f| f.to_string_lossy().contains(".kernel."));
         let from_ndjson = merge_common::merge(&files, &[]);
         let from_capture = merge_common::merge(&captures, &[]);
         assert!(!from_ndjson.requests.is_empty(), "{name}");
@@ -358,6 +349,18 @@ fn merged_output_is_the_same_from_captures_and_from_ndjson() {
         compared += 1;
     }
     assert_eq!(compared, total - 1);
+}
+
+/// `files` with each one `convert` picks (a kernel NDJSON recording) replaced by its
+/// capture, written next to it.
+fn as_captures(files: &[PathBuf], convert: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let capture = |f: &PathBuf| {
+        let out = f.with_extension("capture");
+        ndjson_to_capture(f, &out).unwrap();
+        out
+    };
+    let pick = |f: &PathBuf| if convert(f) { capture(f) } else { f.clone() };
+    files.iter().map(pick).collect()
 }
 
 const MS: u64 = 1_000_000;
@@ -381,14 +384,8 @@ fn read_ahead_errors(
     edit: impl FnOnce(&mut Vec<String>),
 ) -> (Vec<String>, Vec<String>) {
     let files = merge_common::edit::with_kernel_lines(dir, fixture, "A", edit);
-    let mut captures = files.clone();
-    for f in &mut captures {
-        if f.starts_with(dir) {
-            let out = f.with_extension("capture");
-            ndjson_to_capture(f, &out).unwrap();
-            *f = out;
-        }
-    }
+    // Only A's edited copy: the other recordings are the repository's fixtures.
+    let captures = as_captures(&files, |f| f.starts_with(dir));
     let errors = |files: &[PathBuf]| {
         let errors = merge_common::merge(files, &[]).summary.errors;
         errors
@@ -399,13 +396,26 @@ fn read_ahead_errors(
     (errors(&files), errors(&captures))
 }
 
-/// Events of another thread written after A's last event, each `after_ns` after it (in the
-/// order given, so not in time order), before the final clock and summary records.
-fn append_after_last(lines: &mut Vec<String>, after_ns: &[u64]) {
-    let last = lines.iter().filter_map(|l| ts_ns(l)).max().unwrap();
+/// The latest event time of a recording's lines.
+fn last_ts(lines: &[String]) -> u64 {
+    lines.iter().filter_map(|l| ts_ns(l)).max().unwrap()
+}
+
+/// `appended` written after the recording's events, before its final clock and summary
+/// records, in the order given.
+fn append_events(lines: &mut Vec<String>, appended: impl IntoIterator<Item = String>) {
     let at = lines.len() - 2;
-    let appended = after_ns.iter().map(|after| other_thread_at(last + after));
     lines.splice(at..at, appended);
+}
+
+/// Events of another thread written after A's last event, each `after_ns` after it (in the
+/// order given, so not in time order).
+fn append_after_last(lines: &mut Vec<String>, after_ns: &[u64]) {
+    let last = last_ts(lines);
+    append_events(
+        lines,
+        after_ns.iter().map(|after| other_thread_at(last + after)),
+    );
 }
 
 /// `record` writes a capture in time order, so the merge reads a capture only 10 ms ahead
@@ -451,20 +461,19 @@ fn a_capture_with_a_nic_clock_keeps_the_window() {
             .position(|l| l.contains("\"tx_tstamp_hw\""))
             .unwrap();
         let stamp = lines.remove(hw);
-        let last = lines.iter().filter_map(|l| ts_ns(l)).max().unwrap();
+        let last = last_ts(lines);
         let mut v: serde_json::Value = serde_json::from_str(&stamp).unwrap();
         let aux = v["aux"].as_u64().unwrap();
         // Its wire time (aux on the NIC clock) moves as far as its own stamp does.
         let shift = last + 50 * MS - v["ts_ns"].as_u64().unwrap();
         v["aux"] = (aux + shift).into();
         v["ts_ns"] = (last + 250 * MS).into();
-        let at = lines.len() - 2;
         let moved = [
             other_thread_at(last + 100 * MS),
             other_thread_at(last + 200 * MS),
             v.to_string(),
         ];
-        lines.splice(at..at, moved);
+        append_events(lines, moved);
     });
     assert!(
         ndjson.is_empty() && capture.is_empty(),

@@ -14,7 +14,7 @@ use crate::schema::{Direction, Hook, KernelEvent, Record};
 // allocation per NDJSON line, and the value is consumed where it is made.
 #[allow(clippy::large_enum_variant)]
 pub enum Incoming<'a> {
-    Kernel(KernelLine<'a>),
+    Kernel(&'a KernelLine<'a>),
     Owned(Record),
 }
 

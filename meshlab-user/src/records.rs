@@ -97,8 +97,8 @@ fn spawn_parser<T: Send + 'static, E: From<NdjsonError> + Send + 'static>(
         let mut records = CaptureRecords::new(CaptureReader::open(path)?);
         let next = move || {
             loop {
-                let kept = match records.next_incoming() {
-                    Ok(Some((number, r))) => reduce(number, r),
+                let kept = match records.with_next(&mut reduce) {
+                    Ok(Some(kept)) => kept,
                     Ok(None) => return None,
                     Err(e) => Err(E::from(NdjsonError::from(e))),
                 };

@@ -47,7 +47,7 @@ pub fn to_item(
     // was a copy of the whole record per event.
     let kernel_file = f.kind == InputKind::Kernel;
     match record {
-        Incoming::Kernel(k) if kernel_file => kernel(&k),
+        Incoming::Kernel(k) if kernel_file => kernel(k),
         Incoming::Owned(Record::Kernel(k)) if kernel_file => kernel(&KernelLine::of(&k)),
         Incoming::Owned(Record::Probe(_)) if kernel_file => Err(bad(
             "probe",

@@ -55,7 +55,8 @@ struct Cli {
 enum Task {
     /// Install the toolchain and packages meshlab needs (idempotent; says what it installs).
     Setup,
-    /// Set up, build, and run every check and test (rustfmt, clippy, unit, privileged, VM).
+    /// Set up, build, and run every check and test (rustfmt, clippy, unit, privileged, the
+    /// quick truth and bench runs, fuzz, VM).
     Test(TestArgs),
     /// Set up, build, and run the lab demo (`meshlab demo`) with the given arguments.
     Demo {

@@ -50,6 +50,8 @@ pub(crate) struct DoctorReport {
     pub nic_timestamps: BTreeMap<String, String>,
     /// Per device: what `record --hw-timestamps` would do to its hardware stamping.
     pub hw_timestamps: BTreeMap<String, String>,
+    /// How the possible CPUs map onto the kernel programs' event rings, in words.
+    pub event_rings: String,
 }
 
 /// Socket TX timestamps (sock_ops, `record --tx-timestamps`): the kfunc in vmlinux BTF, and
@@ -105,6 +107,7 @@ pub(crate) fn diagnose() -> DoctorReport {
         tx_timestamps: probe_tx_timestamps(),
         nic_timestamps: BTreeMap::new(),
         hw_timestamps: BTreeMap::new(),
+        event_rings: event_rings_verdict(aya::util::nr_cpus().ok()),
     };
     (report.nic_timestamps, report.hw_timestamps) = nic_timestamps();
     if let Err(e) = probe_tiers(&mut report) {
@@ -348,6 +351,22 @@ fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
     writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })
 }
 
+/// Whether every CPU has an event ring of its own (CPU c writes ring c % EVENT_RINGS): CPUs
+/// sharing a ring pay for its shared lock and positions on every record they write at once.
+fn event_rings_verdict(possible_cpus: Option<usize>) -> String {
+    let rings = meshlab_common::EVENT_RINGS as usize;
+    match possible_cpus {
+        None => format!("{rings} (the number of possible CPUs is unknown)"),
+        Some(cpus) if cpus <= rings => format!("{cpus}, one per CPU"),
+        Some(cpus) => format!(
+            "{rings} for {cpus} CPUs: CPU c writes ring c % {rings}, so up to {} CPUs share a ring \
+             and pay more per event while they trace at once; keep the traced work on CPUs that \
+             differ modulo {rings} (docs/runbook-nic.md, step 1)",
+            cpus.div_ceil(rings)
+        ),
+    }
+}
+
 /// Kernel, BTF, lockdown, the file systems record needs, and the embedded object.
 fn print_environment(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
     writeln!(out, "kernel      {}", r.kernel)?;
@@ -399,6 +418,7 @@ fn print_environment(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<
             format!(", MISSING programs: {:?}", r.object.missing_programs)
         }
     )?;
+    writeln!(out, "event rings {}", r.event_rings)?;
     Ok(())
 }
 
@@ -420,5 +440,17 @@ mod tests {
         );
         let tier_count: usize = HOOKS.iter().map(|h| h.tiers.len()).sum::<usize>() + 1;
         assert_eq!(facts.programs, tier_count);
+    }
+
+    #[test]
+    fn event_rings_are_shared_only_beyond_eight_cpus() {
+        assert_eq!(event_rings_verdict(Some(2)), "2, one per CPU");
+        assert_eq!(event_rings_verdict(Some(8)), "8, one per CPU");
+        let shared = event_rings_verdict(Some(17));
+        assert!(
+            shared.starts_with("8 for 17 CPUs: CPU c writes ring c % 8, so up to 3 CPUs share"),
+            "{shared}"
+        );
+        assert!(event_rings_verdict(None).contains("unknown"));
     }
 }

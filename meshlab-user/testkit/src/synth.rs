@@ -98,7 +98,7 @@ pub struct GenConfig {
     pub tso: bool,
     /// RX: one skb for the whole message (GRO); else one per MSS.
     pub gro: bool,
-    /// The first transmission of every n-th request is lost and retransmitted after `rto`.
+    /// The first transmission of every n-th request is lost and retransmitted after `rto_ns`.
     pub retransmit_every: Option<usize>,
     pub rto_ns: u64,
     /// Leave out the kernel event of `hook` on node (`"A"`/`"B"`) for request index `n`.

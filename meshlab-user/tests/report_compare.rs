@@ -256,3 +256,87 @@ fn drops_are_zero_or_unknown_without_a_note() {
         "{single}"
     );
 }
+
+/// Runs with repeated labels are rounds of two configurations. The fixtures' p50s (see
+/// `hand_computed_ladder`): A's rounds a, c, a, c give end-to-end 16, 16.7, 16, 16.7 -> median
+/// 16.35; B's four rounds of b give 26. Every B round is above every A round: p = 2 / C(8, 4)
+/// = 0.029 <= 0.05, flagged. z is only in c, so in 2 of A's 4 rounds and none of B's.
+#[test]
+fn repeated_labels_are_rounds_with_medians_and_separation() {
+    let runs = [
+        "small_a.ndjson",
+        "small_b.ndjson",
+        "small_c.ndjson",
+        "small_b.ndjson",
+    ]
+    .map(fixture);
+    let mut args = vec!["report", "--compare"];
+    args.extend(runs.iter().chain(&runs).map(|p| p.to_str().unwrap()));
+    args.extend(["--labels", "A,B,A,B,A,B,A,B"]);
+    let text = run_ok(&args);
+    assert!(
+        text.contains("  A: 4 rounds, 16 requests, 12 complete, kernel drops 8 ("),
+        "{text}"
+    );
+    assert!(!text.contains("steps in words"), "no per-run steps: {text}");
+    assert_eq!(
+        cells(&text, "segment"),
+        [
+            "segment", "node", "A", "rounds", "B", "rounds", "step", "%", "p"
+        ]
+    );
+    assert_eq!(
+        cells(&text, "end-to-end"),
+        [
+            "end-to-end",
+            "16.35",
+            "[16.00-16.70]",
+            "26.00",
+            "[26.00-26.00]",
+            "+9.65*",
+            "+59.0%",
+            "0.029"
+        ]
+    );
+    assert_eq!(
+        cells(&text, "z"),
+        [
+            "z",
+            "A",
+            "0.70",
+            "[0.70-0.70]",
+            "2/4",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-"
+        ]
+    );
+    // Two rounds each cannot be flagged: separated, but p = 2 / C(4, 2) = 0.333.
+    let mut two = vec!["report", "--compare"];
+    two.extend(runs.iter().map(|p| p.to_str().unwrap()));
+    two.extend(["--labels", "A,B,A,B"]);
+    let text = run_ok(&two);
+    assert_eq!(
+        cells(&text, "end-to-end"),
+        [
+            "end-to-end",
+            "16.35",
+            "[16.00-16.70]",
+            "26.00",
+            "[26.00-26.00]",
+            "+9.65",
+            "+59.0%",
+            "0.333"
+        ]
+    );
+    // JSON: the per-run ladder and the rounds.
+    let json = run_ok(&[&two[..], &["--json"]].concat());
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["ladder"]["runs"].as_array().unwrap().len(), 4);
+    let e2e = &v["rounds"]["rows"][0]["cells"][1];
+    assert_eq!(e2e["p50_ns"], 26_000);
+    assert_eq!(e2e["flagged"], false);
+    assert!(v["nic"].is_null());
+}

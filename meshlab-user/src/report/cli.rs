@@ -17,6 +17,7 @@ use super::nic_compare::{NicCompare, compare, write_nic_compare};
 use super::nic_raw;
 use super::nic_text::write_nic;
 use super::perfetto::TraceWriter;
+use super::rounds::{rounds, write_rounds};
 use super::select::for_each_request;
 use super::summary::RunReport;
 use super::text::write_run;
@@ -42,7 +43,9 @@ pub struct ReportArgs {
     /// Compare runs (merged NDJSON files): p50 ladder with steps over the first run.
     #[arg(long, value_name = "RUN", num_args = 2..)]
     pub compare: Vec<PathBuf>,
-    /// Names of the compared runs, comma-separated, in order (default: file names).
+    /// Names of the compared runs, comma-separated, in order (default: file names). Runs with
+    /// the same name are interleaved rounds of one configuration (A,B,A,B,...): each row then
+    /// gives the median of the rounds' p50s and whether the configurations' rounds separate.
     #[arg(
         long,
         value_name = "A,B,...",
@@ -254,18 +257,26 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
         false => None,
     };
     let ladder = ladder(&runs, &labels);
+    let rounds = rounds(&ladder);
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if args.json {
-        let value = match &nic {
-            Some(nic) => serde_json::json!({ "ladder": ladder, "nic": nic }),
-            None => serde_json::to_value(&ladder)?,
+        let value = match (&nic, &rounds) {
+            (None, None) => serde_json::to_value(&ladder)?,
+            _ => serde_json::json!({ "ladder": ladder, "rounds": rounds, "nic": nic }),
         };
         serde_json::to_writer_pretty(&mut out, &value)?;
         writeln!(out)?;
     } else {
-        write_ladder(&ladder, &mut out)?;
-        super::steps::write_steps(&runs, &labels, &mut out)?;
+        match &rounds {
+            // Rounds of a few configurations: the per-run ladder and its run-to-run steps in
+            // words would be A, B, A, B, ... over the first round.
+            Some(rounds) => write_rounds(rounds, &mut out)?,
+            None => {
+                write_ladder(&ladder, &mut out)?;
+                super::steps::write_steps(&runs, &labels, &mut out)?;
+            }
+        }
         if let Some(nic) = &nic {
             write_nic_compare(nic, &mut out)?;
         }

@@ -21,6 +21,7 @@ pub mod own_cost;
 pub(crate) mod own_cost_text;
 pub(crate) mod perfetto;
 pub(crate) mod quantile;
+pub(crate) mod rounds;
 pub(crate) mod select;
 pub(crate) mod steps;
 pub mod summary;

@@ -1,0 +1,295 @@
+//! `--compare` of interleaved rounds: runs that share a `--labels` name are rounds of one
+//! configuration (docs/runbook-nic.md step 3: A, B, A, B, ...). Per configuration and row, the
+//! median over its rounds of each round's p50, with the rounds' range; the step of that median
+//! over the first configuration's; and whether the two configurations' rounds are separated.
+//!
+//! Separation is a rank test that needs no model of the noise: every round p50 of this
+//! configuration above (or below) every round p50 of the first. When the configurations do
+//! not differ, the rounds are exchangeable and that happens with probability
+//! 2 / C(n + m, n) (n and m rounds). A step is flagged when its rounds are separated and that
+//! probability is at most [`ALPHA`]: 4 rounds each are the fewest that can be flagged.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::compare::Ladder;
+use super::table::{Align, Table, us, us_signed};
+
+/// Largest chance of the separation under no difference at which a step is flagged.
+pub const ALPHA: f64 = 0.05;
+
+pub const ROUNDS_RULE: &str = "rounds: per configuration the median over its rounds of each round's p50 \
+(us) [lowest-highest round]; step = over the first configuration's median; p = chance that every round \
+of one configuration lies beyond every round of the other when they do not differ, 2 / C(n+m, n), given \
+when they do; * = p <= 0.05";
+
+#[derive(Debug, Serialize)]
+pub struct Rounds {
+    pub configurations: Vec<Configuration>,
+    pub rule: &'static str,
+    pub rows: Vec<RoundsRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Configuration {
+    pub label: String,
+    /// The runs (files) that are its rounds, in the order given.
+    pub files: Vec<String>,
+    /// Over its rounds: requests, complete ones, and kernel drops (`None`: a round without
+    /// a merge_summary).
+    pub requests: u64,
+    pub complete: u64,
+    pub kernel_drops: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RoundsRow {
+    pub segment: String,
+    pub node: String,
+    /// One per configuration; `None` when none of its rounds has the row.
+    pub cells: Vec<Option<RoundsCell>>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RoundsCell {
+    /// Rounds that have the row (of the configuration's rounds).
+    pub rounds: usize,
+    /// Median of the rounds' p50s (the mean of the middle two for an even count).
+    pub p50_ns: u64,
+    pub lowest_p50_ns: u64,
+    pub highest_p50_ns: u64,
+    /// Over the first configuration (absent in its own cell or when it lacks the row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_ns: Option<i128>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_pct: Option<f64>,
+    /// 2 / C(n+m, n) when every round of one configuration lies beyond every round of the
+    /// other, else absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub separated_p: Option<f64>,
+    pub flagged: bool,
+}
+
+/// The rounds view of a per-run ladder whose labels repeat (`labels[i]` names run `i`);
+/// `None` when every label names one run only.
+pub fn rounds(ladder: &Ladder) -> Option<Rounds> {
+    let mut configurations: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, run) in ladder.runs.iter().enumerate() {
+        match configurations.iter_mut().find(|(l, _)| *l == run.label) {
+            Some((_, runs)) => runs.push(i),
+            None => configurations.push((run.label.clone(), vec![i])),
+        }
+    }
+    if configurations.len() == ladder.runs.len() {
+        return None;
+    }
+    let rows = ladder
+        .rows
+        .iter()
+        .map(|row| {
+            let p50s: Vec<Vec<u64>> = (configurations.iter())
+                .map(|(_, runs)| runs.iter().filter_map(|&i| row.cells[i].as_ref()))
+                .map(|cells| cells.map(|c| c.p50_ns).collect())
+                .collect();
+            RoundsRow {
+                segment: row.segment.clone(),
+                node: row.node.clone(),
+                cells: cells(&p50s),
+            }
+        })
+        .collect();
+    Some(Rounds {
+        configurations: (configurations.into_iter())
+            .map(|(label, runs)| {
+                let metas: Vec<_> = runs.iter().map(|&i| &ladder.runs[i]).collect();
+                Configuration {
+                    label,
+                    files: metas.iter().map(|m| m.file.clone()).collect(),
+                    requests: metas.iter().map(|m| m.requests).sum(),
+                    complete: metas.iter().map(|m| m.complete).sum(),
+                    kernel_drops: metas.iter().map(|m| m.kernel_drops).sum(),
+                }
+            })
+            .collect(),
+        rule: ROUNDS_RULE,
+        rows,
+    })
+}
+
+/// One row's cells from each configuration's round p50s.
+fn cells(p50s: &[Vec<u64>]) -> Vec<Option<RoundsCell>> {
+    let first = &p50s[0];
+    (p50s.iter().enumerate())
+        .map(|(i, these)| {
+            let mut cell = summary(these)?;
+            if i > 0 && !first.is_empty() {
+                let base = median(first);
+                let step = i128::from(cell.p50_ns) - i128::from(base);
+                cell.step_ns = Some(step);
+                cell.step_pct = (base > 0).then(|| step as f64 * 100.0 / base as f64);
+                cell.separated_p = separation_p(first, these);
+                cell.flagged = cell.separated_p.is_some_and(|p| p <= ALPHA);
+            }
+            Some(cell)
+        })
+        .collect()
+}
+
+fn summary(p50s: &[u64]) -> Option<RoundsCell> {
+    let (lowest, highest) = (*p50s.iter().min()?, *p50s.iter().max()?);
+    Some(RoundsCell {
+        rounds: p50s.len(),
+        p50_ns: median(p50s),
+        lowest_p50_ns: lowest,
+        highest_p50_ns: highest,
+        step_ns: None,
+        step_pct: None,
+        separated_p: None,
+        flagged: false,
+    })
+}
+
+/// The median of a non-empty list: the middle value, or the mean of the middle two.
+fn median(values: &[u64]) -> u64 {
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        ((u128::from(v[n / 2 - 1]) + u128::from(v[n / 2])) / 2) as u64
+    }
+}
+
+/// 2 / C(n+m, n) when every value of `b` is above every value of `a` or below every one.
+fn separation_p(a: &[u64], b: &[u64]) -> Option<f64> {
+    let (a_lo, a_hi) = (a.iter().min()?, a.iter().max()?);
+    let (b_lo, b_hi) = (b.iter().min()?, b.iter().max()?);
+    (b_lo > a_hi || b_hi < a_lo).then(|| 2.0 / binomial(a.len() + b.len(), a.len()))
+}
+
+fn binomial(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |c, i| c * (n - i) as f64 / (i + 1) as f64)
+}
+
+pub fn write_rounds(r: &Rounds, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "rounds: runs with the same label are interleaved rounds of one configuration; step = over {}",
+        r.configurations[0].label
+    )?;
+    for c in &r.configurations {
+        let drops = c.kernel_drops.map_or("unknown".into(), |d| d.to_string());
+        writeln!(
+            out,
+            "  {}: {} rounds, {} requests, {} complete, kernel drops {drops} ({})",
+            c.label,
+            c.files.len(),
+            c.requests,
+            c.complete,
+            c.files.join(", ")
+        )?;
+    }
+    writeln!(out)?;
+    let mut columns: Vec<(String, Align)> = vec![
+        ("segment".into(), Align::Left),
+        ("node".into(), Align::Left),
+    ];
+    for (i, c) in r.configurations.iter().enumerate() {
+        columns.push((c.label.clone(), Align::Right));
+        columns.push(("rounds".into(), Align::Right));
+        if i > 0 {
+            columns.extend(["step", "%", "p"].map(|h| (h.into(), Align::Right)));
+        }
+    }
+    let refs: Vec<(&str, Align)> = columns.iter().map(|(h, a)| (h.as_str(), *a)).collect();
+    let mut t = Table::new(&refs);
+    for row in &r.rows {
+        t.row(row_cells(row, r));
+    }
+    t.write(out, "  ")?;
+    writeln!(out)?;
+    writeln!(out, "{}", r.rule)
+}
+
+/// Segment, node, then per configuration its median, its rounds' range (with how many of its
+/// rounds have the row when not all do) and, after the first, step, % and p.
+fn row_cells(row: &RoundsRow, r: &Rounds) -> Vec<String> {
+    let mut cells = vec![row.segment.clone(), row.node.clone()];
+    for (i, (c, conf)) in row.cells.iter().zip(&r.configurations).enumerate() {
+        cells.push(c.as_ref().map_or("-".into(), |c| us(c.p50_ns)));
+        cells.push(c.as_ref().map_or("-".into(), |c| {
+            let range = format!("[{}-{}]", us(c.lowest_p50_ns), us(c.highest_p50_ns));
+            match c.rounds == conf.files.len() {
+                true => range,
+                false => format!("{range} {}/{}", c.rounds, conf.files.len()),
+            }
+        }));
+        if i == 0 {
+            continue;
+        }
+        let step = c.as_ref().and_then(|c| c.step_ns.map(|s| (s, c)));
+        cells.push(step.map_or("-".into(), |(s, c)| {
+            format!("{}{}", us_signed(s), if c.flagged { "*" } else { "" })
+        }));
+        cells.push(
+            step.and_then(|(_, c)| c.step_pct)
+                .map_or("-".into(), |p| format!("{p:+.1}%")),
+        );
+        cells.push(
+            step.and_then(|(_, c)| c.separated_p)
+                .map_or("-".into(), |p| format!("{p:.3}")),
+        );
+    }
+    cells
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[30, 10, 20]), 20);
+        assert_eq!(median(&[40, 10, 20, 30]), 25);
+        assert_eq!(median(&[7]), 7);
+    }
+
+    #[test]
+    fn separation_probability_is_two_over_the_arrangements() {
+        // 5 rounds each: 2 / C(10, 5) = 2 / 252.
+        let a = [10, 11, 12, 13, 14];
+        let b = [15, 16, 17, 18, 19];
+        let p = separation_p(&a, &b).unwrap();
+        assert!((p - 2.0 / 252.0).abs() < 1e-12, "{p}");
+        // Below every round counts too; 3 and 2 rounds: 2 / C(5, 3) = 0.2.
+        assert!((separation_p(&[10, 11, 12], &[5, 6]).unwrap() - 0.2).abs() < 1e-12);
+        // One overlap: not separated.
+        assert_eq!(separation_p(&a, &[14, 20, 21, 22, 23]), None);
+    }
+
+    #[test]
+    fn a_step_is_flagged_only_when_separated_with_enough_rounds() {
+        let rows = cells(&[vec![100, 102, 101, 103], vec![110, 111, 112, 113]]);
+        let b = rows[1].as_ref().unwrap();
+        assert_eq!((b.p50_ns, b.step_ns), (111, Some(10))); // medians 101 and 111
+        assert!(b.flagged, "4 and 4 separated rounds: p = 2/70");
+        let rows = cells(&[vec![100, 102, 101], vec![110, 111, 112]]);
+        let b = rows[1].as_ref().unwrap();
+        assert!(
+            !b.flagged && b.separated_p == Some(0.1),
+            "3 and 3: p = 2/20"
+        );
+        let rows = cells(&[vec![100, 102, 101, 103], vec![110, 101, 112, 113]]);
+        assert!(!rows[1].as_ref().unwrap().flagged, "overlapping rounds");
+    }
+
+    #[test]
+    fn a_configuration_without_the_row_has_no_cell_and_no_step() {
+        let rows = cells(&[vec![], vec![5, 6]]);
+        assert!(rows[0].is_none());
+        let b = rows[1].as_ref().unwrap();
+        assert_eq!((b.step_ns, b.separated_p, b.flagged), (None, None, false));
+    }
+}

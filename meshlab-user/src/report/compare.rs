@@ -14,7 +14,7 @@ use super::aggregate::{Aggregate, node_label};
 use super::key::SegmentKey;
 use super::order::PathOrder;
 use super::summary::DROPS_NOTE;
-use super::table::{Align, Table, us, us_f, us_signed};
+use super::table::{Align, Table, step_pct, step_us, us, us_f};
 
 /// Standard errors a step must exceed to be flagged.
 pub const Z: f64 = 3.0;
@@ -163,9 +163,7 @@ fn ladder_cells(row: &LadderRow) -> Vec<String> {
             .as_ref()
             .and_then(|c| c.step_ns.map(|s| (s, c.step_pct, c.flagged)));
         let step_text = match (step, c, &row.cells[0]) {
-            (Some((s, _, flagged)), _, _) => {
-                format!("{}{}", us_signed(s), if flagged { "*" } else { "" })
-            }
+            (Some((s, _, flagged)), _, _) => step_us(s, flagged),
             (None, Some(_), _) => "new".into(),
             (None, None, Some(_)) => "gone".into(),
             (None, None, None) => "-".into(),
@@ -173,7 +171,7 @@ fn ladder_cells(row: &LadderRow) -> Vec<String> {
         cells.push(step_text);
         cells.push(
             step.and_then(|(_, pct, _)| pct)
-                .map_or("-".into(), |p| format!("{p:+.1}%")),
+                .map_or("-".into(), step_pct),
         );
     }
     cells

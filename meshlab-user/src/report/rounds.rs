@@ -14,7 +14,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::compare::Ladder;
-use super::table::{Align, Table, us, us_signed};
+use super::table::{Align, Table, step_pct, step_us, us};
 
 /// Largest chance of the separation under no difference at which a step is flagged.
 pub const ALPHA: f64 = 0.05;
@@ -230,12 +230,10 @@ fn row_cells(row: &RoundsRow, r: &Rounds) -> Vec<String> {
             continue;
         }
         let step = c.as_ref().and_then(|c| c.step_ns.map(|s| (s, c)));
-        cells.push(step.map_or("-".into(), |(s, c)| {
-            format!("{}{}", us_signed(s), if c.flagged { "*" } else { "" })
-        }));
+        cells.push(step.map_or("-".into(), |(s, c)| step_us(s, c.flagged)));
         cells.push(
             step.and_then(|(_, c)| c.step_pct)
-                .map_or("-".into(), |p| format!("{p:+.1}%")),
+                .map_or("-".into(), step_pct),
         );
         cells.push(
             step.and_then(|(_, c)| c.separated_p)

@@ -21,6 +21,17 @@ pub fn us_signed(ns: i128) -> String {
     format!("{sign}{}", us(ns.unsigned_abs() as u64))
 }
 
+/// A step between two runs' figures: signed microseconds, `*` when it is flagged as larger
+/// than the noise ("+1.50*").
+pub fn step_us(ns: i128, flagged: bool) -> String {
+    format!("{}{}", us_signed(ns), if flagged { "*" } else { "" })
+}
+
+/// A step in percent, signed, one decimal ("+12.3%").
+pub fn step_pct(pct: f64) -> String {
+    format!("{pct:+.1}%")
+}
+
 /// A fraction as a percentage with one decimal (0.1234 -> "12.3%").
 pub fn percent(fraction: f64) -> String {
     format!("{:.1}%", (fraction * 1000.0).round() / 10.0)

@@ -275,14 +275,14 @@ fn repeated_labels_are_rounds_with_medians_and_separation() {
     args.extend(["--labels", "A,B,A,B,A,B,A,B"]);
     let text = run_ok(&args);
     assert!(
-        text.contains("  A: 4 rounds, 16 requests, 12 complete, kernel drops 8 ("),
+        text.contains("  A: 4 rounds, 16 requests, 12 complete, kernel drops 8:\n    "),
         "{text}"
     );
     assert!(!text.contains("steps in words"), "no per-run steps: {text}");
     assert_eq!(
         cells(&text, "segment"),
         [
-            "segment", "node", "A", "rounds", "B", "rounds", "step", "%", "p"
+            "segment", "node", "A", "range", "B", "range", "step", "%", "p"
         ]
     );
     assert_eq!(
@@ -336,7 +336,28 @@ fn repeated_labels_are_rounds_with_medians_and_separation() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["ladder"]["runs"].as_array().unwrap().len(), 4);
     let e2e = &v["rounds"]["rows"][0]["cells"][1];
-    assert_eq!(e2e["p50_ns"], 26_000);
+    assert_eq!(e2e["median_p50_ns"], 26_000);
     assert_eq!(e2e["flagged"], false);
     assert!(v["nic"].is_null());
+}
+
+/// Rounds come from labels given, not from file names that happen to repeat (two runs'
+/// `merged.ndjson` in two directories stay two runs of the ladder).
+#[test]
+fn repeated_file_names_without_labels_are_not_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (x, y) = (dir.path().join("x"), dir.path().join("y"));
+    for (d, f) in [(&x, "small_a.ndjson"), (&y, "small_b.ndjson")] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::copy(fixture(f), d.join("merged.ndjson")).unwrap();
+    }
+    let (x, y) = (x.join("merged.ndjson"), y.join("merged.ndjson"));
+    let text = run_ok(&[
+        "report",
+        "--compare",
+        x.to_str().unwrap(),
+        y.to_str().unwrap(),
+    ]);
+    assert!(text.starts_with("ladder: "), "{text}");
+    assert_eq!(cells(&text, "end-to-end")[3], "+10.00*", "{text}");
 }

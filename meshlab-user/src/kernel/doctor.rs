@@ -107,7 +107,7 @@ pub(crate) fn diagnose() -> DoctorReport {
         tx_timestamps: probe_tx_timestamps(),
         nic_timestamps: BTreeMap::new(),
         hw_timestamps: BTreeMap::new(),
-        event_rings: event_rings_verdict(aya::util::nr_cpus().ok()),
+        event_rings: event_rings_verdict(aya::util::online_cpus().ok().as_deref()),
     };
     (report.nic_timestamps, report.hw_timestamps) = nic_timestamps();
     if let Err(e) = probe_tiers(&mut report) {
@@ -351,20 +351,28 @@ fn print_table(out: &mut impl Write, r: &DoctorReport) -> std::io::Result<()> {
     writeln!(out, "\nusable: {}", if r.usable { "yes" } else { "NO" })
 }
 
-/// Whether every CPU has an event ring of its own (CPU c writes ring c % EVENT_RINGS): CPUs
-/// sharing a ring pay for its shared lock and positions on every record they write at once.
-fn event_rings_verdict(possible_cpus: Option<usize>) -> String {
-    let rings = meshlab_common::EVENT_RINGS as usize;
-    match possible_cpus {
-        None => format!("{rings} (the number of possible CPUs is unknown)"),
-        Some(cpus) if cpus <= rings => format!("{cpus}, one per CPU"),
-        Some(cpus) => format!(
-            "{rings} for {cpus} CPUs: CPU c writes ring c % {rings}, so up to {} CPUs share a ring \
-             and pay more per event while they trace at once; keep the traced work on CPUs that \
-             differ modulo {rings} (docs/runbook-nic.md, step 1)",
-            cpus.div_ceil(rings)
-        ),
+/// Whether every online CPU has an event ring of its own (CPU c writes ring c % EVENT_RINGS,
+/// `meshlab_common::event_ring_of_cpu`): CPUs sharing a ring pay for its shared lock and
+/// positions on every record they write at once.
+fn event_rings_verdict(online_cpus: Option<&[u32]>) -> String {
+    let rings = meshlab_common::EVENT_RINGS;
+    let Some(cpus) = online_cpus else {
+        return format!("{rings} (the online CPUs are unknown)");
+    };
+    let mut sharing = [0usize; meshlab_common::EVENT_RINGS as usize];
+    for &cpu in cpus {
+        sharing[meshlab_common::event_ring_of_cpu(cpu) as usize] += 1;
     }
+    let most = sharing.iter().copied().max().unwrap_or(0);
+    if most <= 1 {
+        return format!("{} in use, one per online CPU", cpus.len());
+    }
+    format!(
+        "{rings} for {} online CPUs: CPU c writes ring c % {rings}, so up to {most} CPUs share a \
+         ring and pay more per event while they trace at once; keep the traced work on CPUs that \
+         differ modulo {rings} (docs/runbook-nic.md, step 1)",
+        cpus.len()
+    )
 }
 
 /// Kernel, BTF, lockdown, the file systems record needs, and the embedded object.
@@ -443,14 +451,30 @@ mod tests {
     }
 
     #[test]
-    fn event_rings_are_shared_only_beyond_eight_cpus() {
-        assert_eq!(event_rings_verdict(Some(2)), "2, one per CPU");
-        assert_eq!(event_rings_verdict(Some(8)), "8, one per CPU");
-        let shared = event_rings_verdict(Some(17));
+    fn event_rings_are_shared_only_by_online_cpus_of_one_remainder() {
+        assert_eq!(
+            event_rings_verdict(Some(&[0, 1])),
+            "2 in use, one per online CPU"
+        );
+        let eight: Vec<u32> = (0..8).collect();
+        assert_eq!(
+            event_rings_verdict(Some(&eight)),
+            "8 in use, one per online CPU"
+        );
+        // Online CPUs of a machine with more possible ones: no two of one remainder modulo 8.
+        assert_eq!(
+            event_rings_verdict(Some(&[0, 3, 9])),
+            "3 in use, one per online CPU"
+        );
+        // 3, 11 and 19 share ring 3; 0 and 16 ring 0.
+        let shared = event_rings_verdict(Some(&[0, 3, 11, 16, 19]));
         assert!(
-            shared.starts_with("8 for 17 CPUs: CPU c writes ring c % 8, so up to 3 CPUs share"),
+            shared
+                .starts_with("8 for 5 online CPUs: CPU c writes ring c % 8, so up to 3 CPUs share"),
             "{shared}"
         );
+        let seventeen: Vec<u32> = (0..17).collect();
+        assert!(event_rings_verdict(Some(&seventeen)).contains("up to 3 CPUs share"));
         assert!(event_rings_verdict(None).contains("unknown"));
     }
 }

@@ -227,37 +227,25 @@ fn write_html(
 }
 
 fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
-    let labels: Vec<String> = if args.labels.is_empty() {
-        args.compare
-            .iter()
-            .map(|p| {
-                p.file_stem().map_or_else(
-                    || p.display().to_string(),
-                    |s| s.to_string_lossy().into_owned(),
-                )
-            })
-            .collect()
-    } else if args.labels.len() == args.compare.len() {
-        args.labels.clone()
-    } else {
-        bail!(
-            "--labels has {} names for {} runs; give one per run",
-            args.labels.len(),
-            args.compare.len()
-        );
-    };
-    let runs = args
+    let labels = compare_labels(args)?;
+    let mut runs = args
         .compare
         .iter()
         .map(|p| Aggregate::from_file(p, args.nic))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut runs = runs;
+    let ladder = ladder(&runs, &labels);
+    // Rounds only from labels given: two files of one name (x/merged, y/merged) are two runs.
+    let rounds = rounds(&ladder).filter(|_| !args.labels.is_empty());
     let nic = match args.nic {
-        true => Some(nic_compare(&mut runs, &labels, raw_window(args)?)?),
+        true => {
+            let names = match rounds {
+                Some(_) => round_names(&labels),
+                None => labels.clone(),
+            };
+            Some(nic_compare(&mut runs, &names, raw_window(args)?)?)
+        }
         false => None,
     };
-    let ladder = ladder(&runs, &labels);
-    let rounds = rounds(&ladder);
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if args.json {
@@ -283,6 +271,37 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// The compared runs' names: `--labels`, one per run, else the files' stems.
+fn compare_labels(args: &ReportArgs) -> anyhow::Result<Vec<String>> {
+    if args.labels.is_empty() {
+        let stem = |p: &PathBuf| {
+            p.file_stem().map_or_else(
+                || p.display().to_string(),
+                |s| s.to_string_lossy().into_owned(),
+            )
+        };
+        return Ok(args.compare.iter().map(stem).collect());
+    }
+    if args.labels.len() != args.compare.len() {
+        bail!(
+            "--labels has {} names for {} runs; give one per run",
+            args.labels.len(),
+            args.compare.len()
+        );
+    }
+    Ok(args.labels.clone())
+}
+
+/// Each run's label with its round number (`A#1`, `B#1`, `A#2`, ...), for tables that list runs.
+fn round_names(labels: &[String]) -> Vec<String> {
+    (0..labels.len())
+        .map(|i| {
+            let round = labels[..=i].iter().filter(|l| **l == labels[i]).count();
+            format!("{}#{round}", labels[i])
+        })
+        .collect()
 }
 
 /// `--raw-window START_NS,END_NS`, checked.
@@ -351,4 +370,15 @@ fn nic_compare(
         startups.push(agg.info.as_ref().map_or_else(Vec::new, |i| i.nodes.clone()));
     }
     Ok(compare(labels, &reports, &startups))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_names_number_each_labels_rounds() {
+        let labels: Vec<String> = ["A", "B", "A", "B", "A"].map(String::from).to_vec();
+        assert_eq!(round_names(&labels), ["A#1", "B#1", "A#2", "B#2", "A#3"]);
+    }
 }

@@ -6,8 +6,11 @@
 //! Separation is a rank test that needs no model of the noise: every round p50 of this
 //! configuration above (or below) every round p50 of the first. When the configurations do
 //! not differ, the rounds are exchangeable and that happens with probability
-//! 2 / C(n + m, n) (n and m rounds). A step is flagged when its rounds are separated and that
-//! probability is at most [`ALPHA`]: 4 rounds each are the fewest that can be flagged.
+//! 2 / C(n + m, n) (n and m rounds that have the row). A step is flagged when its rounds are
+//! separated and that probability is at most [`ALPHA`]: 4 and 4 rounds (p 0.029) or 3 and 5
+//! (0.036) can be flagged, 3 and 3 (0.1) cannot. Equal p50s are not "beyond": a tie never
+//! separates. Exchangeable only when the rounds were interleaved (A, B, A, B, ...): a list
+//! whose neighbours share a label is warned about.
 
 use std::io::{self, Write};
 
@@ -19,15 +22,20 @@ use super::table::{Align, Table, step_pct, step_us, us};
 /// Largest chance of the separation under no difference at which a step is flagged.
 pub const ALPHA: f64 = 0.05;
 
-pub const ROUNDS_RULE: &str = "rounds: per configuration the median over its rounds of each round's p50 \
-(us) [lowest-highest round]; step = over the first configuration's median; p = chance that every round \
-of one configuration lies beyond every round of the other when they do not differ, 2 / C(n+m, n), given \
-when they do; * = p <= 0.05";
+fn rule() -> String {
+    format!(
+        "rounds: per configuration the median over its rounds of each round's p50 (us), range = \
+         [lowest-highest round] (k/n: only k of its n rounds have the row); step = over the first \
+         configuration's median; p = chance that every round of one configuration lies beyond \
+         every round of the other when they do not differ, 2 / C(n+m, n) for the n and m rounds \
+         that have the row, given when they do; * = p <= {ALPHA}"
+    )
+}
 
 #[derive(Debug, Serialize)]
 pub struct Rounds {
     pub configurations: Vec<Configuration>,
-    pub rule: &'static str,
+    pub rule: String,
     pub rows: Vec<RoundsRow>,
 }
 
@@ -55,8 +63,8 @@ pub struct RoundsRow {
 pub struct RoundsCell {
     /// Rounds that have the row (of the configuration's rounds).
     pub rounds: usize,
-    /// Median of the rounds' p50s (the mean of the middle two for an even count).
-    pub p50_ns: u64,
+    /// Median of the rounds' p50s (for an even count the mean of the middle two, rounded down).
+    pub median_p50_ns: u64,
     pub lowest_p50_ns: u64,
     pub highest_p50_ns: u64,
     /// Over the first configuration (absent in its own cell or when it lacks the row).
@@ -84,6 +92,7 @@ pub fn rounds(ladder: &Ladder) -> Option<Rounds> {
     if configurations.len() == ladder.runs.len() {
         return None;
     }
+    warn_not_interleaved(ladder);
     let rows = ladder
         .rows
         .iter()
@@ -112,9 +121,23 @@ pub fn rounds(ladder: &Ladder) -> Option<Rounds> {
                 }
             })
             .collect(),
-        rule: ROUNDS_RULE,
+        rule: rule(),
         rows,
     })
+}
+
+/// The rank rule's p holds for interleaved rounds; neighbours with one label say they may not
+/// have been (or were listed out of their order).
+fn warn_not_interleaved(ladder: &Ladder) {
+    let runs = &ladder.runs;
+    if let Some(i) = (1..runs.len()).find(|&i| runs[i].label == runs[i - 1].label) {
+        log::warn!(
+            "--compare: runs {} and {} are both {}: the rounds' p assumes rounds interleaved and listed in the order they ran (A,B,A,B,...)",
+            i,
+            i + 1,
+            runs[i].label
+        );
+    }
 }
 
 /// One row's cells from each configuration's round p50s.
@@ -125,7 +148,7 @@ fn cells(p50s: &[Vec<u64>]) -> Vec<Option<RoundsCell>> {
             let mut cell = summary(these)?;
             if i > 0 && !first.is_empty() {
                 let base = median(first);
-                let step = i128::from(cell.p50_ns) - i128::from(base);
+                let step = i128::from(cell.median_p50_ns) - i128::from(base);
                 cell.step_ns = Some(step);
                 cell.step_pct = (base > 0).then(|| step as f64 * 100.0 / base as f64);
                 cell.separated_p = separation_p(first, these);
@@ -140,7 +163,7 @@ fn summary(p50s: &[u64]) -> Option<RoundsCell> {
     let (lowest, highest) = (*p50s.iter().min()?, *p50s.iter().max()?);
     Some(RoundsCell {
         rounds: p50s.len(),
-        p50_ns: median(p50s),
+        median_p50_ns: median(p50s),
         lowest_p50_ns: lowest,
         highest_p50_ns: highest,
         step_ns: None,
@@ -181,15 +204,18 @@ pub fn write_rounds(r: &Rounds, out: &mut dyn Write) -> io::Result<()> {
     )?;
     for c in &r.configurations {
         let drops = c.kernel_drops.map_or("unknown".into(), |d| d.to_string());
+        let rounds = c.files.len();
         writeln!(
             out,
-            "  {}: {} rounds, {} requests, {} complete, kernel drops {drops} ({})",
+            "  {}: {rounds} round{}, {} requests, {} complete, kernel drops {drops}:",
             c.label,
-            c.files.len(),
+            if rounds == 1 { "" } else { "s" },
             c.requests,
             c.complete,
-            c.files.join(", ")
         )?;
+        for file in &c.files {
+            writeln!(out, "    {file}")?;
+        }
     }
     writeln!(out)?;
     let mut columns: Vec<(String, Align)> = vec![
@@ -198,7 +224,7 @@ pub fn write_rounds(r: &Rounds, out: &mut dyn Write) -> io::Result<()> {
     ];
     for (i, c) in r.configurations.iter().enumerate() {
         columns.push((c.label.clone(), Align::Right));
-        columns.push(("rounds".into(), Align::Right));
+        columns.push(("range".into(), Align::Right));
         if i > 0 {
             columns.extend(["step", "%", "p"].map(|h| (h.into(), Align::Right)));
         }
@@ -218,7 +244,7 @@ pub fn write_rounds(r: &Rounds, out: &mut dyn Write) -> io::Result<()> {
 fn row_cells(row: &RoundsRow, r: &Rounds) -> Vec<String> {
     let mut cells = vec![row.segment.clone(), row.node.clone()];
     for (i, (c, conf)) in row.cells.iter().zip(&r.configurations).enumerate() {
-        cells.push(c.as_ref().map_or("-".into(), |c| us(c.p50_ns)));
+        cells.push(c.as_ref().map_or("-".into(), |c| us(c.median_p50_ns)));
         cells.push(c.as_ref().map_or("-".into(), |c| {
             let range = format!("[{}-{}]", us(c.lowest_p50_ns), us(c.highest_p50_ns));
             match c.rounds == conf.files.len() {
@@ -271,7 +297,7 @@ mod tests {
     fn a_step_is_flagged_only_when_separated_with_enough_rounds() {
         let rows = cells(&[vec![100, 102, 101, 103], vec![110, 111, 112, 113]]);
         let b = rows[1].as_ref().unwrap();
-        assert_eq!((b.p50_ns, b.step_ns), (111, Some(10))); // medians 101 and 111
+        assert_eq!((b.median_p50_ns, b.step_ns), (111, Some(10))); // medians 101 and 111
         assert!(b.flagged, "4 and 4 separated rounds: p = 2/70");
         let rows = cells(&[vec![100, 102, 101], vec![110, 111, 112]]);
         let b = rows[1].as_ref().unwrap();
@@ -281,6 +307,15 @@ mod tests {
         );
         let rows = cells(&[vec![100, 102, 101, 103], vec![110, 101, 112, 113]]);
         assert!(!rows[1].as_ref().unwrap().flagged, "overlapping rounds");
+    }
+
+    #[test]
+    fn unequal_rounds_and_ties() {
+        // 3 and 5 rounds: p = 2 / C(8, 3) = 2 / 56, flagged.
+        let rows = cells(&[vec![10, 11, 12], vec![20, 21, 22, 23, 24]]);
+        assert!(rows[1].as_ref().unwrap().flagged);
+        // A tie between the rounds is not a separation.
+        assert_eq!(separation_p(&[10, 11, 12, 13], &[13, 14, 15, 16]), None);
     }
 
     #[test]

@@ -221,3 +221,53 @@ fn a_bad_raw_window_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--raw-window"), "{err}");
 }
+
+/// Four interleaved rounds each: A's tx_qdisc p50 is 3000 ns in every round, B's 4000, 4100,
+/// 4200 and 4300 (median 4150); every B round above every A round: p = 2 / C(8, 4) = 0.029,
+/// flagged. rx_napi_poll is 500 ns in all rounds: a tie, no separation.
+#[test]
+fn rounds_compare_each_queue_stage_by_the_median_of_its_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for round in 0..4u64 {
+        files.push(run_files(dir.path(), &format!("a{round}"), 256, 0));
+        files.push(run_files(
+            dir.path(),
+            &format!("b{round}"),
+            1024,
+            1000 + 100 * round,
+        ));
+    }
+    let mut args = vec!["report", "--compare"];
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    args.extend(["--labels", "A,B,A,B,A,B,A,B", "--nic"]);
+    let out: Value = serde_json::from_str(&run_ok(&[&args[..], &["--json"]].concat())).unwrap();
+    assert_eq!(out["nic"]["runs"][2], "A#2");
+    let rounds = &out["nic_rounds"];
+    assert_eq!(rounds["configurations"], json!(["A", "B"]));
+    assert_eq!(rounds["rounds"], json!([4, 4]));
+    let rows = rounds["nodes"][0]["rows"].as_array().unwrap();
+    let row = |stage: &str, q: u64| {
+        rows.iter()
+            .find(|r| r["stage"] == stage && r["queue"] == q)
+            .unwrap_or_else(|| panic!("no {stage} on queue {q}: {rows:#?}"))
+    };
+    let qdisc = &row("tx_qdisc", 1)["cells"];
+    assert_eq!(qdisc[0]["median_p50_ns"], 3000);
+    assert_eq!(qdisc[1]["median_p50_ns"], 4150);
+    assert_eq!(qdisc[1]["lowest_p50_ns"], 4000);
+    assert_eq!(qdisc[1]["step_ns"], 1150);
+    assert_eq!(qdisc[1]["flagged"], true);
+    let napi = &row("rx_napi_poll", 0)["cells"][1];
+    assert_eq!(
+        (napi["step_ns"].as_i64(), napi["flagged"].as_bool()),
+        (Some(0), Some(false))
+    );
+    assert!(napi["separated_p"].is_null());
+    let text = run_ok(&args);
+    assert!(
+        text.contains("NIC rounds (median of the rounds' p50s"),
+        "{text}"
+    );
+    assert!(text.contains("+1.15*"), "{text}");
+}

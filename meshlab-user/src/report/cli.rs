@@ -15,6 +15,7 @@ use super::html::{self, Representatives};
 use super::nic::NicReport;
 use super::nic_compare::{NicCompare, compare, write_nic_compare};
 use super::nic_raw;
+use super::nic_rounds::{nic_rounds, write_nic_rounds};
 use super::nic_text::write_nic;
 use super::perfetto::TraceWriter;
 use super::rounds::{rounds, write_rounds};
@@ -246,12 +247,15 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
         }
         false => None,
     };
+    let nic_rounds = (nic.as_ref()).and_then(|n| rounds.as_ref().map(|_| nic_rounds(n, &labels)));
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if args.json {
         let value = match (&nic, &rounds) {
             (None, None) => serde_json::to_value(&ladder)?,
-            _ => serde_json::json!({ "ladder": ladder, "rounds": rounds, "nic": nic }),
+            _ => serde_json::json!({
+                "ladder": ladder, "rounds": rounds, "nic": nic, "nic_rounds": nic_rounds
+            }),
         };
         serde_json::to_writer_pretty(&mut out, &value)?;
         writeln!(out)?;
@@ -267,6 +271,9 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
         }
         if let Some(nic) = &nic {
             write_nic_compare(nic, &mut out)?;
+        }
+        if let Some(r) = &nic_rounds {
+            write_nic_rounds(r, &mut out)?;
         }
     }
     out.flush()?;

@@ -15,6 +15,7 @@ pub(crate) mod layout;
 pub mod nic;
 pub(crate) mod nic_compare;
 pub(crate) mod nic_raw;
+pub(crate) mod nic_rounds;
 pub(crate) mod nic_text;
 pub(crate) mod order;
 pub mod own_cost;

@@ -22,7 +22,7 @@ use super::table::{Align, Table, step_pct, step_us, us};
 /// Largest chance of the separation under no difference at which a step is flagged.
 pub const ALPHA: f64 = 0.05;
 
-fn rule() -> String {
+pub fn rule() -> String {
     format!(
         "rounds: per configuration the median over its rounds of each round's p50 (us), range = \
          [lowest-highest round] (k/n: only k of its n rounds have the row); step = over the first \
@@ -79,37 +79,52 @@ pub struct RoundsCell {
     pub flagged: bool,
 }
 
+/// Runs grouped by label, in the order each label first appears: (label, run indices).
+pub fn configurations(labels: &[String]) -> Vec<(String, Vec<usize>)> {
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, label) in labels.iter().enumerate() {
+        match groups.iter_mut().find(|(l, _)| l == label) {
+            Some((_, runs)) => runs.push(i),
+            None => groups.push((label.clone(), vec![i])),
+        }
+    }
+    groups
+}
+
+/// One row's cells per configuration from each run's p50 (`None`: the run lacks the row).
+pub fn row_of_runs(
+    groups: &[(String, Vec<usize>)],
+    p50s: &[Option<u64>],
+) -> Vec<Option<RoundsCell>> {
+    let per_configuration: Vec<Vec<u64>> = (groups.iter())
+        .map(|(_, runs)| runs.iter().filter_map(|&i| p50s[i]).collect())
+        .collect();
+    cells(&per_configuration)
+}
+
 /// The rounds view of a per-run ladder whose labels repeat (`labels[i]` names run `i`);
 /// `None` when every label names one run only.
 pub fn rounds(ladder: &Ladder) -> Option<Rounds> {
-    let mut configurations: Vec<(String, Vec<usize>)> = Vec::new();
-    for (i, run) in ladder.runs.iter().enumerate() {
-        match configurations.iter_mut().find(|(l, _)| *l == run.label) {
-            Some((_, runs)) => runs.push(i),
-            None => configurations.push((run.label.clone(), vec![i])),
-        }
-    }
-    if configurations.len() == ladder.runs.len() {
+    let labels: Vec<String> = ladder.runs.iter().map(|r| r.label.clone()).collect();
+    let groups = configurations(&labels);
+    if groups.len() == labels.len() {
         return None;
     }
-    warn_not_interleaved(ladder);
-    let rows = ladder
-        .rows
-        .iter()
+    warn_not_interleaved(&labels);
+    let rows = (ladder.rows.iter())
         .map(|row| {
-            let p50s: Vec<Vec<u64>> = (configurations.iter())
-                .map(|(_, runs)| runs.iter().filter_map(|&i| row.cells[i].as_ref()))
-                .map(|cells| cells.map(|c| c.p50_ns).collect())
+            let p50s: Vec<Option<u64>> = (row.cells.iter())
+                .map(|c| c.as_ref().map(|c| c.p50_ns))
                 .collect();
             RoundsRow {
                 segment: row.segment.clone(),
                 node: row.node.clone(),
-                cells: cells(&p50s),
+                cells: row_of_runs(&groups, &p50s),
             }
         })
         .collect();
     Some(Rounds {
-        configurations: (configurations.into_iter())
+        configurations: (groups.into_iter())
             .map(|(label, runs)| {
                 let metas: Vec<_> = runs.iter().map(|&i| &ladder.runs[i]).collect();
                 Configuration {
@@ -128,14 +143,13 @@ pub fn rounds(ladder: &Ladder) -> Option<Rounds> {
 
 /// The rank rule's p holds for interleaved rounds; neighbours with one label say they may not
 /// have been (or were listed out of their order).
-fn warn_not_interleaved(ladder: &Ladder) {
-    let runs = &ladder.runs;
-    if let Some(i) = (1..runs.len()).find(|&i| runs[i].label == runs[i - 1].label) {
+fn warn_not_interleaved(labels: &[String]) {
+    if let Some(i) = (1..labels.len()).find(|&i| labels[i] == labels[i - 1]) {
         log::warn!(
             "--compare: runs {} and {} are both {}: the rounds' p assumes rounds interleaved and listed in the order they ran (A,B,A,B,...)",
             i,
             i + 1,
-            runs[i].label
+            labels[i]
         );
     }
 }
@@ -218,55 +232,68 @@ pub fn write_rounds(r: &Rounds, out: &mut dyn Write) -> io::Result<()> {
         }
     }
     writeln!(out)?;
-    let mut columns: Vec<(String, Align)> = vec![
-        ("segment".into(), Align::Left),
-        ("node".into(), Align::Left),
+    let labels: Vec<&str> = r.configurations.iter().map(|c| c.label.as_str()).collect();
+    let rounds: Vec<usize> = r.configurations.iter().map(|c| c.files.len()).collect();
+    let mut columns = vec![
+        ("segment".to_owned(), Align::Left),
+        ("node".to_owned(), Align::Left),
     ];
-    for (i, c) in r.configurations.iter().enumerate() {
-        columns.push((c.label.clone(), Align::Right));
-        columns.push(("range".into(), Align::Right));
-        if i > 0 {
-            columns.extend(["step", "%", "p"].map(|h| (h.into(), Align::Right)));
-        }
-    }
+    columns.extend(cell_columns(&labels));
     let refs: Vec<(&str, Align)> = columns.iter().map(|(h, a)| (h.as_str(), *a)).collect();
     let mut t = Table::new(&refs);
     for row in &r.rows {
-        t.row(row_cells(row, r));
+        let mut cells = vec![row.segment.clone(), row.node.clone()];
+        cells.extend(cell_texts(&row.cells, &rounds));
+        t.row(cells);
     }
     t.write(out, "  ")?;
     writeln!(out)?;
     writeln!(out, "{}", r.rule)
 }
 
-/// Segment, node, then per configuration its median, its rounds' range (with how many of its
-/// rounds have the row when not all do) and, after the first, step, % and p.
-fn row_cells(row: &RoundsRow, r: &Rounds) -> Vec<String> {
-    let mut cells = vec![row.segment.clone(), row.node.clone()];
-    for (i, (c, conf)) in row.cells.iter().zip(&r.configurations).enumerate() {
-        cells.push(c.as_ref().map_or("-".into(), |c| us(c.median_p50_ns)));
-        cells.push(c.as_ref().map_or("-".into(), |c| {
+/// The columns of a row's cells: per configuration its label (the median) and `range`, and
+/// after the first `step`, `%` and `p`.
+pub fn cell_columns(labels: &[&str]) -> Vec<(String, Align)> {
+    let mut columns = Vec::new();
+    for (i, label) in labels.iter().enumerate() {
+        columns.push(((*label).to_owned(), Align::Right));
+        columns.push(("range".to_owned(), Align::Right));
+        if i > 0 {
+            columns.extend(["step", "%", "p"].map(|h| (h.to_owned(), Align::Right)));
+        }
+    }
+    columns
+}
+
+/// A row's cells under [`cell_columns`]: per configuration its median and its rounds' range
+/// (with how many of its `rounds[i]` rounds have the row when not all do), and after the
+/// first the step, % and p.
+pub fn cell_texts(cells: &[Option<RoundsCell>], rounds: &[usize]) -> Vec<String> {
+    let mut texts = Vec::new();
+    for (i, (c, &all)) in cells.iter().zip(rounds).enumerate() {
+        texts.push(c.as_ref().map_or("-".into(), |c| us(c.median_p50_ns)));
+        texts.push(c.as_ref().map_or("-".into(), |c| {
             let range = format!("[{}-{}]", us(c.lowest_p50_ns), us(c.highest_p50_ns));
-            match c.rounds == conf.files.len() {
+            match c.rounds == all {
                 true => range,
-                false => format!("{range} {}/{}", c.rounds, conf.files.len()),
+                false => format!("{range} {}/{all}", c.rounds),
             }
         }));
         if i == 0 {
             continue;
         }
         let step = c.as_ref().and_then(|c| c.step_ns.map(|s| (s, c)));
-        cells.push(step.map_or("-".into(), |(s, c)| step_us(s, c.flagged)));
-        cells.push(
+        texts.push(step.map_or("-".into(), |(s, c)| step_us(s, c.flagged)));
+        texts.push(
             step.and_then(|(_, c)| c.step_pct)
                 .map_or("-".into(), step_pct),
         );
-        cells.push(
+        texts.push(
             step.and_then(|(_, c)| c.separated_p)
                 .map_or("-".into(), |p| format!("{p:.3}")),
         );
     }
-    cells
+    texts
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use crate::schema::Direction;
 #[derive(Debug, Serialize)]
 pub struct NicRounds {
     /// The configurations' labels, in the order they first appear.
-    pub configurations: Vec<String>,
-    /// Per configuration, its rounds.
+    pub labels: Vec<String>,
+    /// Per configuration, its number of rounds.
     pub rounds: Vec<usize>,
     pub nodes: Vec<NodeRounds>,
 }
@@ -59,7 +59,7 @@ pub fn nic_rounds(compare: &NicCompare, labels: &[String]) -> NicRounds {
         .collect();
     NicRounds {
         rounds: groups.iter().map(|(_, runs)| runs.len()).collect(),
-        configurations: groups.into_iter().map(|(label, _)| label).collect(),
+        labels: groups.into_iter().map(|(label, _)| label).collect(),
         nodes,
     }
 }
@@ -68,9 +68,9 @@ pub fn write_nic_rounds(r: &NicRounds, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
         "\nNIC rounds (median of the rounds' p50s, us; step over {}; rule as above):",
-        r.configurations[0]
+        r.labels[0]
     )?;
-    let labels: Vec<&str> = r.configurations.iter().map(String::as_str).collect();
+    let labels: Vec<&str> = r.labels.iter().map(String::as_str).collect();
     let mut columns = vec![
         ("dir".to_owned(), Align::Left),
         ("queue".to_owned(), Align::Right),
@@ -80,6 +80,10 @@ pub fn write_nic_rounds(r: &NicRounds, out: &mut dyn Write) -> io::Result<()> {
     let refs: Vec<(&str, Align)> = columns.iter().map(|(h, a)| (h.as_str(), *a)).collect();
     for node in &r.nodes {
         writeln!(out, "\nnode {}: stages per queue", node.node)?;
+        if node.rows.is_empty() {
+            writeln!(out, "  (none)")?;
+            continue;
+        }
         let mut t = Table::new(&refs);
         for row in &node.rows {
             let mut cells = vec![

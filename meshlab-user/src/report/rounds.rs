@@ -22,7 +22,7 @@ use super::table::{Align, Table, step_pct, step_us, us};
 /// Largest chance of the separation under no difference at which a step is flagged.
 pub const ALPHA: f64 = 0.05;
 
-pub fn rule() -> String {
+fn rule() -> String {
     format!(
         "rounds: per configuration the median over its rounds of each round's p50 (us), range = \
          [lowest-highest round] (k/n: only k of its n rounds have the row); step = over the first \

@@ -50,7 +50,7 @@ pub(crate) struct DoctorReport {
     pub nic_timestamps: BTreeMap<String, String>,
     /// Per device: what `record --hw-timestamps` would do to its hardware stamping.
     pub hw_timestamps: BTreeMap<String, String>,
-    /// How the possible CPUs map onto the kernel programs' event rings, in words.
+    /// How the online CPUs map onto the kernel programs' event rings, in words.
     pub event_rings: String,
 }
 

@@ -235,8 +235,12 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
         .map(|p| Aggregate::from_file(p, args.nic))
         .collect::<Result<Vec<_>, _>>()?;
     let ladder = ladder(&runs, &labels);
-    // Rounds only from labels given: two files of one name (x/merged, y/merged) are two runs.
-    let rounds = rounds(&ladder).filter(|_| !args.labels.is_empty());
+    // Rounds only from labels given: two files of one name (x/merged, y/merged) are two runs,
+    // and are not checked for interleaving either.
+    let rounds = match args.labels.is_empty() {
+        true => None,
+        false => rounds(&ladder),
+    };
     let nic = match args.nic {
         true => {
             let names = match rounds {
@@ -247,7 +251,10 @@ fn run_compare(args: &ReportArgs) -> anyhow::Result<()> {
         }
         false => None,
     };
-    let nic_rounds = (nic.as_ref()).and_then(|n| rounds.as_ref().map(|_| nic_rounds(n, &labels)));
+    let nic_rounds = match (&nic, &rounds) {
+        (Some(nic), Some(_)) => Some(nic_rounds(nic, &labels)),
+        _ => None,
+    };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     if args.json {

@@ -157,11 +157,11 @@ fn warn_not_interleaved(labels: &[String]) {
 /// One row's cells from each configuration's round p50s.
 fn cells(p50s: &[Vec<u64>]) -> Vec<Option<RoundsCell>> {
     let first = &p50s[0];
+    let base = (!first.is_empty()).then(|| median(first));
     (p50s.iter().enumerate())
         .map(|(i, these)| {
             let mut cell = summary(these)?;
-            if i > 0 && !first.is_empty() {
-                let base = median(first);
+            if let (true, Some(base)) = (i > 0, base) {
                 let step = i128::from(cell.median_p50_ns) - i128::from(base);
                 cell.step_ns = Some(step);
                 cell.step_pct = (base > 0).then(|| step as f64 * 100.0 / base as f64);

@@ -42,6 +42,10 @@ const PACKAGES: &[(&str, &str)] = &[
         "bpftool",
         "per-program BPF run-time statistics (cargo xtask bench)",
     ),
+    (
+        "ethtool",
+        "`ethtool -L` in the guests of the two-queue VM scenario (they run the host's /)",
+    ),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -5,26 +5,33 @@
 //! - two guests joined by a virtio-net link: the receiver's RX events must carry the real NIC
 //!   IRQ that preceded them (irq number, entry time before the NET_RX softirq); its raw IRQ and
 //!   NET_RX softirq counts must match /proc/interrupts and /proc/softirqs (vm_irq_counts.rs);
-//!   on 6.12 both guests record and the host merges them across machines (vm_two_machines.rs).
+//!   on 6.12 both guests record and the host merges them across machines (vm_two_machines.rs),
+//!   and run again with two queues on their one CPU (vm_two_queues.rs).
 
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::{read_ndjson, run_cmd, target_dir, vm_irq_counts, vm_two_machines, vm_wire_rounds};
+use crate::{
+    read_ndjson, run_cmd, target_dir, vm_irq_counts, vm_two_machines, vm_two_queues, vm_wire_rounds,
+};
 
 const KERNELS: [&str; 2] = ["6.1", "6.12"];
-/// The kernel whose two-guest run is also merged and checked across machines.
+/// The kernel whose two-guest run is also merged and checked across machines, and whose
+/// guests also run with two queues on one CPU (vm_two_queues.rs).
 const TWO_MACHINE_KERNEL: &str = "6.12";
+/// Guest B, the lab server's machine, on the link.
+const SERVER_ADDR: &str = "10.213.0.2";
 
 /// `nic_only`: just the two-guest scenario (developer shortcut).
 pub fn run(ci: bool, nic_only: bool) -> Result<()> {
     let xtask = crate::self_exe()?;
     if nic_only {
-        return KERNELS
+        KERNELS
             .iter()
-            .try_for_each(|kernel| nic_irq_scenario(&xtask, kernel));
+            .try_for_each(|kernel| nic_irq_scenario(&xtask, kernel))?;
+        return two_queue_scenario(&xtask, TWO_MACHINE_KERNEL);
     }
     let mut check = Command::new(&xtask);
     check.args(["vm", "check"]);
@@ -63,7 +70,7 @@ pub fn run(ci: bool, nic_only: bool) -> Result<()> {
         run_cmd(&mut tests)?;
         nic_irq_scenario(&xtask, kernel)?;
     }
-    Ok(())
+    two_queue_scenario(&xtask, TWO_MACHINE_KERNEL)
 }
 
 /// Both guests record; B serves, A sends RPCs over the virtio link once B answers, in rounds
@@ -75,7 +82,8 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     let rounds = kernel == TWO_MACHINE_KERNEL;
     // The wire relay's rounds run after the netem ones (docs/vm.md, vm_wire_rounds.rs).
     let wire = rounds.then_some(vm_wire_rounds::rounds_script as vm_two_machines::WireRounds);
-    let scripts = vm_two_machines::guest_scripts(&meshlab, &dir, "10.213.0.2", rounds, wire);
+    let traffic = (SERVER_ADDR, &vm_two_machines::Traffic::SINGLE);
+    let scripts = vm_two_machines::guest_scripts(&meshlab, &dir, traffic, rounds, wire);
     let wire_args = if rounds {
         vm_wire_rounds::run_args(&dir)
     } else {
@@ -97,17 +105,50 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
             .and_then(|()| vm_two_machines::check(&meshlab, &dir))
             .and_then(|requests| vm_wire_rounds::check(&requests, &dir));
     }
-    // Kept on failure (or with MESHLAB_VM_KEEP set): the recordings, the merge and the rounds
-    // say what went wrong, and can be merged again by a later build.
+    finish(
+        &dir,
+        result,
+        &format!("kernel {kernel}: two-guest scenario"),
+    )
+}
+
+/// Both guests with a two-queue NIC on their one vCPU (vm_two_queues.rs): the first client
+/// run only, no rounds.
+fn two_queue_scenario(xtask: &Path, kernel: &str) -> Result<()> {
+    let dir = target_dir().join(format!(
+        "vm/scenario-{kernel}-queues-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let meshlab = target_dir().join("debug/meshlab");
+    let traffic = &vm_two_queues::TRAFFIC;
+    let scripts =
+        vm_two_machines::guest_scripts(&meshlab, &dir, (SERVER_ADDR, traffic), false, None);
+    let queues = traffic.queues.to_string();
+    run_cmd(
+        Command::new(xtask)
+            .args(["vm", "run", "--kernel", kernel, "--timeout", "300"])
+            .args(["--queues", &queues, "--rw"])
+            .arg(&dir)
+            .args(["--a", &scripts.a, "--b", &scripts.b]),
+    )?;
+    let b = dir.join("b.ndjson");
+    let result = check_nic_irq_recording(&b)
+        .and_then(|()| vm_two_queues::check_queues_share_a_cpu(&b))
+        .and_then(|()| vm_irq_counts::check(&meshlab, &dir, "b"))
+        .and_then(|()| vm_two_machines::merge_and_check_joined(&meshlab, &dir).map(drop));
+    let what = format!("kernel {kernel}: two queues on one CPU");
+    finish(&dir, result, &what)
+}
+
+/// Removes a scenario's directory after `result`, unless it failed or MESHLAB_VM_KEEP is set:
+/// the recordings, the merge and the rounds say what went wrong, and can be merged again by a
+/// later build.
+fn finish(dir: &Path, result: Result<()>, what: &str) -> Result<()> {
     if result.is_ok() && std::env::var_os("MESHLAB_VM_KEEP").is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(dir);
     }
-    result.with_context(|| {
-        format!(
-            "kernel {kernel}: two-guest scenario, files in {}",
-            dir.display()
-        )
-    })
+    result.with_context(|| format!("{what}, files in {}", dir.display()))
 }
 
 fn check_nic_irq_recording(path: &Path) -> Result<()> {

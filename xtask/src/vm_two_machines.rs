@@ -57,6 +57,33 @@ pub const B_READY: &str = "until [ -f \"$MESHLAB_VM_SHARED/b.ready\" ]; do \
 pub const RECORDER_READY: &str = "while [ ! -f /run/rec.ready ]; do kill -0 $REC 2>/dev/null || \
      { echo 'the recorder exited before it was ready' >&2; exit 1; }; sleep 0.1; done; ";
 
+/// The guests' NICs and A's first client run (the one every check reads).
+pub struct Traffic {
+    /// Queue pairs each guest's NIC uses (`ethtool -L`, before the recorders start, so the
+    /// startup records show them); more than 1 needs the tap link (`vm run --queues`).
+    pub queues: u8,
+    /// The lab client's connections: one flow each, one thread each.
+    pub connections: u32,
+    pub seconds: u64,
+}
+
+impl Traffic {
+    /// One queue, one connection, one second: the netem and wire rounds follow it.
+    pub const SINGLE: Traffic = Traffic {
+        queues: 1,
+        connections: 1,
+        seconds: ROUND_SECS,
+    };
+
+    /// Guest shell text run before recording: the queue count, when it is not the default.
+    fn set_queues(&self) -> String {
+        match self.queues {
+            1 => String::new(),
+            n => format!("ethtool -L eth0 combined {n} || exit 1; "),
+        }
+    }
+}
+
 /// Shell text of guest A (recorder + client rounds) and guest B (recorder + server).
 pub struct GuestScripts {
     pub a: String,
@@ -71,7 +98,7 @@ pub struct GuestScripts {
 pub fn guest_scripts(
     meshlab: &Path,
     dir: &Path,
-    server_addr: &str,
+    (server_addr, traffic): (&str, &Traffic),
     with_rounds: bool,
     wire_rounds: Option<WireRounds>,
 ) -> GuestScripts {
@@ -97,8 +124,9 @@ pub fn guest_scripts(
         )
     };
     let stop = |node: &str| format!("{}kill -INT $REC; wait $REC", snapshot(node, 1));
+    let set_queues = traffic.set_queues();
     let b = format!(
-        "{B_DONE_ON_EXIT}{record}{m} lab server --listen {server} & SRV=$!; \
+        "{B_DONE_ON_EXIT}{set_queues}{record}{m} lab server --listen {server} & SRV=$!; \
          until grep -q ':{port:04X} 00000000:0000 0A' /proc/net/tcp; do sleep 0.1; done; \
          touch \"$MESHLAB_VM_SHARED/b.ready\"; \
          for i in $(seq 900); do [ -f \"$MESHLAB_VM_SHARED/a.done\" ] && break; sleep 0.2; done; \
@@ -108,6 +136,10 @@ pub fn guest_scripts(
         stop = stop("b"),
     );
     let client = format!("{m} lab client --connect {server} --warmup 0s --duration {ROUND_SECS}s");
+    let first_client = format!(
+        "{m} lab client --connect {server} --warmup 0s --duration {}s --concurrency {}",
+        traffic.seconds, traffic.connections
+    );
     let netem_rounds = if with_rounds {
         format!(
             "modprobe sch_netem || exit 1; \
@@ -123,8 +155,8 @@ pub fn guest_scripts(
     };
     let wire_rounds = wire_rounds.map_or(String::new(), |script| script(dir, &client));
     let a = format!(
-        "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {record}{B_READY}\
-         ok=; for i in $(seq 120); do {client} > {d}/a.json && ok=1 && break; sleep 0.5; done; \
+        "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {set_queues}{record}{B_READY}\
+         ok=; for i in $(seq 120); do {first_client} > {d}/a.json && ok=1 && break; sleep 0.5; done; \
          [ -n \"$ok\" ] || exit 1; {netem_rounds}{wire_rounds}{stop}",
         record = record("a", ""),
         stop = stop("a"),
@@ -135,6 +167,14 @@ pub fn guest_scripts(
 /// Merges A's and B's recordings on the host and checks the cross-machine requests; returns
 /// the merged requests for more checks.
 pub fn check(meshlab: &Path, dir: &Path) -> Result<Vec<serde_json::Value>> {
+    let requests = merge_and_check_joined(meshlab, dir)?;
+    let rounds = read_rounds(&dir.join("rounds"))?;
+    check_delay_recovered(&requests, &rounds)?;
+    Ok(requests)
+}
+
+/// [`check`] without the netem rounds: the merge, its joins across the clocks and its sums.
+pub fn merge_and_check_joined(meshlab: &Path, dir: &Path) -> Result<Vec<serde_json::Value>> {
     let merged = dir.join("merged.ndjson");
     run_cmd(
         Command::new(meshlab)
@@ -147,8 +187,6 @@ pub fn check(meshlab: &Path, dir: &Path) -> Result<Vec<serde_json::Value>> {
     check_joined(&requests)?;
     check_sums(&requests)?;
     report_clock_offset(&requests);
-    let rounds = read_rounds(&dir.join("rounds"))?;
-    check_delay_recovered(&requests, &rounds)?;
     Ok(requests)
 }
 

@@ -39,6 +39,7 @@ fn spec(label: KernelLabel, commands: Vec<String>, rw_dirs: Vec<PathBuf>) -> Res
         stream: false,
         wire: None,
         kernel_args: Vec::new(),
+        queues: 1,
     })
 }
 

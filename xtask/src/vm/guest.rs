@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use super::qemu::{qemu_args, spawn_qemu};
 use super::relay::{Relay, RunDir, peak_rss_kib};
 use super::spec::{GUEST_NAMES, LINK_ADDRS, RunSpec, WireSpec};
+use super::tap_link::TapLink;
 use super::wire::Wire;
 use super::{RunArgs, image, script};
 
@@ -76,6 +77,7 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
             log: args.wire_log.clone(),
         }),
         kernel_args: args.kernel_args.clone(),
+        queues: args.queues,
     };
     let outcome = run_guests(&spec)?;
     let peak: u64 = outcome.guests.iter().map(|g| g.peak_rss_kib).sum();
@@ -180,8 +182,13 @@ fn run_guests_once(spec: &RunSpec) -> Result<RunOutcome> {
         }
         _ => None,
     };
+    // Before the guests (dropped after them): their qemu opens the taps inside it.
+    let tap_link = match spec.commands.len() == 2 && spec.queues > 1 {
+        true => Some(TapLink::create(spec.queues)?),
+        false => None,
+    };
     let started = Instant::now();
-    let mut guests = boot_guests(spec, &run_dir, &logs_dir)?;
+    let mut guests = boot_guests(spec, &run_dir, &logs_dir, tap_link.as_ref())?;
     let timed_out = wait_for_guests(spec, &run_dir, &mut guests, started + spec.timeout)?;
     let elapsed = started.elapsed();
     let mut outcomes = Vec::new();
@@ -214,7 +221,12 @@ fn run_guests_once(spec: &RunSpec) -> Result<RunOutcome> {
 
 /// Writes each guest's script and starts its QEMU; with two guests they get the link
 /// addresses of each other and prefixed output.
-fn boot_guests(spec: &RunSpec, run_dir: &RunDir, logs_dir: &Path) -> Result<Vec<RunningGuest>> {
+fn boot_guests(
+    spec: &RunSpec,
+    run_dir: &RunDir,
+    logs_dir: &Path,
+    tap_link: Option<&TapLink>,
+) -> Result<Vec<RunningGuest>> {
     let two = spec.commands.len() == 2;
     let mut guests = Vec::new();
     for (index, command) in spec.commands.iter().enumerate() {
@@ -233,7 +245,7 @@ fn boot_guests(spec: &RunSpec, run_dir: &RunDir, logs_dir: &Path) -> Result<Vec<
         let console_log =
             logs_dir.join(format!("{}-{name}-{}.log", spec.label, std::process::id()));
         let args = qemu_args(spec, index, run_dir.path(), &console_log);
-        let child = spawn_qemu(&args)?;
+        let child = spawn_qemu(&args, tap_link.map(TapLink::netns))?;
         let cleanup = crate::cleanup::kill_child(&child, &format!("qemu (guest {name})"));
         let prefix = two.then(|| format!("{}| ", name.to_uppercase()));
         guests.push(RunningGuest {

@@ -14,6 +14,7 @@ mod qemu;
 mod relay;
 mod script;
 mod spec;
+mod tap_link;
 #[cfg(test)]
 mod tests;
 mod vmlinux;
@@ -94,6 +95,13 @@ pub struct RunArgs {
     /// With --wire-delay-us: write each delay's realized per-frame delays (host clock) here.
     #[arg(long, value_name = "FILE", requires = "wire_delay_us")]
     pub wire_log: Option<PathBuf>,
+    /// Two guests: give each guest's NIC this many queue pairs (virtio-net `mq=on` over a
+    /// multi-queue tap; the guest still uses one until `ethtool -L eth0 combined N`). The taps
+    /// sit on a bridge in a network namespace of their own, created for the run and deleted
+    /// after it (docs/vm.md).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8),
+          conflicts_with = "wire_delay_us")]
+    pub queues: u8,
     /// An extra kernel command-line parameter of every guest (e.g. `threadirqs`). Repeatable.
     #[arg(long = "kernel-arg", value_name = "PARAM")]
     pub kernel_args: Vec<String>,

@@ -1,6 +1,7 @@
 //! The qemu command line of a guest, and starting qemu so it cannot outlive xtask.
 
 use std::ffi::OsString;
+use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -8,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, Result};
 
 use super::spec::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, RunSpec};
+use super::tap_link::tap_name;
 use super::wire::{link_socket, wire_socket};
 
 const QEMU: &str = "qemu-system-x86_64";
@@ -62,21 +64,7 @@ pub fn qemu_args(
         share(&format!("rw{i}"), dir, false);
     }
     if spec.commands.len() == 2 {
-        // Straight to the peer's socket, or through the delaying relay (wire.rs).
-        let local = escape(&link_socket(run_dir, index));
-        let remote = match spec.wire {
-            Some(_) => escape(&wire_socket(run_dir, index)),
-            None => escape(&link_socket(run_dir, 1 - index)),
-        };
-        args.push("-netdev".into());
-        args.push(format!(
-            "dgram,id=link,local.type=unix,local.path={local},remote.type=unix,remote.path={remote}"
-        ));
-        args.push("-device".into());
-        args.push(format!(
-            "virtio-net-pci,netdev=link,mac=52:54:00:6d:6c:0{}",
-            index + 1
-        ));
+        args.extend(link_args(spec, index, run_dir));
         append += &format!(
             " meshlab.addr={}/{LINK_PREFIX} meshlab.peer={}",
             LINK_ADDRS[index],
@@ -87,6 +75,38 @@ pub fn qemu_args(
     args.push("-append".into());
     args.push(append);
     args.into_iter().map(OsString::from).collect()
+}
+
+/// Guest `index`'s NIC on the link: straight to the peer's socket, through the delaying relay
+/// (wire.rs), or, with several queues, a multi-queue tap of tap_link.rs (qemu is started in
+/// its namespace). vhost stays off: the host kernel's vhost-net would move the queues' work
+/// out of qemu, which is not what a TCG guest measures anyway, and needs a module.
+fn link_args(spec: &RunSpec, index: usize, run_dir: &Path) -> [String; 4] {
+    let mac = format!("mac=52:54:00:6d:6c:0{}", index + 1);
+    if spec.queues > 1 {
+        let (queues, tap) = (spec.queues, tap_name(index));
+        // MSI-X: one vector per RX and per TX queue, one for the config and one spare.
+        let vectors = 2 * u32::from(queues) + 2;
+        return [
+            "-netdev".into(),
+            format!("tap,id=link,ifname={tap},script=no,downscript=no,vhost=off,queues={queues}"),
+            "-device".into(),
+            format!("virtio-net-pci,netdev=link,mq=on,vectors={vectors},{mac}"),
+        ];
+    }
+    let local = escape(&link_socket(run_dir, index));
+    let remote = match spec.wire {
+        Some(_) => escape(&wire_socket(run_dir, index)),
+        None => escape(&link_socket(run_dir, 1 - index)),
+    };
+    [
+        "-netdev".into(),
+        format!(
+            "dgram,id=link,local.type=unix,local.path={local},remote.type=unix,remote.path={remote}"
+        ),
+        "-device".into(),
+        format!("virtio-net-pci,netdev=link,{mac}"),
+    ]
 }
 
 /// The run's own kernel parameters, then `MESHLAB_VM_APPEND`'s (for debugging a boot, e.g.
@@ -104,7 +124,8 @@ fn escape(path: &Path) -> String {
     path.display().to_string().replace(',', ",,")
 }
 
-pub fn spawn_qemu(args: &[OsString]) -> Result<Child> {
+/// Starts qemu; inside network namespace `netns` (an open `/run/netns/...` file) when given.
+pub fn spawn_qemu(args: &[OsString], netns: Option<RawFd>) -> Result<Child> {
     let mut cmd = Command::new(QEMU);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -113,11 +134,17 @@ pub fn spawn_qemu(args: &[OsString]) -> Result<Child> {
     // Own process group: a terminal Ctrl-C reaches only xtask, which kills the guests in order
     // (crate::cleanup).
     cmd.process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl, which is
-    // async-signal-safe. PDEATHSIG kills qemu if xtask dies without running its destructors.
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl and
+    // setns, which are async-signal-safe system calls. PDEATHSIG kills qemu if xtask dies
+    // without running its destructors; `netns` stays open in xtask while qemu starts.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(fd) = netns
+                && libc::setns(fd, libc::CLONE_NEWNET) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -160,6 +187,7 @@ mod tests {
             stream: false,
             wire: None,
             kernel_args: Vec::new(),
+            queues: 1,
         }
     }
 
@@ -232,5 +260,27 @@ mod tests {
         assert!(b.contains(
             "local.path=/tmp/run/link-b.sock,remote.type=unix,remote.path=/tmp/run/wire-b.sock"
         ));
+    }
+
+    #[test]
+    fn with_several_queues_each_guest_has_its_own_multi_queue_tap() {
+        let mut spec = spec(2);
+        spec.queues = 2;
+        for (index, tap) in ["tap0", "tap1"].into_iter().enumerate() {
+            let args = args(&spec, index);
+            let netdev = args.iter().position(|a| a == "-netdev").expect("-netdev");
+            assert_eq!(
+                args[netdev + 1],
+                format!("tap,id=link,ifname={tap},script=no,downscript=no,vhost=off,queues=2")
+            );
+            let nic = &args[netdev + 3];
+            assert!(
+                nic.starts_with("virtio-net-pci,netdev=link,mq=on,vectors=6,"),
+                "{nic}"
+            );
+            // One NIC per guest, and no socket link besides it.
+            assert_eq!(args.iter().filter(|a| *a == "-netdev").count(), 1);
+            assert!(!args.join(" ").contains("dgram"));
+        }
     }
 }

@@ -29,6 +29,9 @@ pub struct RunSpec {
     pub wire: Option<WireSpec>,
     /// Extra kernel command-line parameters of every guest (e.g. `threadirqs`).
     pub kernel_args: Vec<String>,
+    /// Two guests: queue pairs of each guest's NIC. 1 = the datagram link; more = the
+    /// multi-queue tap link of tap_link.rs (qemu's datagram link has one queue).
+    pub queues: u8,
 }
 
 /// The wire relay's start delay (one way) and where it writes what the frames really took.

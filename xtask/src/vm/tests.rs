@@ -29,6 +29,7 @@ fn spec_or_skip(label: KernelLabel, commands: Vec<String>) -> Option<RunSpec> {
             stream: false,
             wire: None,
             kernel_args: Vec::new(),
+            queues: 1,
         }),
         Err(why) if super::vm_required() => panic!("MESHLAB_REQUIRE_VM=1 but: {why:#}"),
         Err(why) => {

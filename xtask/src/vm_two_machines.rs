@@ -64,6 +64,8 @@ pub struct Traffic {
     pub queues: u8,
     /// The lab client's connections: one flow each, one thread each.
     pub connections: u32,
+    /// The client's total request rate (0 = as fast as the answers come).
+    pub qps: u32,
     pub seconds: u64,
 }
 
@@ -72,6 +74,7 @@ impl Traffic {
     pub const SINGLE: Traffic = Traffic {
         queues: 1,
         connections: 1,
+        qps: 0,
         seconds: ROUND_SECS,
     };
 
@@ -137,8 +140,8 @@ pub fn guest_scripts(
     );
     let client = format!("{m} lab client --connect {server} --warmup 0s --duration {ROUND_SECS}s");
     let first_client = format!(
-        "{m} lab client --connect {server} --warmup 0s --duration {}s --concurrency {}",
-        traffic.seconds, traffic.connections
+        "{m} lab client --connect {server} --warmup 0s --duration {}s --concurrency {} --qps {}",
+        traffic.seconds, traffic.connections, traffic.qps
     );
     let netem_rounds = if with_rounds {
         format!(

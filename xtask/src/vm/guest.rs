@@ -50,6 +50,12 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
         (1, ..) => bail!("one guest: give either `-- CMD ARGS...` or `--a 'shell command'`"),
         _ => bail!("two guests: give `--a 'command for A' --b 'command for B'` (no `-- CMD`)"),
     };
+    if args.queues > 1 && commands.len() != 2 {
+        bail!(
+            "--queues {}: the queues are the link's, which needs two guests",
+            args.queues
+        );
+    }
     let cwd = match &args.cwd {
         Some(dir) => (dir.canonicalize())
             .with_context(|| format!("--cwd {}: no such directory", dir.display()))?,
@@ -183,9 +189,10 @@ fn run_guests_once(spec: &RunSpec) -> Result<RunOutcome> {
         _ => None,
     };
     // Before the guests (dropped after them): their qemu opens the taps inside it.
-    let tap_link = match spec.commands.len() == 2 && spec.queues > 1 {
-        true => Some(TapLink::create(spec.queues)?),
-        false => None,
+    let tap_link = if spec.commands.len() == 2 && spec.queues > 1 {
+        Some(TapLink::create(spec.queues)?)
+    } else {
+        None
     };
     let started = Instant::now();
     let mut guests = boot_guests(spec, &run_dir, &logs_dir, tap_link.as_ref())?;

@@ -56,6 +56,12 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
             args.queues
         );
     }
+    if args.queues > 1 && !crate::setup::is_root() {
+        bail!(
+            "--queues {}: the tap link needs root (a network namespace, taps)",
+            args.queues
+        );
+    }
     let cwd = match &args.cwd {
         Some(dir) => (dir.canonicalize())
             .with_context(|| format!("--cwd {}: no such directory", dir.display()))?,

@@ -96,9 +96,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", requires = "wire_delay_us")]
     pub wire_log: Option<PathBuf>,
     /// Two guests: give each guest's NIC this many queue pairs (virtio-net `mq=on` over a
-    /// multi-queue tap; the guest still uses one until `ethtool -L eth0 combined N`). The taps
-    /// sit on a bridge in a network namespace of their own, created for the run and deleted
-    /// after it (docs/vm.md).
+    /// multi-queue tap; a guest uses one per vCPU until `ethtool -L eth0 combined N`). The
+    /// taps sit on a bridge in a network namespace of their own, gone with the run. Needs root
+    /// (docs/vm.md).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8),
           conflicts_with = "wire_delay_us")]
     pub queues: u8,

@@ -1,7 +1,7 @@
 //! The qemu command line of a guest, and starting qemu so it cannot outlive xtask.
 
 use std::ffi::OsString;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -85,7 +85,8 @@ fn link_args(spec: &RunSpec, index: usize, run_dir: &Path) -> [String; 4] {
     let mac = format!("mac=52:54:00:6d:6c:0{}", index + 1);
     if spec.queues > 1 {
         let (queues, tap) = (spec.queues, tap_name(index));
-        // MSI-X: one vector per RX and per TX queue, one for the config and one spare.
+        // MSI-X: one vector per RX and per TX queue, one for config changes and one for the
+        // control queue (which Linux guests poll, so it stays unused).
         let vectors = 2 * u32::from(queues) + 2;
         return [
             "-netdev".into(),
@@ -124,8 +125,9 @@ fn escape(path: &Path) -> String {
     path.display().to_string().replace(',', ",,")
 }
 
-/// Starts qemu; inside network namespace `netns` (an open `/run/netns/...` file) when given.
-pub fn spawn_qemu(args: &[OsString], netns: Option<RawFd>) -> Result<Child> {
+/// Starts qemu; inside network namespace `netns` (an open namespace file) when given.
+pub fn spawn_qemu(args: &[OsString], netns: Option<BorrowedFd<'_>>) -> Result<Child> {
+    let netns = netns.map(|fd| fd.as_raw_fd());
     let mut cmd = Command::new(QEMU);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -136,7 +138,7 @@ pub fn spawn_qemu(args: &[OsString], netns: Option<RawFd>) -> Result<Child> {
     cmd.process_group(0);
     // SAFETY: the closure runs in the forked child before exec and only calls prctl and
     // setns, which are async-signal-safe system calls. PDEATHSIG kills qemu if xtask dies
-    // without running its destructors; `netns` stays open in xtask while qemu starts.
+    // without running its destructors; `netns` is borrowed, so open while qemu starts.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {

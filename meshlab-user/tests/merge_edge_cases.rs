@@ -198,7 +198,10 @@ const ETH0_TWO_QUEUES: &str = r#""nic_irqs":[{"irq":40,"dev":"eth0","ifindex":2,
 /// `skb_record_rx_queue`, the event's `queue`) says whose the context IRQ is. A frame of queue
 /// 0 carrying queue 1's vector is merged as one polled without an IRQ of its own (its chain
 /// starts at netif_receive_skb, so no kernel segment ends at the frame), and no segment is
-/// placed on queue 1 or its vector; a frame of queue 1 keeps them.
+/// placed on queue 1 or its vector; a frame of queue 1 keeps them. The stage after the frame
+/// (`rx_ip_tcp`, ending at tcp_probe, an event of no device) ran in the frame's context: it
+/// is placed on the frame's queue 0, without an IRQ, so `report --nic` counts the request on
+/// the queue it came from.
 #[test]
 fn a_frame_carrying_another_queues_irq_starts_at_netif_receive_skb() {
     let frame_on_queue = |dir: &std::path::Path, queue: &'static str| {
@@ -222,6 +225,10 @@ fn a_frame_carrying_another_queues_irq_starts_at_netif_receive_skb() {
         rx_places
             .iter()
             .all(|(_, queue, irq)| *irq != Some(41) && *queue != Some(1)),
+        "{rx_places:?}"
+    );
+    assert!(
+        rx_places.contains(&("rx_ip_tcp".into(), Some(0), None)),
         "{rx_places:?}"
     );
     let kept = merge(&frame_on_queue(own.path(), "1"), &[]);

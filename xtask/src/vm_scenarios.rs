@@ -135,6 +135,7 @@ fn two_queue_scenario(xtask: &Path, kernel: &str, ci: bool) -> Result<()> {
         check_nic_irq_recording(&b)
             .and_then(|()| vm_two_queues::check_queues_share_a_cpu(&b))
             .and_then(|()| vm_irq_counts::check(&meshlab, &dir, "b"))
+            .and_then(|()| vm_two_queues::check_every_request_on_an_rx_queue(&dir))
             .and_then(|()| vm_two_machines::merge_and_check_joined(&meshlab, &dir).map(drop))
     });
     finish(&dir, result, &what)

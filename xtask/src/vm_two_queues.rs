@@ -9,7 +9,9 @@
 //! both: every RX frame carries a queue one of its vectors serves and most their IRQ; each
 //! queue took a share of the frames, all on one CPU (here); `report --nic` counts, per queue,
 //! what /proc/interrupts counted within 1 % and has requests with stages on each queue
-//! (vm_irq_counts.rs); the requests join across the two guests' clocks (vm_two_machines.rs).
+//! (vm_irq_counts.rs), and every request B received is on one of B's RX queues, those polled
+//! without an IRQ of their own included ([`check_every_request_on_an_rx_queue`]); the requests
+//! join across the two guests' clocks (vm_two_machines.rs).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -76,11 +78,63 @@ pub fn check_queues_share_a_cpu(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `report --nic` (vm_irq_counts.rs wrote its merge and report in `dir`) counts each request
+/// B received on exactly one of B's eth0 RX queues: the rows' request counts add up to the
+/// merged requests with B's `rx_ip_tcp` stage (one small message, one frame). A frame polled
+/// without an IRQ of its own has no IRQ stage: it counts through the stage it carries on.
+pub fn check_every_request_on_an_rx_queue(dir: &Path) -> Result<()> {
+    let path = dir.join("nic.report.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let report =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let merged = read_ndjson(&dir.join("nic.merged.ndjson"))?;
+    every_request_on_an_rx_queue(&report, &merged)
+}
+
+fn every_request_on_an_rx_queue(
+    report: &serde_json::Value,
+    merged: &[serde_json::Value],
+) -> Result<()> {
+    let nodes = report["nodes"].as_array().context("report: nodes")?;
+    let b = (nodes.iter().find(|n| n["node"] == "B")).context("report: no node B")?;
+    let mut on_queues = BTreeMap::new();
+    for row in b["queues"].as_array().into_iter().flatten() {
+        if row["dev"] == "eth0"
+            && row["dir"] == "rx"
+            && let Some(queue) = row["queue"].as_u64()
+        {
+            let requests = row["requests"].as_u64().context("report: requests")?;
+            on_queues.insert(queue, requests);
+        }
+    }
+    let received_by_b = |r: &&serde_json::Value| {
+        let mut segments = r["segments"].as_array().into_iter().flatten();
+        segments.any(|s| s["name"] == "rx_ip_tcp" && s["node"] == "B")
+    };
+    let received = (merged.iter())
+        .filter(|r| r["type"] == "request")
+        .filter(received_by_b)
+        .count() as u64;
+    let counted: u64 = on_queues.values().sum();
+    eprintln!(
+        "vm two queues: requests B received {received}, on B's RX queues {on_queues:?} ({counted})"
+    );
+    ensure!(
+        counted == received,
+        "report --nic counts {counted} requests on B's RX queues {on_queues:?}, not the \
+         {received} B received"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
 
-    use super::TRAFFIC;
+    use serde_json::json;
+
+    use super::{TRAFFIC, every_request_on_an_rx_queue};
     use crate::vm_two_machines::{Traffic, guest_scripts};
 
     fn scripts(traffic: &Traffic) -> (String, String) {
@@ -92,6 +146,31 @@ mod tests {
             None,
         );
         (s.a, s.b)
+    }
+
+    #[test]
+    fn every_request_b_received_must_be_on_one_of_its_rx_queues() {
+        let report = |q0: u64, q1: u64| {
+            json!({"nodes": [{"node": "B", "queues": [
+                {"dev": "eth0", "dir": "tx", "queue": 0, "requests": 9},
+                {"dev": "eth0", "dir": "rx", "queue": null, "requests": 0},
+                {"dev": "eth0", "dir": "rx", "queue": 0, "requests": q0},
+                {"dev": "eth0", "dir": "rx", "queue": 1, "requests": q1}]}]})
+        };
+        let request = |node: &str| {
+            json!({"type": "request", "segments": [
+                {"name": "rx_ip_tcp", "node": node}, {"name": "rx_napi_poll", "node": "B"}]})
+        };
+        let merged = [
+            json!({"type": "summary"}),
+            request("B"),
+            request("B"),
+            request("A"),
+        ];
+        assert!(every_request_on_an_rx_queue(&report(1, 1), &merged).is_ok());
+        let err = every_request_on_an_rx_queue(&report(1, 0), &merged).unwrap_err();
+        assert!(err.to_string().contains("counts 1 requests"), "{err}");
+        assert!(every_request_on_an_rx_queue(&report(2, 1), &merged).is_err());
     }
 
     #[test]

@@ -174,9 +174,13 @@ impl<'h> Chain<'h> {
         for w in kept.windows(2) {
             let span = span(clock, &w[0], &w[1]);
             let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
-            // A kernel stage ran where the event that ends it was recorded.
+            // A kernel stage ran where the event that ends it was recorded, on the device of
+            // the frame it carries on.
             let place = (layer == Layer::Kernel && !w[1].id.is_probe())
-                .then(|| placement(names, self.node_id, &w[1].stamp.place))
+                .then(|| {
+                    let place = w[1].stamp.place.or_device_of(&w[0].stamp.place);
+                    placement(names, self.node_id, &place)
+                })
                 .flatten();
             let seg = Segment {
                 name,

@@ -101,6 +101,20 @@ impl Place {
         Place::get(self.irq)
     }
 
+    /// A stage's place with the device, queue and IRQ of the frame it carries on: a stage that
+    /// starts at a device event and ends at one of no device on the same CPU (`rx_ip_tcp` ends
+    /// at `tcp_probe`) ran in that frame's context. Without it, a frame polled without an IRQ
+    /// of its own has no stage on its RX queue (`rx_napi_poll` needs the IRQ's softirq run).
+    pub fn or_device_of(self, start: &Place) -> Place {
+        if self.ifindex != UNKNOWN || start.ifindex == UNKNOWN || self.cpu != start.cpu {
+            return self;
+        }
+        Place {
+            cpu: self.cpu,
+            ..*start
+        }
+    }
+
     /// The same place without its IRQ and the queue known only through it.
     pub fn without_irq(self) -> Place {
         let of_irq = self.queue != UNKNOWN && self.queue & QUEUE_OF_IRQ != 0;
@@ -350,7 +364,19 @@ impl Item {
 
 #[cfg(test)]
 mod tests {
-    use super::{Endpoint, Established, Extra, Extras, RxContext, UnixEnds};
+    use super::{Endpoint, Established, Extra, Extras, Place, RxContext, UnixEnds};
+
+    #[test]
+    fn a_stage_takes_the_frames_device_only_where_its_end_has_none_on_the_same_cpu() {
+        let frame = Place::new(Some(1), Some(2), Some(0), None);
+        let tcp = Place::new(Some(1), None, None, None);
+        assert_eq!(tcp.or_device_of(&frame), frame);
+        let elsewhere = Place::new(Some(0), None, None, None);
+        assert_eq!(elsewhere.or_device_of(&frame), elsewhere);
+        let on_device = Place::new(Some(1), Some(3), Some(1), Some(41));
+        assert_eq!(on_device.or_device_of(&frame), on_device);
+        assert_eq!(tcp.or_device_of(&Place::default()), tcp);
+    }
 
     #[test]
     fn extra_gives_back_every_combination_of_extras() {

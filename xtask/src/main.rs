@@ -35,6 +35,7 @@ mod vm;
 mod vm_irq_counts;
 mod vm_scenarios;
 mod vm_two_machines;
+mod vm_two_nics;
 mod vm_two_queues;
 mod vm_wire_rounds;
 mod wire_loss;

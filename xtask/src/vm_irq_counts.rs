@@ -6,12 +6,14 @@
 //! that vector, and per CPU the NET_RX delta of /proc/softirqs.
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 
-use crate::{read_ndjson, workspace_root};
+use crate::workspace_root;
 
 /// Largest relative difference between a recorded count and the kernel's counter.
 const TOLERANCE: f64 = 0.01;
@@ -160,8 +162,17 @@ fn delta(
 
 /// The RX-capable NIC vectors of a recording's startup record: irq -> queue.
 fn startup_nic_irqs(path: &Path) -> Result<BTreeMap<u64, String>> {
-    let records = read_ndjson(path)?;
-    let startup = records.first().filter(|r| r["type"] == "startup");
+    let first =
+        BufReader::new(File::open(path).with_context(|| format!("opening {}", path.display()))?)
+            .lines()
+            .next()
+            .transpose()
+            .with_context(|| format!("reading {}", path.display()))?;
+    let startup: Option<serde_json::Value> = (first.as_deref())
+        .map(serde_json::from_str)
+        .transpose()
+        .with_context(|| format!("{}:1: not JSON", path.display()))?;
+    let startup = startup.filter(|r| r["type"] == "startup");
     let startup = startup.with_context(|| format!("{}: no startup record", path.display()))?;
     let mut irqs = BTreeMap::new();
     for vector in startup["nic_irqs"].as_array().into_iter().flatten() {

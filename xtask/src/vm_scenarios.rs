@@ -6,7 +6,8 @@
 //!   IRQ that preceded them (irq number, entry time before the NET_RX softirq); its raw IRQ and
 //!   NET_RX softirq counts must match /proc/interrupts and /proc/softirqs (vm_irq_counts.rs);
 //!   on 6.12 both guests record and the host merges them across machines (vm_two_machines.rs),
-//!   and run again with two queues on their one CPU (vm_two_queues.rs).
+//!   and run again with two queues on their one CPU (vm_two_queues.rs), and with two NICs on
+//!   their one CPU (vm_two_nics.rs).
 
 use std::path::Path;
 use std::process::Command;
@@ -14,7 +15,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail, ensure};
 
 use crate::{
-    read_ndjson, run_cmd, target_dir, vm_irq_counts, vm_two_machines, vm_two_queues, vm_wire_rounds,
+    read_ndjson, run_cmd, target_dir, vm_irq_counts, vm_two_machines, vm_two_nics, vm_two_queues,
+    vm_wire_rounds,
 };
 
 const KERNELS: [&str; 2] = ["6.1", "6.12"];
@@ -24,14 +26,16 @@ const TWO_MACHINE_KERNEL: &str = "6.12";
 /// Guest B, the lab server's machine, on the link.
 const SERVER_ADDR: &str = "10.213.0.2";
 
-/// `nic_only`: just the two-guest scenarios, one queue and two (developer shortcut).
+/// `nic_only`: just the two-guest scenarios: one queue, two queues, two NICs (developer
+/// shortcut).
 pub fn run(ci: bool, nic_only: bool) -> Result<()> {
     let xtask = crate::self_exe()?;
     if nic_only {
         KERNELS
             .iter()
             .try_for_each(|kernel| nic_irq_scenario(&xtask, kernel))?;
-        return two_queue_scenario(&xtask, TWO_MACHINE_KERNEL, ci);
+        two_queue_scenario(&xtask, TWO_MACHINE_KERNEL, ci)?;
+        return two_nic_scenario(&xtask, TWO_MACHINE_KERNEL);
     }
     let mut check = Command::new(&xtask);
     check.args(["vm", "check"]);
@@ -70,7 +74,8 @@ pub fn run(ci: bool, nic_only: bool) -> Result<()> {
         run_cmd(&mut tests)?;
         nic_irq_scenario(&xtask, kernel)?;
     }
-    two_queue_scenario(&xtask, TWO_MACHINE_KERNEL, ci)
+    two_queue_scenario(&xtask, TWO_MACHINE_KERNEL, ci)?;
+    two_nic_scenario(&xtask, TWO_MACHINE_KERNEL)
 }
 
 /// Both guests record; B serves, A sends RPCs over the virtio link once B answers, in rounds
@@ -89,15 +94,15 @@ fn nic_irq_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     } else {
         Vec::new()
     };
-    run_cmd(
+    let mut result = run_cmd(
         Command::new(xtask)
             .args(["vm", "run", "--kernel", kernel, "--timeout", "300", "--rw"])
             .arg(&dir)
             .args(wire_args)
             .args(["--a", &scripts.a, "--b", &scripts.b]),
-    )?;
-    let mut result = check_nic_irq_recording(&dir.join("b.ndjson"))
-        .and_then(|()| vm_irq_counts::check(&meshlab, &dir, "b"));
+    )
+    .and_then(|()| check_nic_irq_recording(&read_ndjson(&dir.join("b.ndjson"))?))
+    .and_then(|()| vm_irq_counts::check(&meshlab, &dir, "b"));
     // 6.1 has no sk_data_ready tier: its merged requests are never complete, and one kernel
     // is enough to check the merge across machines.
     if kernel == TWO_MACHINE_KERNEL {
@@ -132,13 +137,49 @@ fn two_queue_scenario(xtask: &Path, kernel: &str, ci: bool) -> Result<()> {
     let meshlab = target_dir().join("debug/meshlab");
     let result = run_two_queues(xtask, kernel, &dir, &meshlab).and_then(|()| {
         let b = dir.join("b.ndjson");
-        check_nic_irq_recording(&b)
-            .and_then(|()| vm_two_queues::check_queues_share_a_cpu(&b))
+        let records = read_ndjson(&b)?;
+        check_nic_irq_recording(&records)
+            .and_then(|()| vm_two_queues::check_queues_share_a_cpu(&records))
             .and_then(|()| vm_irq_counts::check(&meshlab, &dir, "b"))
             .and_then(|()| vm_two_queues::check_every_request_on_an_rx_queue(&dir))
             .and_then(|()| vm_two_machines::merge_and_check_joined(&meshlab, &dir).map(drop))
     });
     finish(&dir, result, &what)
+}
+
+/// Both guests with a second NIC (vm_two_nics.rs), one vCPU each: A's first run goes to both
+/// of B's addresses at once, no rounds. Both links are qemu's datagram sockets: no root needed.
+fn two_nic_scenario(xtask: &Path, kernel: &str) -> Result<()> {
+    let dir = target_dir().join(format!("vm/scenario-{kernel}-nics-{}", std::process::id()));
+    let meshlab = target_dir().join("debug/meshlab");
+    let result = run_two_nics(xtask, kernel, &dir, &meshlab).and_then(|()| {
+        let records = read_ndjson(&dir.join("b.ndjson"))?;
+        check_nic_irq_recording(&records)
+            .and_then(|()| vm_two_nics::check_nics_share_a_cpu(&records))
+            .and_then(|()| vm_irq_counts::check(&meshlab, &dir, "b"))
+            .and_then(|()| vm_two_queues::check_every_request_on_an_rx_queue(&dir))
+            .and_then(|()| vm_two_nics::check_requests_on_their_nic(&dir, &records))
+            .and_then(|()| vm_two_machines::merge_and_check_joined(&meshlab, &dir).map(drop))
+    });
+    finish(
+        &dir,
+        result,
+        &format!("kernel {kernel}: two NICs on one CPU"),
+    )
+}
+
+fn run_two_nics(xtask: &Path, kernel: &str, dir: &Path, meshlab: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let traffic = (SERVER_ADDR, &vm_two_nics::TRAFFIC);
+    let scripts = vm_two_machines::guest_scripts(meshlab, dir, traffic, false, None);
+    run_cmd(
+        Command::new(xtask)
+            .args(["vm", "run", "--kernel", kernel, "--timeout", "300"])
+            // One vCPU each: both NICs' vectors on the same CPU.
+            .args(["--cpus", "1", "--nics", "2", "--rw"])
+            .arg(dir)
+            .args(["--a", &scripts.a, "--b", &scripts.b]),
+    )
 }
 
 fn run_two_queues(xtask: &Path, kernel: &str, dir: &Path, meshlab: &Path) -> Result<()> {
@@ -166,12 +207,11 @@ fn finish(dir: &Path, result: Result<()>, what: &str) -> Result<()> {
     result.with_context(|| format!("{what}, files in {}", dir.display()))
 }
 
-fn check_nic_irq_recording(path: &Path) -> Result<()> {
-    let records = read_ndjson(path)?;
+fn check_nic_irq_recording(records: &[serde_json::Value]) -> Result<()> {
     let startup = records.first().context("empty recording")?;
     let nic_irqs = check_startup(startup)?;
-    let rx = check_rx_irqs(&records, nic_irqs)?;
-    let (completions, starts) = check_tx_completions(&records)?;
+    let rx = check_rx_irqs(records, nic_irqs)?;
+    let (completions, starts) = check_tx_completions(records)?;
     eprintln!(
         "vm scenario: {} RX events on eth0, {} with their NIC IRQ ({} taken during the softirq run, \
          {} with their own IRQ after the run's entry); {completions} of {starts} transmits completed",

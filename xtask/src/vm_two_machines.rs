@@ -67,6 +67,9 @@ pub struct Traffic {
     /// The client's total request rate (0 = as fast as the answers come).
     pub qps: u32,
     pub seconds: u64,
+    /// B's address on its second NIC (`vm run --nics 2`): B listens on every address, and a
+    /// second client, the same as the first, runs at the same time to this one.
+    pub second_nic: Option<&'static str>,
 }
 
 impl Traffic {
@@ -76,7 +79,29 @@ impl Traffic {
         connections: 1,
         qps: 0,
         seconds: ROUND_SECS,
+        second_nic: None,
     };
+
+    /// A's first run, its report in `DIR/a.json`: one client to `server`; with a second NIC,
+    /// a second one at the same time to B's address there (report in `DIR/a2.json`), and the
+    /// run fails if either client does.
+    fn first_run(&self, meshlab: &Path, dir: &Path, server: &str) -> String {
+        let (m, d) = (meshlab.display(), dir.display());
+        let client = |server: &str| {
+            format!(
+                "{m} lab client --connect {server} --warmup 0s --duration {}s --concurrency {} --qps {}",
+                self.seconds, self.connections, self.qps
+            )
+        };
+        match self.second_nic {
+            Some(second) => format!(
+                "{{ {} > {d}/a.json & C1=$!; {} > {d}/a2.json; C2=$?; wait $C1 && [ $C2 = 0 ]; }}",
+                client(server),
+                client(&format!("{second}:{PORT}")),
+            ),
+            None => format!("{} > {d}/a.json", client(server)),
+        }
+    }
 
     /// Guest shell text run before recording: the queue count, when it is not the default.
     fn set_queues(&self) -> String {
@@ -128,8 +153,12 @@ pub fn guest_scripts(
     };
     let stop = |node: &str| format!("{}kill -INT $REC; wait $REC", snapshot(node, 1));
     let set_queues = traffic.set_queues();
+    let listen = match traffic.second_nic {
+        Some(_) => format!("0.0.0.0:{PORT}"),
+        None => server.clone(),
+    };
     let b = format!(
-        "{B_DONE_ON_EXIT}{set_queues}{record}{m} lab server --listen {server} & SRV=$!; \
+        "{B_DONE_ON_EXIT}{set_queues}{record}{m} lab server --listen {listen} & SRV=$!; \
          until grep -q ':{port:04X} 00000000:0000 0A' /proc/net/tcp; do sleep 0.1; done; \
          touch \"$MESHLAB_VM_SHARED/b.ready\"; \
          for i in $(seq 900); do [ -f \"$MESHLAB_VM_SHARED/a.done\" ] && break; sleep 0.2; done; \
@@ -139,10 +168,7 @@ pub fn guest_scripts(
         stop = stop("b"),
     );
     let client = format!("{m} lab client --connect {server} --warmup 0s --duration {ROUND_SECS}s");
-    let first_client = format!(
-        "{m} lab client --connect {server} --warmup 0s --duration {}s --concurrency {} --qps {}",
-        traffic.seconds, traffic.connections, traffic.qps
-    );
+    let first_client = traffic.first_run(meshlab, dir, &server);
     let netem_rounds = if with_rounds {
         format!(
             "modprobe sch_netem || exit 1; \
@@ -159,7 +185,7 @@ pub fn guest_scripts(
     let wire_rounds = wire_rounds.map_or(String::new(), |script| script(dir, &client));
     let a = format!(
         "trap 'touch \"$MESHLAB_VM_SHARED/a.done\"' EXIT; {set_queues}{record}{B_READY}\
-         ok=; for i in $(seq 120); do {first_client} > {d}/a.json && ok=1 && break; sleep 0.5; done; \
+         ok=; for i in $(seq 120); do {first_client} && ok=1 && break; sleep 0.5; done; \
          [ -n \"$ok\" ] || exit 1; {netem_rounds}{wire_rounds}{stop}",
         record = record("a", ""),
         stop = stop("a"),

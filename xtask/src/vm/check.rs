@@ -40,6 +40,7 @@ fn spec(label: KernelLabel, commands: Vec<String>, rw_dirs: Vec<PathBuf>) -> Res
         wire: None,
         kernel_args: Vec::new(),
         queues: 1,
+        nics: 1,
     })
 }
 

@@ -56,6 +56,12 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
             args.queues
         );
     }
+    if args.nics > 1 && commands.len() != 2 {
+        bail!(
+            "--nics {}: the NICs are on links, which need two guests",
+            args.nics
+        );
+    }
     if args.queues > 1 && !crate::setup::is_root() {
         bail!(
             "--queues {}: the tap link needs root (a network namespace, taps)",
@@ -90,6 +96,7 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
         }),
         kernel_args: args.kernel_args.clone(),
         queues: args.queues,
+        nics: args.nics,
     };
     let outcome = run_guests(&spec)?;
     let peak: u64 = outcome.guests.iter().map(|g| g.peak_rss_kib).sum();

@@ -30,6 +30,8 @@ param() {
 NAME=$(param name)
 ADDR=$(param addr)
 PEER=$(param peer)
+ADDR2=$(param addr2)
+PEER2=$(param peer2)
 
 for module in $(cat /modules.order); do
     insmod "/lib/modules/$module" || fail "insmod $module"
@@ -81,6 +83,13 @@ if [ -n "$ADDR" ]; then
     # Barrier: both guests start their commands once the link works both ways.
     for _ in $(seq 300); do
         ping -c 1 -W 1 "$PEER" >/dev/null 2>&1 && break
+    done
+fi
+if [ -n "$ADDR2" ]; then
+    ip link set eth1 up || fail "no eth1"
+    ip addr add "$ADDR2" dev eth1 || fail "ip addr add $ADDR2"
+    for _ in $(seq 300); do
+        ping -c 1 -W 1 "$PEER2" >/dev/null 2>&1 && break
     done
 fi
 

@@ -102,6 +102,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8),
           conflicts_with = "wire_delay_us")]
     pub queues: u8,
+    /// Two guests: NICs per guest, each on a link of its own. 2 adds eth1 (10.214.0.1 and
+    /// 10.214.0.2/24), on a datagram link straight between the two qemu (docs/vm.md).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2),
+          conflicts_with = "wire_delay_us")]
+    pub nics: u8,
     /// An extra kernel command-line parameter of every guest (e.g. `threadirqs`). Repeatable.
     #[arg(long = "kernel-arg", value_name = "PARAM")]
     pub kernel_args: Vec<String>,

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result};
 
-use super::spec::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, RunSpec};
+use super::spec::{GUEST_NAMES, LINK_ADDRS, LINK_PREFIX, LINK2_ADDRS, RunSpec};
 use super::tap_link::tap_name;
 use super::wire::{link_socket, wire_socket};
 
@@ -71,6 +71,14 @@ pub fn qemu_args(
             LINK_ADDRS[1 - index]
         );
     }
+    if spec.commands.len() == 2 && spec.nics > 1 {
+        args.extend(second_link_args(index, run_dir));
+        append += &format!(
+            " meshlab.addr2={}/{LINK_PREFIX} meshlab.peer2={}",
+            LINK2_ADDRS[index],
+            LINK2_ADDRS[1 - index]
+        );
+    }
     append += &extra_kernel_params(spec);
     args.push("-append".into());
     args.push(append);
@@ -107,6 +115,25 @@ fn link_args(spec: &RunSpec, index: usize, run_dir: &Path) -> [String; 4] {
         ),
         "-device".into(),
         format!("virtio-net-pci,netdev=link,{mac}"),
+    ]
+}
+
+/// Guest `index`'s second NIC (eth1: probed after the first, whose device comes first on the
+/// command line): straight to the peer's second socket.
+fn second_link_args(index: usize, run_dir: &Path) -> [String; 4] {
+    let socket = |i: usize| escape(&run_dir.join(format!("link2-{}.sock", GUEST_NAMES[i])));
+    [
+        "-netdev".into(),
+        format!(
+            "dgram,id=link2,local.type=unix,local.path={},remote.type=unix,remote.path={}",
+            socket(index),
+            socket(1 - index)
+        ),
+        "-device".into(),
+        format!(
+            "virtio-net-pci,netdev=link2,mac=52:54:00:6d:6d:0{}",
+            index + 1
+        ),
     ]
 }
 
@@ -190,6 +217,7 @@ mod tests {
             wire: None,
             kernel_args: Vec::new(),
             queues: 1,
+            nics: 1,
         }
     }
 
@@ -232,6 +260,24 @@ mod tests {
         assert!(a.contains("meshlab.addr=10.213.0.1/24 meshlab.peer=10.213.0.2"));
         assert!(b.contains("meshlab.addr=10.213.0.2/24 meshlab.peer=10.213.0.1"));
         assert!(!a.contains("-netdev user") && !b.contains("-netdev user"));
+    }
+
+    #[test]
+    fn a_second_nic_has_a_link_and_a_subnet_of_its_own() {
+        let mut spec = spec(2);
+        spec.nics = 2;
+        let (a, b) = (args(&spec, 0).join(" "), args(&spec, 1).join(" "));
+        assert!(a.contains(
+            "local.path=/tmp/run/link2-a.sock,remote.type=unix,remote.path=/tmp/run/link2-b.sock"
+        ));
+        assert!(b.contains(
+            "local.path=/tmp/run/link2-b.sock,remote.type=unix,remote.path=/tmp/run/link2-a.sock"
+        ));
+        // eth0 first: the device on the command line first is probed first.
+        let (eth0, eth1) = (a.find("netdev=link,"), a.find("netdev=link2,"));
+        assert!(eth0.is_some() && eth0 < eth1, "{a}");
+        assert!(a.contains("meshlab.addr2=10.214.0.1/24 meshlab.peer2=10.214.0.2"));
+        assert!(b.contains("meshlab.addr2=10.214.0.2/24 meshlab.peer2=10.214.0.1"));
     }
 
     #[test]

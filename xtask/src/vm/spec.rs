@@ -11,6 +11,8 @@ use super::kernel::KernelLabel;
 /// the two qemu processes. No host interface, no route, no gateway.
 pub const LINK_ADDRS: [&str; 2] = ["10.213.0.1", "10.213.0.2"];
 pub const LINK_PREFIX: u8 = 24;
+/// The second link (`vm run --nics 2`): each guest's eth1, on a datagram link of its own.
+pub const LINK2_ADDRS: [&str; 2] = ["10.214.0.1", "10.214.0.2"];
 pub const GUEST_NAMES: [&str; 2] = ["a", "b"];
 #[derive(Debug, Clone)]
 pub struct RunSpec {
@@ -32,6 +34,9 @@ pub struct RunSpec {
     /// Two guests: queue pairs of each guest's NIC. 1 = the datagram link; more = the
     /// multi-queue tap link of tap_link.rs (qemu's datagram link has one queue).
     pub queues: u8,
+    /// Two guests: NICs per guest. 2 = a second NIC (eth1) on a second datagram link, straight
+    /// between the two qemu.
+    pub nics: u8,
 }
 
 /// The wire relay's start delay (one way) and where it writes what the frames really took.

@@ -30,6 +30,7 @@ fn spec_or_skip(label: KernelLabel, commands: Vec<String>) -> Option<RunSpec> {
             wire: None,
             kernel_args: Vec::new(),
             queues: 1,
+            nics: 1,
         }),
         Err(why) if super::vm_required() => panic!("MESHLAB_REQUIRE_VM=1 but: {why:#}"),
         Err(why) => {

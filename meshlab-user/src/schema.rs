@@ -982,9 +982,9 @@ pub struct Segment {
     /// (a `Derivation` inline made them 112 bytes larger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub derived: Option<Box<Derivation>>,
-    /// Kernel stages: where the stage ran (the event that ends it; the device, queue and IRQ of
-    /// the frame that starts it where that event has none, merge/event.rs `Place::or_device_of`),
-    /// for per-CPU and per-queue aggregation (`report --nic`).
+    /// Kernel stages: where the stage ran (the event that ends it; `rx_ip_tcp` on the device,
+    /// queue and IRQ of the frame that starts it, merge/segments.rs `IN_FRAME_CONTEXT`), for
+    /// per-CPU and per-queue aggregation (`report --nic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<Placement>,
 }

@@ -189,6 +189,39 @@ fn a_nic_frame_carrying_another_nics_irq_starts_at_netif_receive_skb() {
         "{:?}",
         places.collect::<Vec<_>>()
     );
+    // Placed on its own device, through the stage that starts at the frame.
+    let ip_tcp = (out.requests[0].segments.iter())
+        .find(|s| s.name == "rx_ip_tcp" && s.node.as_deref() == Some("B"))
+        .and_then(|s| s.place.as_ref());
+    assert_eq!(
+        ip_tcp.and_then(|p| p.dev.as_deref()),
+        Some("eth0"),
+        "{ip_tcp:?}"
+    );
+}
+
+/// Only `rx_ip_tcp` takes the device of the frame that starts it: with B's `tcp_probe` lost,
+/// the span joined over it (netif_receive_skb -> sk_data_ready) keeps only its CPU, so socket
+/// time never lands in the queue's rows of `report --nic`.
+#[test]
+fn a_span_joined_over_a_lost_tcp_probe_is_on_no_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = with_kernel_lines(dir.path(), "plain", "B", |lines| {
+        let probe = lines
+            .iter()
+            .position(|l| l.contains(r#""hook":"tcp_probe""#));
+        lines.remove(probe.unwrap());
+    });
+    let out = merge(&files, &[]);
+    let from_frame: Vec<_> = (out.requests[0].segments.iter())
+        .filter(|s| s.node.as_deref() == Some("B") && s.name.starts_with("rx_ip_tcp"))
+        .map(|s| (s.name.to_string(), s.place.clone()))
+        .collect();
+    let [(name, Some(place))] = from_frame.as_slice() else {
+        panic!("{from_frame:?}");
+    };
+    assert_eq!(name, "rx_ip_tcp+rx_tcp_deliver");
+    assert_eq!((place.cpu, &place.dev, place.queue), (1, &None, None));
 }
 
 /// B's startup with eth0 on two queues: vector 40 serves queue 0, vector 41 queue 1.

@@ -69,7 +69,7 @@ pub struct Traffic {
     pub seconds: u64,
     /// B's address on its second NIC (`vm run --nics 2`): B listens on every address, and a
     /// second client, the same as the first, runs at the same time to this one.
-    pub second_nic: Option<&'static str>,
+    pub second_addr: Option<&'static str>,
 }
 
 impl Traffic {
@@ -79,7 +79,7 @@ impl Traffic {
         connections: 1,
         qps: 0,
         seconds: ROUND_SECS,
-        second_nic: None,
+        second_addr: None,
     };
 
     /// A's first run, its report in `DIR/a.json`: one client to `server`; with a second NIC,
@@ -93,7 +93,7 @@ impl Traffic {
                 self.seconds, self.connections, self.qps
             )
         };
-        match self.second_nic {
+        match self.second_addr {
             Some(second) => format!(
                 "{{ {} > {d}/a.json & C1=$!; {} > {d}/a2.json; C2=$?; wait $C1 && [ $C2 = 0 ]; }}",
                 client(server),
@@ -153,7 +153,7 @@ pub fn guest_scripts(
     };
     let stop = |node: &str| format!("{}kill -INT $REC; wait $REC", snapshot(node, 1));
     let set_queues = traffic.set_queues();
-    let listen = match traffic.second_nic {
+    let listen = match traffic.second_addr {
         Some(_) => format!("0.0.0.0:{PORT}"),
         None => server.clone(),
     };

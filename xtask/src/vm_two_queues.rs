@@ -33,7 +33,7 @@ pub const TRAFFIC: Traffic = Traffic {
     // 3200 requests at best; the cross-machine check wants at least 1000 from A, which leaves
     // room for the TCG guest stalling (whole seconds on a loaded host, docs/vm.md).
     seconds: 8,
-    second_nic: None,
+    second_addr: None,
 };
 /// Each queue's least share of B's RX frames on eth0 (one flow of 16 is about 6 %).
 const MIN_QUEUE_SHARE: f64 = 0.03;
@@ -117,7 +117,11 @@ fn every_request_on_an_rx_queue(
         .count() as u64;
     let counted: u64 = on_queues.values().sum();
     eprintln!(
-        "vm two queues: requests B received {received}, on B's RX queues {on_queues:?} ({counted})"
+        "vm rx queues: requests B received {received}, on B's RX queues {on_queues:?} ({counted})"
+    );
+    ensure!(
+        received > 0,
+        "no merged request B received: nothing was counted"
     );
     ensure!(
         counted == received,

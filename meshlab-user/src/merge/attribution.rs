@@ -174,11 +174,16 @@ impl<'h> Chain<'h> {
         for w in kept.windows(2) {
             let span = span(clock, &w[0], &w[1]);
             let (name, layer, unit, kind) = self.describe(w[0].pos, w[1].pos);
-            // A kernel stage ran where the event that ends it was recorded, on the device of
-            // the frame it carries on.
+            // A kernel stage ran where the event that ends it was recorded; `rx_ip_tcp` on the
+            // device of the frame that starts it (segments::IN_FRAME_CONTEXT).
             let place = (layer == Layer::Kernel && !w[1].id.is_probe())
                 .then(|| {
-                    let place = w[1].stamp.place.or_device_of(&w[0].stamp.place);
+                    let end = w[1].stamp.place;
+                    let place = if (w[0].id, w[1].id) == segments::IN_FRAME_CONTEXT {
+                        end.or_device_of(&w[0].stamp.place)
+                    } else {
+                        end
+                    };
                     placement(names, self.node_id, &place)
                 })
                 .flatten();

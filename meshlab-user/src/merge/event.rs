@@ -101,10 +101,11 @@ impl Place {
         Place::get(self.irq)
     }
 
-    /// A stage's place with the device, queue and IRQ of the frame it carries on: a stage that
-    /// starts at a device event and ends at one of no device on the same CPU (`rx_ip_tcp` ends
-    /// at `tcp_probe`) ran in that frame's context. Without it, a frame polled without an IRQ
-    /// of its own has no stage on its RX queue (`rx_napi_poll` needs the IRQ's softirq run).
+    /// A stage's place (that of the event ending it) with the device, queue and IRQ of the
+    /// frame that starts it, when the end has no device and both ran on one CPU: the stage ran
+    /// in that frame's softirq (merge/segments.rs `IN_FRAME_CONTEXT`). Without it, a frame
+    /// polled without an IRQ of its own has no stage on its RX queue (`rx_napi_poll` needs the
+    /// IRQ's softirq run).
     pub fn or_device_of(self, start: &Place) -> Place {
         if self.ifindex != UNKNOWN || start.ifindex == UNKNOWN || self.cpu != start.cpu {
             return self;

@@ -724,6 +724,13 @@ pub const NETWORK_ROUND_TRIP: &str = "network_round_trip";
 /// match): not split, and the request is incomplete.
 pub const PEER_WAIT: &str = "peer_wait";
 
+/// The one stage that runs in the receive softirq of the frame that starts it but ends at an
+/// event of no device (`tcp_probe`): `rx_ip_tcp` is placed on that frame's device, queue and
+/// IRQ when both ends ran on one CPU (merge/event.rs `Place::or_device_of`), so a frame polled
+/// without an IRQ of its own still counts on its queue. Not a span joined over lost points (it
+/// may hold scheduler or socket time), not `tcp_probe` from a socket backlog on another CPU.
+pub const IN_FRAME_CONTEXT: (PointId, PointId) = (NetifReceiveSkb, TcpProbe);
+
 pub fn find(from: PointId, to: PointId) -> Option<&'static SegmentDef> {
     SEGMENTS.iter().find(|d| d.from == from && d.to == to)
 }

@@ -88,9 +88,12 @@ fi
 if [ -n "$ADDR2" ]; then
     ip link set eth1 up || fail "no eth1"
     ip addr add "$ADDR2" dev eth1 || fail "ip addr add $ADDR2"
+    ok=
     for _ in $(seq 300); do
-        ping -c 1 -W 1 "$PEER2" >/dev/null 2>&1 && break
+        ping -c 1 -W 1 "$PEER2" >/dev/null 2>&1 && ok=1 && break
     done
+    # The first link's barrier waits for the peer's boot; this one only for a link that works.
+    [ -n "$ok" ] || fail "no answer from $PEER2 on eth1"
 fi
 
 echo "meshlab-init: guest $NAME running its command"

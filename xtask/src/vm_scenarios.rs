@@ -154,11 +154,11 @@ fn two_nic_scenario(xtask: &Path, kernel: &str) -> Result<()> {
     let meshlab = target_dir().join("debug/meshlab");
     let result = run_two_nics(xtask, kernel, &dir, &meshlab).and_then(|()| {
         let records = read_ndjson(&dir.join("b.ndjson"))?;
-        check_nic_irq_recording(&records)
-            .and_then(|()| vm_two_nics::check_nics_share_a_cpu(&records))
-            .and_then(|()| vm_irq_counts::check(&meshlab, &dir, "b"))
+        check_nic_irq_recording(&records)?;
+        let run = vm_two_nics::check_nics_share_a_cpu(&records)?;
+        vm_irq_counts::check(&meshlab, &dir, "b")
             .and_then(|()| vm_two_queues::check_every_request_on_an_rx_queue(&dir))
-            .and_then(|()| vm_two_nics::check_requests_on_their_nic(&dir, &records))
+            .and_then(|()| vm_two_nics::check_requests_on_their_nic(&dir, &run))
             .and_then(|()| vm_two_machines::merge_and_check_joined(&meshlab, &dir).map(drop))
     });
     finish(

@@ -62,6 +62,7 @@ pub fn rx_vectors(records: &[Value]) -> Result<BTreeMap<String, BTreeSet<u64>>> 
 
 /// B's RX frames (`netif_receive_skb`) per NIC; per CPU; and how many carried the other NIC's
 /// vector in their CPU context.
+#[derive(Debug)]
 struct Frames {
     per_nic: BTreeMap<&'static str, usize>,
     per_cpu: BTreeMap<u64, usize>,
@@ -92,10 +93,18 @@ fn frames(records: &[Value], vectors: &BTreeMap<String, BTreeSet<u64>>) -> Resul
     Ok(f)
 }
 
+/// What B's recording says of the run: its NICs' RX vectors and its frames on them.
+#[derive(Debug)]
+pub struct NicRun {
+    vectors: BTreeMap<String, BTreeSet<u64>>,
+    frames: Frames,
+}
+
 /// B's frames on both NICs, all on one CPU, and at least one of them with the other NIC's
 /// vector in its CPU context (else the run did not exercise what it is for).
-pub fn check_nics_share_a_cpu(records: &[Value]) -> Result<()> {
-    let f = frames(records, &rx_vectors(records)?)?;
+pub fn check_nics_share_a_cpu(records: &[Value]) -> Result<NicRun> {
+    let vectors = rx_vectors(records)?;
+    let f = frames(records, &vectors)?;
     let total: usize = f.per_nic.values().sum();
     eprintln!(
         "vm two nics: B's RX frames per NIC {:?}, per CPU {:?}; {} with the other NIC's IRQ in \
@@ -119,22 +128,20 @@ pub fn check_nics_share_a_cpu(records: &[Value]) -> Result<()> {
         f.in_the_others_run > 0,
         "no frame was polled in a softirq run the other NIC's IRQ started: nothing was tested"
     );
-    Ok(())
+    Ok(NicRun { vectors, frames: f })
 }
 
 /// Every merged request B received (its `rx_ip_tcp` on B) has B's RX stages on the NIC of the
 /// address it was sent to, and none on a vector of the other NIC; and the merge has at least
 /// [`MIN_MERGED`] of each NIC's frames as such requests (one small message, one frame).
-pub fn check_requests_on_their_nic(dir: &Path, records: &[Value]) -> Result<()> {
-    let vectors = rx_vectors(records)?;
+pub fn check_requests_on_their_nic(dir: &Path, run: &NicRun) -> Result<()> {
     let merged = read_ndjson(&dir.join("nic.merged.ndjson"))?;
-    let received = requests_on_their_nic(&merged, &vectors)?;
-    let f = frames(records, &vectors)?;
+    let received = requests_on_their_nic(&merged, &run.vectors)?;
     eprintln!(
         "vm two nics: requests B received per NIC, each placed on it: {received:?}, of frames {:?}",
-        f.per_nic
+        run.frames.per_nic
     );
-    enough_merged(&received, &f.per_nic)
+    enough_merged(&received, &run.frames.per_nic)
 }
 
 fn enough_merged(received: &BTreeMap<&str, usize>, frames: &BTreeMap<&str, usize>) -> Result<()> {

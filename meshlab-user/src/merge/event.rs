@@ -110,10 +110,7 @@ impl Place {
         if self.ifindex != UNKNOWN || start.ifindex == UNKNOWN || self.cpu != start.cpu {
             return self;
         }
-        Place {
-            cpu: self.cpu,
-            ..*start
-        }
+        *start
     }
 
     /// The same place without its IRQ and the queue known only through it.

@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 
+use crate::cleanup::status_forwarding;
 use crate::truth;
 use crate::truth_cause::{Cause, VM_CAUSES, VM_NAMED_CAUSES};
 use crate::truth_retransmit::{self, retransmissions};
@@ -19,6 +20,7 @@ use crate::truth_stats::{self, RunStats, TableSetting};
 use crate::truth_vm_script::{
     self, HOG_CPU, IRQ_GUEST_CPUS, PlannedRun, boot_params, cause_slug, guest_cpus, irq_state,
 };
+use crate::vm::GUEST_STOPPED_EXIT;
 use crate::{read_ndjson, run_cmd, target_dir, vm_wire_rounds};
 
 /// The guests' kernel: 6.12 has every tier the merge needs for complete requests (6.1 has no
@@ -63,7 +65,6 @@ pub fn run(args: VmTruth) -> Result<()> {
     let mut boots = Vec::new();
     for (index, (cpus, group)) in boot_groups(&causes).into_iter().enumerate() {
         let boot_dir = dir.path.join(format!("boot{index}"));
-        std::fs::create_dir_all(&boot_dir)?;
         boots.push(Boot::run(
             &meshlab,
             &boot_dir,
@@ -162,10 +163,6 @@ impl Boot {
         seconds: u64,
     ) -> Result<Self> {
         let runs = truth_vm_script::plan(&causes, rounds);
-        // The guests append: a kept directory's earlier run must not mix into this one.
-        for appended in ["rounds", "b.irq-log"] {
-            let _ = std::fs::remove_file(dir.join(appended));
-        }
         let started = std::time::Instant::now();
         boot_and_run(meshlab, dir, &runs, seconds, cpus)?;
         eprintln!(
@@ -190,7 +187,12 @@ impl Boot {
 }
 
 /// Boots both guests (`xtask vm run`: its guards stop the guests on every exit path, the
-/// qdiscs and the hog live and die inside them) and waits for both scripts.
+/// qdiscs and the hog live and die inside them) and waits for both scripts, in an emptied
+/// `dir` (the guests append to some of its files: a kept directory's earlier run must not mix
+/// into this one). When a guest stops with nothing on its console after its command started
+/// (`vm run` exits [`GUEST_STOPPED_EXIT`]: a TCG flake of these three-vCPU boots, docs/truth.md,
+/// which failed CI-66), both boot again, once, in the emptied directory: the scripts write
+/// only there, and a second stop fails the run.
 fn boot_and_run(
     meshlab: &Path,
     dir: &Path,
@@ -202,16 +204,57 @@ fn boot_and_run(
     // Boot and recorder start-up (~30 s under TCG), then per run its seconds plus the client's
     // start and the cause's switch.
     let timeout = 180 + runs.len() as u64 * (seconds + 15);
-    run_cmd(
-        dies_with_parent(&mut Command::new(crate::self_exe()?))
-            .args(["vm", "run", "--kernel", KERNEL, "--cpus", &cpus.to_string()])
-            .args(["--memory", GUEST_MEMORY_MIB])
-            .args(["--timeout", &timeout.to_string(), "--rw"])
-            .arg(dir)
-            .args(truth_vm_script::wire_args(runs, dir))
-            .args(truth_vm_script::kernel_args(runs))
-            .args(["--a", &scripts.a, "--b", &scripts.b]),
-    )
+    let mut vm_run = Command::new(crate::self_exe()?);
+    dies_with_parent(&mut vm_run)
+        .args(["vm", "run", "--kernel", KERNEL, "--cpus", &cpus.to_string()])
+        .args(["--memory", GUEST_MEMORY_MIB])
+        .args(["--timeout", &timeout.to_string(), "--rw"])
+        .arg(dir)
+        .args(truth_vm_script::wire_args(runs, dir))
+        .args(truth_vm_script::kernel_args(runs))
+        .args(["--a", &scripts.a, "--b", &scripts.b]);
+    let what = crate::render(&vm_run);
+    for attempt in 1u32.. {
+        empty_dir(dir)?;
+        eprintln!("xtask: $ {what}");
+        let status = status_forwarding(vm_run.current_dir(crate::workspace_root()), &what)?;
+        match after_boot(status.code(), attempt) {
+            AfterBoot::Done => return Ok(()),
+            AfterBoot::BootAgain => eprintln!(
+                "truth --vm: a guest stopped after its command started, with nothing on its \
+                 console (vm run exit {GUEST_STOPPED_EXIT}): booting both again, once"
+            ),
+            AfterBoot::Fail => bail!("`{what}` failed: {status} (boot {attempt})"),
+        }
+    }
+    unreachable!("the loop returns or fails")
+}
+
+#[derive(Debug, PartialEq)]
+enum AfterBoot {
+    Done,
+    BootAgain,
+    Fail,
+}
+
+/// What `vm run`'s exit `code` after boot number `attempt` (from 1) calls for.
+fn after_boot(code: Option<i32>, attempt: u32) -> AfterBoot {
+    match (code, attempt) {
+        (Some(0), _) => AfterBoot::Done,
+        (Some(GUEST_STOPPED_EXIT), 1) => AfterBoot::BootAgain,
+        _ => AfterBoot::Fail,
+    }
+}
+
+/// Removes `dir` with what is in it, and creates it empty.
+fn empty_dir(dir: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("emptying {}", dir.display()));
+        }
+        _ => {}
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
 }
 
 /// SIGTERM to `cmd`'s process when this one dies, also without unwinding (SIGKILL): `vm run`
@@ -499,6 +542,34 @@ mod tests {
     use super::*;
     use crate::truth_retransmit::Retransmissions;
     use serde_json::json;
+
+    #[test]
+    fn only_a_first_silent_stop_boots_again() {
+        assert_eq!(after_boot(Some(0), 1), AfterBoot::Done);
+        assert_eq!(after_boot(Some(0), 2), AfterBoot::Done);
+        assert_eq!(
+            after_boot(Some(GUEST_STOPPED_EXIT), 1),
+            AfterBoot::BootAgain
+        );
+        assert_eq!(after_boot(Some(GUEST_STOPPED_EXIT), 2), AfterBoot::Fail);
+        // A script's own failure, vm run's error (a timeout) and a signal are not retried.
+        assert_eq!(after_boot(Some(1), 1), AfterBoot::Fail);
+        assert_eq!(after_boot(None, 1), AfterBoot::Fail);
+    }
+
+    #[test]
+    fn emptying_a_boot_directory_removes_an_earlier_run() {
+        let dir = std::env::temp_dir().join(format!("truth-vm-empty-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("rounds"), "netem-delay off 1 2\n").unwrap();
+        empty_dir(&dir).unwrap();
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        std::fs::remove_dir(&dir).unwrap();
+        // A missing directory is created.
+        empty_dir(&dir).unwrap();
+        assert!(dir.is_dir());
+        std::fs::remove_dir(&dir).unwrap();
+    }
 
     #[test]
     fn only_the_irq_cause_boots_guests_with_more_vcpus() {

@@ -119,7 +119,35 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
     exit_code(&spec, &outcome)
 }
 
-/// First non-zero guest status (A before B); an error when a guest never reported one.
+/// A guest stopped without a status before its command finished, and not at the run's
+/// timeout: its qemu exited (under TCG a guest with several vCPUs now and then stops with
+/// nothing on its console, docs/truth.md). `vm run` exits with [`GUEST_STOPPED_EXIT`] for it,
+/// so a caller whose commands can run again from a clean start may tell it from a failure of
+/// the command (`truth --vm` boots again, once).
+#[derive(Debug)]
+pub struct GuestStopped {
+    pub name: &'static str,
+    pub console_log: PathBuf,
+}
+
+impl std::fmt::Display for GuestStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "guest {} stopped before its command finished; console log {}",
+            self.name,
+            self.console_log.display()
+        )
+    }
+}
+
+impl std::error::Error for GuestStopped {}
+
+/// `vm run`'s exit status for [`GuestStopped`]: EX_TEMPFAIL of sysexits(3), "try again later".
+pub const GUEST_STOPPED_EXIT: i32 = 75;
+
+/// First non-zero guest status (A before B); an error when a guest never reported one
+/// ([`GuestStopped`] when it stopped before the timeout).
 pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
     let mut code = 0;
     for guest in &outcome.guests {
@@ -131,16 +159,19 @@ pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
             }
             None => {
                 print_console_tail(&guest.console_log);
-                let why = if outcome.timed_out {
-                    format!("timed out after {} s", spec.timeout.as_secs())
-                } else {
-                    "stopped before its command finished".to_owned()
-                };
-                bail!(
-                    "guest {} {why}; console log {}",
-                    guest.name,
-                    guest.console_log.display()
-                );
+                if outcome.timed_out {
+                    bail!(
+                        "guest {} timed out after {} s; console log {}",
+                        guest.name,
+                        spec.timeout.as_secs(),
+                        guest.console_log.display()
+                    );
+                }
+                return Err(GuestStopped {
+                    name: guest.name,
+                    console_log: guest.console_log.clone(),
+                }
+                .into());
             }
         }
     }

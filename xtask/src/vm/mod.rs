@@ -23,7 +23,9 @@ mod wire;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+
 use clap::{Args, Subcommand};
+pub use guest::GUEST_STOPPED_EXIT;
 
 pub use kernel::KernelLabel;
 
@@ -127,7 +129,13 @@ pub fn run(args: VmArgs) -> Result<()> {
             Ok(())
         }
         VmCommand::Run(run_args) => {
-            let code = guest::run_cli(&run_args)?;
+            let code = match guest::run_cli(&run_args) {
+                Err(err) if err.is::<guest::GuestStopped>() => {
+                    eprintln!("Error: {err}");
+                    guest::GUEST_STOPPED_EXIT
+                }
+                other => other?,
+            };
             // Every guest is dead and the run directory removed here: exit with the guest's
             // status so callers (cargo's runner protocol, CI) see the command's own result.
             if code != 0 {

@@ -117,3 +117,32 @@ fn two_guests_report_their_own_status_and_reach_each_other_only_on_the_link() {
         "meshlab-b\n"
     );
 }
+
+#[test]
+fn a_guest_stopped_after_its_command_started_is_told_apart_from_a_failure_and_not_rerun() {
+    // An immediate reset with -no-reboot: qemu exits with no status and nothing on the
+    // console, as the TCG flake does (docs/truth.md).
+    let command = "echo b > /proc/sysrq-trigger; sleep 60".to_owned();
+    let Some(spec) = spec_or_skip(KernelLabel::V6_1, vec![command]) else {
+        return;
+    };
+    let _serial = ONE_BOOT_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let outcome = guest::run_guests(&spec).expect("run");
+    let g = &outcome.guests[0];
+    assert!(g.started, "console log {}", g.console_log.display());
+    assert_eq!(g.status, None);
+    assert!(!outcome.timed_out);
+    let err = guest::exit_code(&spec, &outcome).expect_err("no status is an error");
+    let stopped = err
+        .downcast_ref::<guest::GuestStopped>()
+        .expect("GuestStopped");
+    assert_eq!(stopped.name, g.name);
+    // The timeout is a different error, which no caller reruns.
+    let timed_out = guest::RunOutcome {
+        timed_out: true,
+        ..outcome
+    };
+    let err = guest::exit_code(&spec, &timed_out).expect_err("timeout");
+    assert!(!err.is::<guest::GuestStopped>(), "{err:#}");
+    assert!(err.to_string().contains("timed out after 180 s"), "{err:#}");
+}

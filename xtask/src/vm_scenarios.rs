@@ -406,6 +406,9 @@ mod tests {
         assert_eq!(counts.with_irq, 200);
         records[7] = frame(7500, 7600);
         let err = check_rx_irqs(&records, &nic_irqs).err().unwrap();
-        assert!(err.to_string().contains("IRQ 7600 must precede RX 7500"), "{err}");
+        assert!(
+            err.to_string().contains("IRQ 7600 must precede RX 7500"),
+            "{err}"
+        );
     }
 }

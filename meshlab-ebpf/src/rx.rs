@@ -43,15 +43,24 @@ fn netif_context(ev: &mut Event) {
             && pending <= ev.ts_ns
             && pending > state.softirq_entry_ns.max(state.irq_entry_ns)
             && (state.softirq_entry_ns | state.irq_entry_ns) != 0
-            && irq_of_frame(state.pending_irq, ev.ifindex, ev.queue)
         {
-            state.irq = state.pending_irq;
-            state.irq_entry_ns = state.pending_irq_ns;
-            state.softirq_raise_ns = state.pending_raise_ns;
-            clear(&mut state.softirq_entry_ns);
-            clear(&mut state.pending_irq);
-            clear(&mut state.pending_irq_ns);
-            clear(&mut state.pending_raise_ns);
+            // A hard IRQ may interrupt this program and its handler's programs rewrite the
+            // pending fields: the IRQ and its raise are copied out once, and promoted only if
+            // no newer IRQ came meanwhile (checked after the lookup). One that came stays
+            // pending: it is after this frame's stamp.
+            let (irq, raise) = (state.pending_irq, state.pending_raise_ns);
+            // SAFETY: a plain read of this CPU's slot; volatile, so it is read again here.
+            let unchanged =
+                || unsafe { core::ptr::read_volatile(&state.pending_irq_ns) } == pending;
+            if irq_of_frame(irq, ev.ifindex, ev.queue) && unchanged() {
+                state.irq = irq;
+                state.irq_entry_ns = pending;
+                state.softirq_raise_ns = raise;
+                clear(&mut state.softirq_entry_ns);
+                clear(&mut state.pending_irq);
+                clear(&mut state.pending_irq_ns);
+                clear(&mut state.pending_raise_ns);
+            }
         }
     }
     attach_cpu_context(ev);

@@ -1,5 +1,5 @@
-//! The sender's send queue (docs/segments.md, `tx_socket_queue`) and a server chain whose
-//! receive context began before the request left. Constructed edits of the kernel-only
+//! The sender's send queue (docs/segments.md, `tx_socket_queue`), and a server or client
+//! chain whose receive context began before its message left. Constructed edits of the kernel-only
 //! fixture, whose first request is A's tcp_sendmsg at 1000001001800, net_dev_queue at
 //! 1000001003800 (`tx_tcp_ip` 2000 ns), send return at 1000001005100 (after the data left:
 //! no point); B's request RX context IRQ 7000001014900, raise 7000001015200, softirq
@@ -25,9 +25,9 @@ fn first_request(node: &str, edit: impl FnOnce(&mut Vec<String>)) -> MergedReque
     rs.remove(0)
 }
 
-/// The kernel-only request with A's request TX as `tx`, the round trip `rtt` and B's RX stages
-/// from `rx_from` on (the standard stages without the ones before it).
-fn expected(tx: &[(&'static str, u64)], rtt: u64, rx_from: usize) -> Vec<Seg> {
+/// The kernel-only request with A's request TX as `tx`, the round trip `rtt`, B's RX stages
+/// from `rx_from` on and A's from `a_rx_from` on (the standard stages without the ones before).
+fn expected(tx: &[(&'static str, u64)], rtt: u64, rx_from: usize, a_rx_from: usize) -> Vec<Seg> {
     let mut v = on("A", tx);
     v.push(("network_round_trip", None, rtt));
     v.extend(on("B", &RX_STAGES[rx_from..]));
@@ -40,7 +40,7 @@ fn expected(tx: &[(&'static str, u64)], rtt: u64, rx_from: usize) -> Vec<Seg> {
         ],
     ));
     v.extend(on("B", &TX_STAGES));
-    v.extend(on("A", &RX_STAGES));
+    v.extend(on("A", &RX_STAGES[a_rx_from..]));
     v.extend(on("A", &[("rx_wakeup_to_copy", 1300), ("rx_copy", 1100)]));
     v
 }
@@ -66,7 +66,7 @@ fn a_send_returning_before_its_last_byte_left_splits_tx_tcp_ip() {
     assert!(r.complete, "{r:?}");
     let mut tx = vec![("tx_tcp_ip", 1200), ("tx_socket_queue", 800)];
     tx.extend(&TX_STAGES[1..]);
-    assert_request(&r, &expected(&tx, 20_000, 0), E2E);
+    assert_request(&r, &expected(&tx, 20_000, 0, 0), E2E);
     let queue = r.segments.iter().find(|s| s.name == "tx_socket_queue");
     let queue = queue.expect("tx_socket_queue");
     assert_eq!((&*queue.unit, queue.kind), ("socket", Kind::Queue));
@@ -77,7 +77,7 @@ fn a_send_returning_after_its_data_left_is_no_point() {
     // The fixture as recorded: the return comes after the driver's, nothing waited.
     let r = first_request("A", |_| {});
     assert!(r.complete, "{r:?}");
-    assert_request(&r, &expected(&TX_STAGES, 20_000, 0), E2E);
+    assert_request(&r, &expected(&TX_STAGES, 20_000, 0, 0), E2E);
 }
 
 #[test]
@@ -97,5 +97,26 @@ fn a_receive_context_before_the_request_left_does_not_start_the_server_chain() {
     });
     assert!(r.complete, "{r:?}");
     // The round trip gains the 1700 ns of IRQ, raise and softirq run the fixture had.
-    assert_request(&r, &expected(&TX_STAGES, 21_700, 3), E2E);
+    assert_request(&r, &expected(&TX_STAGES, 21_700, 3, 0), E2E);
+}
+
+#[test]
+fn a_receive_context_before_the_response_existed_does_not_end_the_clients_wait() {
+    // A's softirq run (and its IRQ) began 30 us earlier than recorded: the outer span from the
+    // request's departure, 34900 ns, is shorter than B's 44900 whatever B's side drops (its
+    // context, its driver return). The run began before the response existed (an earlier
+    // frame's IRQ, NAPI polling on), so the wait ends at A's netif_receive_skb.
+    let r = first_request("A", |lines| {
+        assert!(lines[7].contains("netif_receive_skb"), "{}", lines[7]);
+        for (from, to) in [
+            ("1000001069800", "1000001039800"),
+            ("1000001070100", "1000001040100"),
+            ("1000001070700", "1000001040700"),
+        ] {
+            lines[7] = lines[7].replace(from, to);
+        }
+    });
+    assert!(r.complete, "{r:?}");
+    // The round trip gains the 1700 ns of A's IRQ, raise and softirq run the fixture had.
+    assert_request(&r, &expected(&TX_STAGES, 21_700, 0, 3), E2E);
 }

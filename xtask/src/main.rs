@@ -197,13 +197,19 @@ fn live_exe(exe: PathBuf) -> Result<PathBuf> {
 /// Runs a command in the workspace root, echoing it; fails with its status. A signal to xtask
 /// meanwhile is passed on to it (often xtask again, or sudo: it cleans up after itself).
 pub fn run_cmd(cmd: &mut Command) -> Result<()> {
-    let what = render(cmd);
-    eprintln!("xtask: $ {what}");
-    let status = cleanup::status_forwarding(cmd.current_dir(workspace_root()), &what)?;
+    let (what, status) = run_cmd_status(cmd)?;
     if !status.success() {
         bail!("`{what}` failed: {status}");
     }
     Ok(())
+}
+
+/// [`run_cmd`] that leaves the exit status to the caller; the command line as shown with it.
+pub fn run_cmd_status(cmd: &mut Command) -> Result<(String, std::process::ExitStatus)> {
+    let what = render(cmd);
+    eprintln!("xtask: $ {what}");
+    let status = cleanup::status_forwarding(cmd.current_dir(workspace_root()), &what)?;
+    Ok((what, status))
 }
 
 /// Every line of an NDJSON file (a recording, a merge), parsed; an error names the line.

@@ -12,7 +12,6 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::cleanup::status_forwarding;
 use crate::truth;
 use crate::truth_cause::{Cause, VM_CAUSES, VM_NAMED_CAUSES};
 use crate::truth_retransmit::{self, retransmissions};
@@ -21,7 +20,7 @@ use crate::truth_vm_script::{
     self, HOG_CPU, IRQ_GUEST_CPUS, PlannedRun, boot_params, cause_slug, guest_cpus, irq_state,
 };
 use crate::vm::GUEST_STOPPED_EXIT;
-use crate::{read_ndjson, run_cmd, target_dir, vm_wire_rounds};
+use crate::{read_ndjson, run_cmd, run_cmd_status, target_dir, vm_wire_rounds};
 
 /// The guests' kernel: 6.12 has every tier the merge needs for complete requests (6.1 has no
 /// sk_data_ready tier, vm_scenarios.rs).
@@ -189,10 +188,11 @@ impl Boot {
 /// Boots both guests (`xtask vm run`: its guards stop the guests on every exit path, the
 /// qdiscs and the hog live and die inside them) and waits for both scripts, in an emptied
 /// `dir` (the guests append to some of its files: a kept directory's earlier run must not mix
-/// into this one). When a guest stops with nothing on its console after its command started
-/// (`vm run` exits [`GUEST_STOPPED_EXIT`]: a TCG flake of these three-vCPU boots, docs/truth.md,
-/// which failed CI-66), both boot again, once, in the emptied directory: the scripts write
-/// only there, and a second stop fails the run.
+/// into this one). When a guest stops without a status after its command started (`vm run`
+/// exits [`GUEST_STOPPED_EXIT`]: a TCG flake of these three-vCPU boots, with nothing on the
+/// console, docs/truth.md, which failed CI-66), both boot again, once, in the emptied
+/// directory: the scripts write only there, and a second stop fails the run. (The second
+/// `vm run` removes the first one's console logs; their tails are on stderr.)
 fn boot_and_run(
     meshlab: &Path,
     dir: &Path,
@@ -213,16 +213,14 @@ fn boot_and_run(
         .args(truth_vm_script::wire_args(runs, dir))
         .args(truth_vm_script::kernel_args(runs))
         .args(["--a", &scripts.a, "--b", &scripts.b]);
-    let what = crate::render(&vm_run);
     for attempt in 1u32.. {
         empty_dir(dir)?;
-        eprintln!("xtask: $ {what}");
-        let status = status_forwarding(vm_run.current_dir(crate::workspace_root()), &what)?;
+        let (what, status) = run_cmd_status(&mut vm_run)?;
         match after_boot(status.code(), attempt) {
             AfterBoot::Done => return Ok(()),
             AfterBoot::BootAgain => eprintln!(
-                "truth --vm: a guest stopped after its command started, with nothing on its \
-                 console (vm run exit {GUEST_STOPPED_EXIT}): booting both again, once"
+                "truth --vm: a guest stopped without a status after its command started (vm run \
+                 exit {GUEST_STOPPED_EXIT}): booting both again, once"
             ),
             AfterBoot::Fail => bail!("`{what}` failed: {status} (boot {attempt})"),
         }

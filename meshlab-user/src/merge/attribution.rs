@@ -583,7 +583,7 @@ fn client_segments(
     let chain = &cside.chain;
     let e2e = span(cc, &cside.first, &cside.last).dur_ns();
     let (pre, post) = (cside.pre(), cside.post());
-    let (Some(_), Some(arrived)) = (pre.last(), post.first()) else {
+    let (Some(_), Some(_)) = (pre.last(), post.first()) else {
         // Only reachable when every point of one side was dropped: no wait to split.
         let rest = &chain.kept[cside.cut.saturating_sub(1)..];
         let mut segs = Vec::with_capacity(segment_room(pre.len() + rest.len()));
@@ -592,11 +592,11 @@ fn client_segments(
         return (segs, e2e);
     };
     let server = sside.filter(|s| s.chain.kept.len() >= 2);
-    let (sent, wait) = wait_for_peer(cc, cside, *arrived, server, names, trace, found);
+    let (sent, arrival, wait) = wait_for_peer(cc, cside, server, names, trace, found);
     let mut segs = Vec::with_capacity(segment_room(sent + post.len()) + wait.len());
     chain.segments(names, cc, &pre[..sent], &mut segs);
     segs.extend(wait);
-    chain.segments(names, cc, post, &mut segs);
+    chain.segments(names, cc, &post[arrival..], &mut segs);
     (segs, e2e)
 }
 
@@ -606,34 +606,40 @@ fn segment_room(kept: usize) -> usize {
     kept + 8
 }
 
-/// The wait for the peer, from the request's last kept point until the response `arrived`,
-/// split by the server's chain, and how many of the request's kept points come before it. A
-/// request's TX completion after the server already had the request (the difference would be
-/// negative) was reclaimed late, as the response's in [`split_wait`]: the wait then starts at
-/// the point before it, and the completion is no stage of this request.
+/// The wait for the peer, from the request's last kept point until the response arrived,
+/// split by the server's chain, how many of the request's kept points come before it and at
+/// which of the response's kept points it ends. A request's TX completion after the server
+/// already had the request (the difference would be negative) was reclaimed late, as the
+/// response's in [`split_wait`]: the wait then starts at the point before it, and the
+/// completion is no stage of this request.
 ///
 /// A server chain whose IRQ ran its handler late ([`a_late_irq_handler`]) keeps that IRQ
 /// before the request's late completion is: the server's receive context goes only when
 /// dropping the completion does not make the difference non-negative. Otherwise the context
 /// goes first ([`inner_chain`]), which with a threaded IRQ handler waiting milliseconds for its
 /// CPU (truth --vm `irq-rt-busy-cpu`) put that wait into the network round trip.
+///
+/// When nothing on the server's side makes the difference non-negative, the response's
+/// receive context on the client goes, as the server's does: a softirq run that began before
+/// the response existed (an earlier frame's IRQ, NAPI polling on while this one arrived) does
+/// not start it, and the wait ends at the next point, at the latest at `netif_receive_skb`.
 fn wait_for_peer(
     cc: &NodeClock,
     cside: &ClientSide,
-    arrived: Kept,
     server: Option<&ServerSide>,
     names: &Names,
     trace: &str,
     found: &mut Findings,
-) -> (usize, Vec<Segment>) {
-    let pre = cside.pre();
-    let outer_from = |n: usize| Outer {
-        span: span(cc, &pre[n - 1], &arrived),
-        ends: (pre[n - 1], arrived),
+) -> (usize, usize, Vec<Segment>) {
+    let (pre, post) = (cside.pre(), cside.post());
+    let outer = |n: usize, arrival: usize| Outer {
+        span: span(cc, &pre[n - 1], &post[arrival]),
+        ends: (pre[n - 1], post[arrival]),
         node: cside.chain.node,
     };
+    let unsplit = |n| vec![peer_wait(&outer(n, 0))];
     let Some(s) = server else {
-        return (pre.len(), vec![peer_wait(&outer_from(pre.len()))]);
+        return (pre.len(), 0, unsplit(pre.len()));
     };
     let late_handler = with_clock(s.half.node, |sc| a_late_irq_handler(&sc, &s.chain.kept));
     let rules: &[ContextRule] = if late_handler {
@@ -641,13 +647,40 @@ fn wait_for_peer(
     } else {
         &[ContextRule::MayDrop]
     };
+    let context = post.iter().take_while(|k| is_rx_context(k.id)).count();
+    let mut first_error = None;
+    for arrival in 0..=context.min(post.len() - 1) {
+        let outer_from = |n| outer(n, arrival);
+        match split_over_departures(pre, outer_from, s, rules, names, trace) {
+            Ok((n, segs)) => return (n, arrival, segs),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    found.errors.extend(first_error);
+    (pre.len(), 0, unsplit(pre.len()))
+}
+
+/// The outer wait ending at one arrival split by the server's chain: under each of `rules`,
+/// from the request's last kept point, then from the ones before it while the later one was
+/// reported after the hand-off. The number of the request's points before the wait and the
+/// segments, or the first error.
+fn split_over_departures<'n>(
+    pre: &[Kept],
+    outer_from: impl Fn(usize) -> Outer<'n>,
+    s: &ServerSide,
+    rules: &[ContextRule],
+    names: &Names,
+    trace: &str,
+) -> Result<(usize, Vec<Segment>), String> {
     let mut first_error = None;
     for &rule in rules {
         for n in (1..=pre.len()).rev() {
             match with_clock(s.half.node, |sc| {
                 split_wait(&sc, &outer_from(n), s, rule, names, trace)
             }) {
-                Ok(segs) => return (n, segs),
+                Ok(segs) => return Ok((n, segs)),
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
@@ -657,8 +690,7 @@ fn wait_for_peer(
             }
         }
     }
-    found.errors.extend(first_error);
-    (pre.len(), vec![peer_wait(&outer_from(pre.len()))])
+    Err(first_error.unwrap_or_default())
 }
 
 /// Whether the server's chain starts at a hard IRQ whose handler ran late: from the IRQ to the

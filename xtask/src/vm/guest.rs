@@ -119,11 +119,12 @@ pub fn run_cli(args: &RunArgs) -> Result<i32> {
     exit_code(&spec, &outcome)
 }
 
-/// A guest stopped without a status before its command finished, and not at the run's
+/// A guest stopped without a status after its command started, and not at the run's
 /// timeout: its qemu exited (under TCG a guest with several vCPUs now and then stops with
 /// nothing on its console, docs/truth.md). `vm run` exits with [`GUEST_STOPPED_EXIT`] for it,
 /// so a caller whose commands can run again from a clean start may tell it from a failure of
-/// the command (`truth --vm` boots again, once).
+/// the command (`truth --vm` boots again, once). A command that itself exits 75 looks the
+/// same to such a caller: `truth --vm`'s scripts exit 1 on failure.
 #[derive(Debug)]
 pub struct GuestStopped {
     pub name: &'static str,
@@ -147,7 +148,7 @@ impl std::error::Error for GuestStopped {}
 pub const GUEST_STOPPED_EXIT: i32 = 75;
 
 /// First non-zero guest status (A before B); an error when a guest never reported one
-/// ([`GuestStopped`] when it stopped before the timeout).
+/// ([`GuestStopped`] when its command had started and the run did not time out).
 pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
     let mut code = 0;
     for guest in &outcome.guests {
@@ -164,6 +165,14 @@ pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
                         "guest {} timed out after {} s; console log {}",
                         guest.name,
                         spec.timeout.as_secs(),
+                        guest.console_log.display()
+                    );
+                }
+                if !guest.started {
+                    // Its init failed, or a boot died again after `run_guests` booted again.
+                    bail!(
+                        "guest {} stopped before its command started; console log {}",
+                        guest.name,
                         guest.console_log.display()
                     );
                 }

@@ -23,10 +23,9 @@ mod wire;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
-
 use clap::{Args, Subcommand};
-pub use guest::GUEST_STOPPED_EXIT;
 
+pub use guest::GUEST_STOPPED_EXIT;
 pub use kernel::KernelLabel;
 
 #[derive(Debug, Args)]

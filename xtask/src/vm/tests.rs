@@ -119,7 +119,7 @@ fn two_guests_report_their_own_status_and_reach_each_other_only_on_the_link() {
 }
 
 #[test]
-fn a_guest_stopped_after_its_command_started_is_told_apart_from_a_failure_and_not_rerun() {
+fn a_guest_stopped_after_its_command_started_is_told_apart_from_a_failure() {
     // An immediate reset with -no-reboot: qemu exits with no status and nothing on the
     // console, as the TCG flake does (docs/truth.md).
     let command = "echo b > /proc/sysrq-trigger; sleep 60".to_owned();
@@ -145,4 +145,16 @@ fn a_guest_stopped_after_its_command_started_is_told_apart_from_a_failure_and_no
     let err = guest::exit_code(&spec, &timed_out).expect_err("timeout");
     assert!(!err.is::<guest::GuestStopped>(), "{err:#}");
     assert!(err.to_string().contains("timed out after 180 s"), "{err:#}");
+    // Nor is a guest that never reached its command (its init failed).
+    let mut not_started = guest::RunOutcome {
+        timed_out: false,
+        ..timed_out
+    };
+    not_started.guests[0].started = false;
+    let err = guest::exit_code(&spec, &not_started).expect_err("init failure");
+    assert!(!err.is::<guest::GuestStopped>(), "{err:#}");
+    assert!(
+        err.to_string().contains("before its command started"),
+        "{err:#}"
+    );
 }

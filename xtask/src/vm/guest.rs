@@ -168,14 +168,17 @@ pub fn exit_code(spec: &RunSpec, outcome: &RunOutcome) -> Result<i32> {
                         guest.console_log.display()
                     );
                 }
-                if !guest.started {
-                    // Its init failed, or a boot died again after `run_guests` booted again.
+                // The host stops the other guest when one stops: any guest whose command had
+                // started makes it a stop after the command started, whichever this one is.
+                let started = (outcome.guests.iter()).find(|g| g.status.is_none() && g.started);
+                let Some(guest) = started else {
+                    // An init failed, or a boot died again after `run_guests` booted again.
                     bail!(
                         "guest {} stopped before its command started; console log {}",
                         guest.name,
                         guest.console_log.display()
                     );
-                }
+                };
                 return Err(GuestStopped {
                     name: guest.name,
                     console_log: guest.console_log.clone(),

@@ -157,4 +157,25 @@ fn a_guest_stopped_after_its_command_started_is_told_apart_from_a_failure() {
         err.to_string().contains("before its command started"),
         "{err:#}"
     );
+    // Two guests, B's command started and B stopped, A was stopped while still booting: a
+    // stop after a command started, named after B.
+    let stopped = |name, started| guest::GuestOutcome {
+        name,
+        status: None,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        peak_rss_kib: 0,
+        console_log: PathBuf::from("/nonexistent/console.log"),
+        started,
+    };
+    let both = guest::RunOutcome {
+        guests: vec![stopped("a", false), stopped("b", true)],
+        elapsed: Duration::ZERO,
+        timed_out: false,
+    };
+    let err = guest::exit_code(&spec, &both).expect_err("no status");
+    let b = err
+        .downcast_ref::<guest::GuestStopped>()
+        .expect("GuestStopped");
+    assert_eq!(b.name, "b");
 }

@@ -80,21 +80,29 @@ fn a_send_returning_after_its_data_left_is_no_point() {
     assert_request(&r, &expected(&TX_STAGES, 20_000, 0, 0), E2E);
 }
 
+/// Moves the receive context (IRQ, raise, softirq entry: `(from, to)` times) of the
+/// netif_receive_skb event on `line`.
+fn context_moved(line: usize, times: [(&str, &str); 3]) -> impl FnOnce(&mut Vec<String>) {
+    move |lines: &mut Vec<String>| {
+        assert!(lines[line].contains("netif_receive_skb"), "{}", lines[line]);
+        for (from, to) in times {
+            assert!(lines[line].contains(from), "{from} in {}", lines[line]);
+            lines[line] = lines[line].replace(from, to);
+        }
+    }
+}
+
 #[test]
 fn a_receive_context_before_the_request_left_does_not_start_the_server_chain() {
     // B's softirq run (and its IRQ) began 25 us earlier, before A's request left at
     // 1000001004900 (the outer span, 64900 ns, would be shorter than the inner): the run
     // began before the frame existed, so B's chain starts at netif_receive_skb.
-    let r = first_request("B", |lines| {
-        assert!(lines[2].contains("netif_receive_skb"), "{}", lines[2]);
-        for (from, to) in [
-            ("7000001014900", "7000000989900"),
-            ("7000001015200", "7000000990200"),
-            ("7000001015800", "7000000990800"),
-        ] {
-            lines[2] = lines[2].replace(from, to);
-        }
-    });
+    let context = [
+        ("7000001014900", "7000000989900"),
+        ("7000001015200", "7000000990200"),
+        ("7000001015800", "7000000990800"),
+    ];
+    let r = first_request("B", context_moved(2, context));
     assert!(r.complete, "{r:?}");
     // The round trip gains the 1700 ns of IRQ, raise and softirq run the fixture had.
     assert_request(&r, &expected(&TX_STAGES, 21_700, 3, 0), E2E);
@@ -106,16 +114,12 @@ fn a_receive_context_before_the_response_existed_does_not_end_the_clients_wait()
     // request's departure, 34900 ns, is shorter than B's 44900 whatever B's side drops (its
     // context, its driver return). The run began before the response existed (an earlier
     // frame's IRQ, NAPI polling on), so the wait ends at A's netif_receive_skb.
-    let r = first_request("A", |lines| {
-        assert!(lines[7].contains("netif_receive_skb"), "{}", lines[7]);
-        for (from, to) in [
-            ("1000001069800", "1000001039800"),
-            ("1000001070100", "1000001040100"),
-            ("1000001070700", "1000001040700"),
-        ] {
-            lines[7] = lines[7].replace(from, to);
-        }
-    });
+    let context = [
+        ("1000001069800", "1000001039800"),
+        ("1000001070100", "1000001040100"),
+        ("1000001070700", "1000001040700"),
+    ];
+    let r = first_request("A", context_moved(7, context));
     assert!(r.complete, "{r:?}");
     // The round trip gains the 1700 ns of A's IRQ, raise and softirq run the fixture had.
     assert_request(&r, &expected(&TX_STAGES, 21_700, 0, 3), E2E);

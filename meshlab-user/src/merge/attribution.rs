@@ -583,14 +583,14 @@ fn client_segments(
     let chain = &cside.chain;
     let e2e = span(cc, &cside.first, &cside.last).dur_ns();
     let (pre, post) = (cside.pre(), cside.post());
-    let (Some(_), Some(_)) = (pre.last(), post.first()) else {
+    if pre.is_empty() || post.is_empty() {
         // Only reachable when every point of one side was dropped: no wait to split.
         let rest = &chain.kept[cside.cut.saturating_sub(1)..];
         let mut segs = Vec::with_capacity(segment_room(pre.len() + rest.len()));
         chain.segments(names, cc, pre, &mut segs);
         chain.segments(names, cc, rest, &mut segs);
         return (segs, e2e);
-    };
+    }
     let server = sside.filter(|s| s.chain.kept.len() >= 2);
     let (sent, arrival, wait) = wait_for_peer(cc, cside, server, names, trace, found);
     let mut segs = Vec::with_capacity(segment_room(sent + post.len()) + wait.len());

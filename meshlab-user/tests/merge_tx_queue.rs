@@ -123,4 +123,8 @@ fn a_receive_context_before_the_response_existed_does_not_end_the_clients_wait()
     assert!(r.complete, "{r:?}");
     // The round trip gains the 1700 ns of A's IRQ, raise and softirq run the fixture had.
     assert_request(&r, &expected(&TX_STAGES, 21_700, 0, 3), E2E);
+    // The reader is told why A's request has no IRQ or softirq stage.
+    let note = "receive context before the response: irq_entry, softirq_raise, softirq_entry \
+                on A dropped; the peer wait ends at netif_receive_skb";
+    assert_eq!(r.notes, [note]);
 }

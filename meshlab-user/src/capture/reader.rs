@@ -124,8 +124,9 @@ impl<R: BufRead> CaptureReader<R> {
         self.truncated_at
     }
 
-    /// Reads version 2 event records past without decoding them (their payload is empty),
-    /// for a reader that only wants the other records.
+    /// From now on [`Self::next_raw`] returns only the records that are not events, for a
+    /// reader that wants only those (the merge's first pass over a capture). Version 2 events
+    /// are stepped over without decoding, in bulk where they lie whole in the read buffer.
     pub fn skip_events(&mut self) {
         self.decode_events = false;
     }
@@ -142,6 +143,27 @@ impl<R: BufRead> CaptureReader<R> {
     /// The next complete record, or `None` at the end of the file or at an incomplete last
     /// record (see [`Self::truncated_at`]).
     pub fn next_raw(&mut self) -> Result<Option<RawRecord<'_>>, CaptureError> {
+        loop {
+            let Some((kind, offset, number)) = self.advance()? else {
+                return Ok(None);
+            };
+            if kind == RecordKind::Event && !self.decode_events {
+                continue;
+            }
+            return Ok(Some(RawRecord {
+                kind,
+                offset,
+                number,
+                payload: &self.payload,
+            }));
+        }
+    }
+
+    /// Reads the next record into the payload buffer: its kind, offset and number.
+    fn advance(&mut self) -> Result<Option<(RecordKind, u64, u64)>, CaptureError> {
+        if !self.decode_events && self.version != FORMAT_VERSION_1 {
+            self.skip_buffered_events();
+        }
         let start = self.offset;
         let number = self.next_number;
         let read = if self.version == FORMAT_VERSION_1 {
@@ -154,12 +176,41 @@ impl<R: BufRead> CaptureReader<R> {
         };
         self.offset += bytes as u64;
         self.next_number = number + 1;
-        Ok(Some(RawRecord {
-            kind,
-            offset: start,
-            number,
-            payload: &self.payload,
-        }))
+        Ok(Some((kind, start, number)))
+    }
+
+    /// Steps over the version 2 event records lying whole in the input's buffer, each by its
+    /// header alone, refilling the buffer as long as it ends on a record boundary. Stops at
+    /// anything else (another kind, a record straddling the buffer's end, a bad header, a
+    /// read error), which [`Self::read_v2`] then reads, so errors and truncation are reported
+    /// as on the one-by-one path. ~15 instructions an event against ~85 through `read_v2`.
+    fn skip_buffered_events(&mut self) {
+        loop {
+            let Ok(buf) = self.input.fill_buf() else {
+                return;
+            };
+            let (mut at, mut events) = (0, 0);
+            while let Some(header) = buf[at..].first_chunk::<EVENT_HEADER_LEN>() {
+                if u32::from(header[0]) != RecordKind::Event as u32 {
+                    break;
+                }
+                let Ok((_, mask)) = compact::parse_header(header) else {
+                    break;
+                };
+                let bytes = EVENT_HEADER_LEN + 4 * mask.count_ones() as usize;
+                if buf.len() - at < bytes {
+                    break;
+                }
+                at += bytes;
+                events += 1;
+            }
+            if events == 0 {
+                return;
+            }
+            self.input.consume(at);
+            self.offset += at as u64;
+            self.next_number += events;
+        }
     }
 
     /// The kind of a record's kind field; an error for a number that is none.
@@ -339,4 +390,77 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::writer::CaptureWriter;
+    use crate::schema::{Drops, Record};
+
+    /// A capture of events of varied compact sizes with a drops record after every 97th.
+    fn capture() -> Vec<u8> {
+        let meta = Meta {
+            node: "A".into(),
+            dev_names: Default::default(),
+        };
+        let mut w = CaptureWriter::new(Vec::new(), &meta).unwrap();
+        let mut event = [0u8; EVENT_SIZE];
+        for i in 0..2000u32 {
+            for (k, b) in event.iter_mut().enumerate() {
+                // Some bytes change every event, some every few: compact records of many sizes.
+                *b = (i.wrapping_mul(k as u32 + 1) >> (k % 5)) as u8;
+            }
+            w.write_event(&event).unwrap();
+            if i % 97 == 0 {
+                let drops = Drops {
+                    node: "A".into(),
+                    ts_ns: u64::from(i),
+                    per_hook: Default::default(),
+                    per_cpu: vec![0],
+                    total: u64::from(i),
+                };
+                w.write_record(&Record::Drops(drops)).unwrap();
+            }
+        }
+        w.into_inner().unwrap()
+    }
+
+    /// (kind, offset, number) of every record that is not an event, and where the capture
+    /// was cut, read with a `buffer`-byte buffer, decoding events or skipping them.
+    fn non_events(
+        bytes: &[u8],
+        buffer: usize,
+        skip: bool,
+    ) -> (Vec<(RecordKind, u64, u64)>, Option<u64>) {
+        let input = std::io::BufReader::with_capacity(buffer, bytes);
+        let mut r = CaptureReader::new("t.capture".into(), input).unwrap();
+        if skip {
+            r.skip_events();
+        }
+        let mut out = Vec::new();
+        while let Some(raw) = r.next_raw().unwrap() {
+            if raw.kind != RecordKind::Event {
+                out.push((raw.kind, raw.offset, raw.number));
+            }
+        }
+        (out, r.truncated_at())
+    }
+
+    /// Skipping events in bulk finds the same records at the same offsets and numbers as
+    /// reading every event, with records straddling the buffer's end and a capture cut
+    /// inside its last event.
+    #[test]
+    fn skipping_events_finds_the_records_reading_them_finds() {
+        let whole = capture();
+        let cut = &whole[..whole.len() - 3];
+        for bytes in [&whole[..], cut] {
+            let expected = non_events(bytes, 1 << 20, false);
+            assert_eq!(expected.0.len(), 2000 / 97 + 1);
+            assert_eq!(expected.1.is_some(), bytes.len() < whole.len());
+            for buffer in [64, 101, 4096, 1 << 20] {
+                assert_eq!(non_events(bytes, buffer, true), expected, "buffer {buffer}");
+            }
+        }
+    }
 }

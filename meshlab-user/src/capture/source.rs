@@ -113,9 +113,6 @@ pub fn non_event_records(path: &Path) -> Result<Vec<(u64, Record)>, CaptureError
     reader.skip_events();
     let mut out = Vec::new();
     while let Some(raw) = reader.next_raw()? {
-        if raw.kind == RecordKind::Event {
-            continue;
-        }
         let record = parse_json_record(&raw)
             .map_err(|m| CaptureError::record(path, raw.offset, raw.number, raw.kind.name(), m))?;
         out.push((raw.number, record));

@@ -108,7 +108,7 @@ impl<'h> Chain<'h> {
         found: &mut Findings,
         trace: &str,
     ) -> Self {
-        let Findings { missing, errors } = found;
+        let (missing, errors) = (&mut found.missing, &mut found.errors);
         let node = interned(&names.nodes[usize::from(half.node.0)]);
         let mut kept: Vec<Kept> = Vec::with_capacity(points.len());
         let last_seen = points.iter().rposition(|p| p.stamp.is_some());
@@ -425,6 +425,8 @@ fn difference_bound(outer: [Stamp; 2], inner: [Stamp; 2]) -> Option<u64> {
 struct Findings {
     missing: Vec<String>,
     errors: Vec<String>,
+    /// What the request's `notes` say beyond its halves' (docs/schema.md).
+    notes: Vec<String>,
 }
 
 /// The client's chain split at its wait for the peer: `kept[..cut]` until the request left,
@@ -518,11 +520,12 @@ pub fn attribute(
     found
         .missing
         .extend(server.iter().flat_map(|s| s.unresolved.iter().cloned()));
-    let mut notes = client.notes.clone();
-    notes.extend(server.iter().flat_map(|s| s.notes.iter().cloned()));
     let (segments, e2e_ns) = with_clock(client.node, |cc| {
         client_segments(&cc, &cside, sside.as_ref(), names, &trace, &mut found)
     });
+    let mut notes = client.notes.clone();
+    notes.extend(server.iter().flat_map(|s| s.notes.iter().cloned()));
+    notes.append(&mut found.notes);
     let total: u64 = segments.iter().map(|s| s.dur_ns).sum();
     if total != e2e_ns {
         found.errors.push(format!(
@@ -534,7 +537,9 @@ pub fn attribute(
         Some(j) if rank(j) < rank(client.join) => j,
         _ => client.join,
     };
-    let Findings { missing, errors } = found;
+    let Findings {
+        missing, errors, ..
+    } = found;
     Ok(Attributed {
         request: MergedRequest {
             trace_id: trace,
@@ -593,11 +598,28 @@ fn client_segments(
     }
     let server = sside.filter(|s| s.chain.kept.len() >= 2);
     let (sent, arrival, wait) = wait_for_peer(cc, cside, server, names, trace, found);
+    if arrival > 0 {
+        found
+            .notes
+            .push(context_dropped_note(chain.node, &post[..=arrival]));
+    }
     let mut segs = Vec::with_capacity(segment_room(sent + post.len()) + wait.len());
     chain.segments(names, cc, &pre[..sent], &mut segs);
     segs.extend(wait);
     chain.segments(names, cc, &post[arrival..], &mut segs);
     (segs, e2e)
+}
+
+/// The note of a response whose receive context on the client began before it existed (the
+/// points of `dropped_then_end` but the last, which ends the peer wait instead).
+fn context_dropped_note(node: &str, dropped_then_end: &[Kept]) -> String {
+    let (end, dropped) = dropped_then_end.split_last().expect("an arrival point");
+    let dropped: Vec<&str> = dropped.iter().map(|k| k.id.name()).collect();
+    format!(
+        "receive context before the response: {} on {node} dropped; the peer wait ends at {}",
+        dropped.join(", "),
+        end.id.name()
+    )
 }
 
 /// Room for the segments between `kept` points and a few split ones (a split adds a
@@ -690,7 +712,8 @@ fn split_over_departures<'n>(
             }
         }
     }
-    Err(first_error.unwrap_or_default())
+    // `rules` and `pre` are never empty (client_segments returns early without a departure).
+    Err(first_error.expect("at least one rule and one departure tried"))
 }
 
 /// Whether the server's chain starts at a hard IRQ whose handler ran late: from the IRQ to the

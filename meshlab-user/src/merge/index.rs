@@ -194,6 +194,14 @@ struct DirIndex {
     hooks: [RangeIndex; INDEXED_HOOKS],
 }
 
+impl DirIndex {
+    /// The range index of `hook`'s events (a hook of this index's direction).
+    fn events(&self, hook: Hook) -> Option<&RangeIndex> {
+        debug_assert!(hook.direction().is_some(), "{hook:?}");
+        slot(hook).map(|slot| &self.hooks[slot])
+    }
+}
+
 /// What the RX lookups found for one message, before it is laid out in chain order.
 #[derive(Default)]
 struct RxFound {
@@ -475,10 +483,10 @@ impl NodeIndex {
         });
     }
 
-    /// The range index of `hook`'s events on `cookie` (in the hook's direction).
-    fn events(&self, cookie: u64, hook: Hook) -> Option<&RangeIndex> {
-        let (dir, slot) = (hook.direction()?, slot(hook)?);
-        self.dirs.get(&(cookie, dir)).map(|d| &d.hooks[slot])
+    /// The range indexes of `cookie`'s events in direction `dir`: looked up once per message,
+    /// then per hook by [`DirIndex::events`].
+    fn dir(&self, cookie: u64, dir: Direction) -> Option<&DirIndex> {
+        self.dirs.get(&(cookie, dir))
     }
 
     /// TX stages of `[start, end)`: tcp_sendmsg of the call that copied `start`, and the device
@@ -487,23 +495,20 @@ impl NodeIndex {
         let mut out = Stages::default();
         out.points.reserve_exact(TX_KERNEL.len());
         let last = end.saturating_sub(1);
+        let tx = self.dir(cookie, Direction::Tx);
+        let events = |hook| tx.and_then(|d| d.events(hook));
         for id in TX_KERNEL {
             let (ev, retrans) = match id {
                 PointId::TcpSendmsg => {
-                    let call = self
-                        .events(cookie, Hook::TcpSendmsg)
-                        .and_then(|h| h.covering(start).0);
+                    let call = events(Hook::TcpSendmsg).and_then(|h| h.covering(start).0);
                     out.thread = call.map(|e| e.tid);
                     (call, false)
                 }
                 PointId::SendReturn => (
-                    self.events(cookie, Hook::SendReturn)
-                        .and_then(|h| h.first_reaching(end)),
+                    events(Hook::SendReturn).and_then(|h| h.first_reaching(end)),
                     false,
                 ),
-                _ => self
-                    .events(cookie, tx_device_hook(id))
-                    .map_or((None, false), |h| h.covering(last)),
+                _ => events(tx_device_hook(id)).map_or((None, false), |h| h.covering(last)),
             };
             out.retransmitted |= retrans;
             // Only a NIC's TX skbs are reclaimed as completions (not veth's, not lo's).
@@ -518,29 +523,18 @@ impl NodeIndex {
     /// copy, the wake-up its queueing caused (if the reader slept) and the recv return.
     pub fn rx_stages(&self, cookie: u64, end: u64) -> Stages {
         let last = end.saturating_sub(1);
-        let (netif, retransmitted) = self
-            .events(cookie, Hook::NetifReceiveSkb)
-            .map_or((None, false), |h| h.covering(last));
-        let covering = |hook| {
-            self.events(cookie, hook)
-                .and_then(|h| h.covering(last).0)
-                .map(|e| e.stamp)
-        };
-        let reaching = |hook| {
-            self.events(cookie, hook)
-                .and_then(|h| h.first_reaching(end))
-                .map(|e| e.stamp)
-        };
-        let copy = self
-            .events(cookie, Hook::SkbCopyDatagram)
-            .and_then(|h| h.covering(last).0);
-        let ret = self
-            .events(cookie, Hook::RecvReturn)
-            .and_then(|h| h.first_reaching(end));
+        let rx = self.dir(cookie, Direction::Rx);
+        let events = |hook| rx.and_then(|d| d.events(hook));
+        let (netif, retransmitted) =
+            events(Hook::NetifReceiveSkb).map_or((None, false), |h| h.covering(last));
+        let covering = |hook| events(hook).and_then(|h| h.covering(last).0);
+        let reaching = |hook| events(hook).and_then(|h| h.first_reaching(end));
+        let copy = covering(Hook::SkbCopyDatagram);
+        let ret = reaching(Hook::RecvReturn);
         let mut found = RxFound {
             netif: netif.map(|e| e.stamp),
-            tcp: covering(Hook::TcpProbe),
-            ready: reaching(Hook::SkDataReady),
+            tcp: covering(Hook::TcpProbe).map(|e| e.stamp),
+            ready: reaching(Hook::SkDataReady).map(|e| e.stamp),
             copy: copy.map(|e| e.stamp),
             ret: ret.map(|e| e.stamp),
             reader_tid: copy.or(ret).map(|e| e.tid),

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use super::HashMap;
+use super::{HashMap, MergeError};
 
 use crate::schema::{Direction, Hook, JoinMethod};
 
@@ -75,6 +75,9 @@ impl ProbeStamps {
         self.0.push((id, stamp));
     }
 }
+
+/// Closed turns finished per step at the end of input ([`NodeJoiner::finish_all`]).
+const FINAL_TURNS_STEP: usize = 1024;
 
 pub struct NodeJoiner {
     pub node: NodeId,
@@ -376,6 +379,12 @@ impl NodeJoiner {
     }
 
     fn run_deadlines(&mut self, now: u64) {
+        self.run_group_deadlines(now);
+        self.run_turn_deadlines(now);
+    }
+
+    /// The probe groups' RX (unix leg) and TX lookups due by `now`.
+    fn run_group_deadlines(&mut self, now: u64) {
         while self.rx_deadlines.front().is_some_and(|(d, _)| *d <= now) {
             let (_, key) = self.rx_deadlines.pop_front().expect("front exists");
             self.unix_rx_due(&key);
@@ -384,7 +393,6 @@ impl NodeJoiner {
             let (_, key) = self.deadlines.pop_front().expect("front exists");
             self.tx_due(&key);
         }
-        self.run_turn_deadlines(now);
     }
 
     /// Kernel-only turns closed a window ago (or idle): finished into halves.
@@ -581,9 +589,17 @@ impl NodeJoiner {
         self.drop_extras_before(stale_before);
     }
 
-    /// End of input: every deadline is due, every group and turn finishes.
-    pub fn finish_all(&mut self) {
-        self.run_deadlines(u64::MAX);
+    /// End of input: every deadline is due, every group and turn finishes, and each half is
+    /// handed to `emit` in the order the deadlines give. A capture's last window of turns all
+    /// closes here: finished [`FINAL_TURNS_STEP`] at a time, each step's halves handed on
+    /// (paired and written) before the next is built, they are never all held at once (they
+    /// were a third of a short capture's peak memory, docs/benchmarks-merge-ab.md round 40).
+    pub fn finish_all(
+        &mut self,
+        emit: &mut dyn FnMut(Half) -> Result<(), MergeError>,
+    ) -> Result<(), MergeError> {
+        self.run_group_deadlines(u64::MAX);
+        self.finish_turns(emit)?;
         let mut keys: Vec<(u64, GroupKey)> = self
             .groups
             .iter()
@@ -599,8 +615,29 @@ impl NodeJoiner {
                 self.errors.push(line);
             }
             turns.close_idle(u64::MAX, 0);
-            turns.run_deadlines(u64::MAX, &self.index, &self.conns, &self.name, self.node);
-            self.done.append(&mut turns.done);
+        }
+        self.finish_turns(emit)
+    }
+
+    /// Finishes every closed turn, in steps, handing `done` to `emit` after each.
+    fn finish_turns(
+        &mut self,
+        emit: &mut dyn FnMut(Half) -> Result<(), MergeError>,
+    ) -> Result<(), MergeError> {
+        loop {
+            let more = self.turns.as_mut().is_some_and(|turns| {
+                let (index, conns) = (&self.index, &self.conns);
+                turns.finish_some(FINAL_TURNS_STEP, index, conns, &self.name, self.node)
+            });
+            if let Some(turns) = &mut self.turns {
+                self.done.append(&mut turns.done);
+            }
+            for half in std::mem::take(&mut self.done) {
+                emit(half)?;
+            }
+            if !more {
+                return Ok(());
+            }
         }
     }
 

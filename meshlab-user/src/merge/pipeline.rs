@@ -100,7 +100,7 @@ pub(crate) fn run(
             }
             None => {
                 exhausted[i] = true;
-                joiners[i].finish_all();
+                joiners[i].finish_all(&mut |half| st.add(&names, half, sink))?;
             }
         }
         for half in std::mem::take(&mut joiners[i].done) {

@@ -185,6 +185,27 @@ impl Turns {
             }
         }
     }
+
+    /// At the end of input: finishes at most `limit` of the closed turns, in due order, into
+    /// `done`; true while some are left.
+    pub fn finish_some(
+        &mut self,
+        limit: usize,
+        index: &NodeIndex,
+        conns: &Conns,
+        node_name: &str,
+        node: NodeId,
+    ) -> bool {
+        for _ in 0..limit {
+            let Some(turn) = self.closing.pop_due(u64::MAX) else {
+                return false;
+            };
+            if let Some(half) = finish(turn, index, conns, node_name, node, u64::MAX) {
+                self.done.push(half);
+            }
+        }
+        !self.closing.due.is_empty()
+    }
 }
 
 /// Closed turns by due time: a prefix sorted at the last [`Closing::sort`], then the turns
@@ -303,6 +324,32 @@ fn finish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The end of input finishes closed turns at most `limit` at a time, in due order, and
+    /// says whether any is left.
+    #[test]
+    fn finish_some_finishes_at_most_its_limit_in_due_order() {
+        let mut turns = Turns::default();
+        for (due, cookie) in [(30, 3), (10, 1), (20, 2)] {
+            let turn = Turn {
+                cookie,
+                client: true,
+                tx: Some((0, 100)),
+                rx: None,
+                rx_stages: None,
+                last_tx_ns: due,
+                last_ns: due,
+            };
+            turns.closing.push(due, turn);
+        }
+        turns.closing.sort();
+        let (index, conns) = (NodeIndex::default(), Conns::default());
+        assert!(turns.finish_some(2, &index, &conns, "A", NodeId(0)));
+        assert_eq!(turns.done.len(), 2);
+        assert!(!turns.finish_some(2, &index, &conns, "A", NodeId(0)));
+        let ready: Vec<u64> = turns.done.iter().map(|h| h.ready_ns).collect();
+        assert_eq!(ready, [10, 20, 30]);
+    }
 
     /// The queue as it was: pushed at the back, popped at the front while due, and sorted
     /// whole (stably) at each sweep.

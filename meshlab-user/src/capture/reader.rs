@@ -52,7 +52,7 @@ pub struct CaptureReader<R> {
     meta: Meta,
     /// Byte offset of an incomplete last record, once the reader has reached it.
     truncated_at: Option<u64>,
-    /// False: version 2 events are read past, not decoded (their payload is left empty).
+    /// False: events are not returned; version 2 events are read past, not decoded.
     decode_events: bool,
 }
 
@@ -440,6 +440,8 @@ mod tests {
         }
         let mut out = Vec::new();
         while let Some(raw) = r.next_raw().unwrap() {
+            // Skipping, next_raw returns no event at all (non_event_records relies on it).
+            assert!(!(skip && raw.kind == RecordKind::Event), "{raw:?}");
             if raw.kind != RecordKind::Event {
                 out.push((raw.kind, raw.offset, raw.number));
             }
@@ -461,6 +463,48 @@ mod tests {
             for buffer in [64, 101, 4096, 1 << 20] {
                 assert_eq!(non_events(bytes, buffer, true), expected, "buffer {buffer}");
             }
+        }
+    }
+
+    /// The first error of a capture whose reading fails, decoding events or skipping them.
+    fn first_error(bytes: &[u8], buffer: usize, skip: bool) -> String {
+        let input = std::io::BufReader::with_capacity(buffer, bytes);
+        let mut r = CaptureReader::new("t.capture".into(), input).unwrap();
+        if skip {
+            r.skip_events();
+        }
+        loop {
+            match r.next_raw() {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("no error"),
+                Err(e) => return e.to_string(),
+            }
+        }
+    }
+
+    /// An event header with bits above the event's words, in the middle of the capture:
+    /// skipping reports it as reading does (same record, offset and message).
+    #[test]
+    fn skipping_events_reports_a_bad_header_as_reading_does() {
+        let mut bytes = capture();
+        let input = std::io::BufReader::new(&bytes[..]);
+        let mut r = CaptureReader::new("t.capture".into(), input).unwrap();
+        let mut at = None;
+        while let Some(raw) = r.next_raw().unwrap() {
+            if raw.kind == RecordKind::Event && raw.number == 1000 {
+                at = Some(raw.offset as usize);
+            }
+        }
+        let at = at.expect("record 1000 is an event");
+        bytes[at + EVENT_HEADER_LEN - 1] = 0xff; // the mask's top byte
+        let expected = first_error(&bytes, 1 << 20, false);
+        assert!(expected.contains("changed"), "{expected}");
+        for buffer in [64, 101, 4096, 1 << 20] {
+            assert_eq!(
+                first_error(&bytes, buffer, true),
+                expected,
+                "buffer {buffer}"
+            );
         }
     }
 }

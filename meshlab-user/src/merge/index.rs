@@ -195,9 +195,10 @@ struct DirIndex {
 }
 
 impl DirIndex {
-    /// The range index of `hook`'s events (a hook of this index's direction).
-    fn events(&self, hook: Hook) -> Option<&RangeIndex> {
-        debug_assert!(hook.direction().is_some(), "{hook:?}");
+    /// The range index of `hook`'s events; `dir` is this index's direction, which must be
+    /// the hook's (a TX and an RX hook share each slot).
+    fn events(&self, dir: Direction, hook: Hook) -> Option<&RangeIndex> {
+        debug_assert_eq!(hook.direction(), Some(dir), "{hook:?}");
         slot(hook).map(|slot| &self.hooks[slot])
     }
 }
@@ -496,7 +497,7 @@ impl NodeIndex {
         out.points.reserve_exact(TX_KERNEL.len());
         let last = end.saturating_sub(1);
         let tx = self.dir(cookie, Direction::Tx);
-        let events = |hook| tx.and_then(|d| d.events(hook));
+        let events = |hook| tx.and_then(|d| d.events(Direction::Tx, hook));
         for id in TX_KERNEL {
             let (ev, retrans) = match id {
                 PointId::TcpSendmsg => {
@@ -524,7 +525,7 @@ impl NodeIndex {
     pub fn rx_stages(&self, cookie: u64, end: u64) -> Stages {
         let last = end.saturating_sub(1);
         let rx = self.dir(cookie, Direction::Rx);
-        let events = |hook| rx.and_then(|d| d.events(hook));
+        let events = |hook| rx.and_then(|d| d.events(Direction::Rx, hook));
         let (netif, retransmitted) =
             events(Hook::NetifReceiveSkb).map_or((None, false), |h| h.covering(last));
         let covering = |hook| events(hook).and_then(|h| h.covering(last).0);

@@ -592,8 +592,10 @@ impl NodeJoiner {
     /// End of input: every deadline is due, every group and turn finishes, and each half is
     /// handed to `emit` in the order the deadlines give. A capture's last window of turns all
     /// closes here: finished [`FINAL_TURNS_STEP`] at a time, each step's halves handed on
-    /// (paired and written) before the next is built, they are never all held at once (they
-    /// were a third of a short capture's peak memory, docs/benchmarks-merge-ab.md round 40).
+    /// before the next is built, so the joiner never holds them all (they were a third of a
+    /// short capture's peak memory, docs/benchmarks-merge-ab.md round 40). The pipeline
+    /// writes a half when its partner is there; one whose partner is still to come (another
+    /// node's) waits in the pipeline, as before.
     pub fn finish_all(
         &mut self,
         emit: &mut dyn FnMut(Half) -> Result<(), MergeError>,
@@ -626,8 +628,13 @@ impl NodeJoiner {
     ) -> Result<(), MergeError> {
         loop {
             let more = self.turns.as_mut().is_some_and(|turns| {
-                let (index, conns) = (&self.index, &self.conns);
-                turns.finish_some(FINAL_TURNS_STEP, index, conns, &self.name, self.node)
+                turns.finish_some(
+                    FINAL_TURNS_STEP,
+                    &self.index,
+                    &self.conns,
+                    &self.name,
+                    self.node,
+                )
             });
             if let Some(turns) = &mut self.turns {
                 self.done.append(&mut turns.done);

@@ -111,26 +111,21 @@ impl PointId {
     }
 
     /// A userland probe's point (`ROLE.NAME`: a client's, a server's or a custom one), not a
-    /// kernel hook's. A match, not a look at the name: the merge asks this per segment.
+    /// kernel hook's. A match, not a look at the name: the merge asks this per segment. No
+    /// wildcard arm, so a new point must be placed on one side.
     pub fn is_probe(self) -> bool {
         use PointId::*;
-        matches!(
-            self,
-            ClientEncodeBegin
-                | ClientEncodeEnd
-                | ClientWriteBegin
-                | ClientReadReady
-                | ClientReadEnd
-                | ClientDecodeEnd
-                | ServerReadReady
-                | ServerReadEnd
-                | ServerDecodeEnd
-                | ServerHandlerBegin
-                | ServerHandlerEnd
-                | ServerEncodeEnd
-                | ServerWriteBegin
-                | Custom(_)
-        )
+        match self {
+            ClientEncodeBegin | ClientEncodeEnd | ClientWriteBegin | ClientReadReady
+            | ClientReadEnd | ClientDecodeEnd | ServerReadReady | ServerReadEnd
+            | ServerDecodeEnd | ServerHandlerBegin | ServerHandlerEnd | ServerEncodeEnd
+            | ServerWriteBegin | Custom(_) => true,
+            TcpSendmsg | SendReturn | TxTstampSched | NetDevQueue | NetDevStartXmit
+            | TxTstampSw | NetDevXmit | TxTstampHw | TxComplete | RxTstampHw | IrqEntry
+            | SoftirqRaise | SoftirqEntry | NetifReceiveSkb | TcpProbe | SkDataReady
+            | SchedWakeup | SchedSwitch | SkbCopyDatagram | RecvReturn | UdsDataReady
+            | UdsRecvReturn => false,
+        }
     }
 
     /// The probe point for `role.point`, if it is on a request's critical path.

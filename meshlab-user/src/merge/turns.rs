@@ -186,8 +186,9 @@ impl Turns {
         }
     }
 
-    /// At the end of input: finishes at most `limit` of the closed turns, in due order, into
-    /// `done`; true while some are left.
+    /// At the end of input: finishes at most `limit` of the closed turns into `done`, taken
+    /// from the front of the queue as [`Self::run_deadlines`] takes them (its sorted part,
+    /// then the turns closed since); true while some are left.
     pub fn finish_some(
         &mut self,
         limit: usize,
@@ -325,8 +326,8 @@ fn finish(
 mod tests {
     use super::*;
 
-    /// The end of input finishes closed turns at most `limit` at a time, in due order, and
-    /// says whether any is left.
+    /// The end of input finishes closed turns at most `limit` at a time, in the queue's
+    /// order, and says whether any is left.
     #[test]
     fn finish_some_finishes_at_most_its_limit_in_due_order() {
         let mut turns = Turns::default();
@@ -346,7 +347,8 @@ mod tests {
         let (index, conns) = (NodeIndex::default(), Conns::default());
         assert!(turns.finish_some(2, &index, &conns, "A", NodeId(0)));
         assert_eq!(turns.done.len(), 2);
-        assert!(!turns.finish_some(2, &index, &conns, "A", NodeId(0)));
+        // Exactly `limit` left: all finished, none left.
+        assert!(!turns.finish_some(1, &index, &conns, "A", NodeId(0)));
         let ready: Vec<u64> = turns.done.iter().map(|h| h.ready_ns).collect();
         assert_eq!(ready, [10, 20, 30]);
     }

@@ -534,9 +534,9 @@ fn pipelined_requests_join_by_offset() {
     }
 }
 
-#[test]
-fn kernel_only_mode_turns_and_replies() {
-    let out = merge(&fixture_files("kernel_only"), &[]);
+/// A kernel-only request of the plain stage times: no probes, so the processes' own stages
+/// are cut at the kernel's events.
+fn kernel_only_segments() -> Vec<Seg> {
     let mut expected = on("A", &TX_STAGES);
     expected.push(("network_round_trip", None, 20_000));
     expected.extend(on("B", &RX_STAGES));
@@ -553,6 +553,13 @@ fn kernel_only_mode_turns_and_replies() {
     expected.extend(on("B", &TX_STAGES));
     expected.extend(on("A", &RX_STAGES));
     expected.extend(on("A", &[("rx_wakeup_to_copy", 1300), ("rx_copy", 1100)]));
+    expected
+}
+
+#[test]
+fn kernel_only_mode_turns_and_replies() {
+    let out = merge(&fixture_files("kernel_only"), &[]);
+    let expected = kernel_only_segments();
     let mut rs = out.requests.clone();
     rs.sort_by_key(|r| r.start_ns);
     assert_eq!(rs.len(), 2, "{:?}", out.summary);
@@ -563,6 +570,31 @@ fn kernel_only_mode_turns_and_replies() {
     }
     assert_eq!(rs[0].trace_id, "10.200.0.1:40000>10.200.0.2:9000@0");
     assert_eq!(rs[1].trace_id, "10.200.0.1:40000>10.200.0.2:9000@100");
+}
+
+/// All of a short recording's turns are still open at its end, where they are finished
+/// 1024 at a time (`FINAL_TURNS_STEP`): 2500 requests per node take three steps, and every
+/// request comes out once, whole, across the steps' boundaries.
+#[test]
+fn kernel_only_turns_finished_in_steps_at_the_end_are_all_requests() {
+    let cfg = meshlab_testkit::synth::GenConfig {
+        requests: 2500,
+        connections: 3,
+        probes: false,
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = merge(&merge_common::generate_into(&cfg, dir.path()), &[]);
+    assert!(out.summary.errors.is_empty(), "{:?}", out.summary.errors);
+    assert_eq!(out.requests.len(), 2500, "{:?}", out.summary);
+    let expected = kernel_only_segments();
+    for r in &out.requests {
+        assert_request(r, &expected, 78_600);
+        assert!(r.complete, "{r:?}");
+    }
+    let ids: std::collections::BTreeSet<&str> =
+        out.requests.iter().map(|r| r.trace_id.as_str()).collect();
+    assert_eq!(ids.len(), 2500, "a request came out twice");
 }
 
 /// Rewrites the committed fixtures from the generator (run on purpose, not in CI).

@@ -190,18 +190,8 @@ impl<R: BufRead> CaptureReader<R> {
                 return;
             };
             let (mut at, mut events) = (0, 0);
-            while let Some(header) = buf[at..].first_chunk::<EVENT_HEADER_LEN>() {
-                if u32::from(header[0]) != RecordKind::Event as u32 {
-                    break;
-                }
-                let Ok((_, mask)) = compact::parse_header(header) else {
-                    break;
-                };
-                let bytes = EVENT_HEADER_LEN + 4 * mask.count_ones() as usize;
-                if buf.len() - at < bytes {
-                    break;
-                }
-                at += bytes;
+            while let Some(whole) = WholeEvent::at_start_of(&buf[at..]) {
+                at += whole.bytes;
                 events += 1;
             }
             if events == 0 {
@@ -325,24 +315,20 @@ impl<R: BufRead> CaptureReader<R> {
     /// then reads part by part, so errors and truncation are reported as before.
     fn buffered_event(&mut self) -> Option<usize> {
         let buf = self.input.fill_buf().ok()?;
-        let header = buf.first_chunk::<EVENT_HEADER_LEN>()?;
-        if u32::from(header[0]) != RecordKind::Event as u32 {
-            return None;
-        }
-        let (context, mask) = compact::parse_header(header).ok()?;
-        let bytes = EVENT_HEADER_LEN + 4 * mask.count_ones() as usize;
-        let words = buf.get(EVENT_HEADER_LEN..bytes)?;
+        let whole = WholeEvent::at_start_of(buf)?;
         if self.decode_events {
             self.payload.resize(EVENT_SIZE, 0);
             let event: &mut [u8; EVENT_SIZE] = (&mut self.payload[..])
                 .try_into()
                 .expect("EVENT_SIZE bytes");
-            self.contexts.decode(context, mask, words, event);
+            let words = &buf[EVENT_HEADER_LEN..whole.bytes];
+            self.contexts
+                .decode(whole.context, whole.mask, words, event);
         } else {
             self.payload.clear();
         }
-        self.input.consume(bytes);
-        Some(bytes)
+        self.input.consume(whole.bytes);
+        Some(whole.bytes)
     }
 
     /// A non-event record's length must be at most [`MAX_PAYLOAD`], a version 1 event's
@@ -375,6 +361,34 @@ impl<R: BufRead> CaptureReader<R> {
             offset: self.offset,
             source,
         }
+    }
+}
+
+/// A version 2 event record lying whole at the start of a buffer: what the buffered paths
+/// ([`CaptureReader::buffered_event`], [`CaptureReader::skip_buffered_events`]) may take
+/// without the part-by-part reads of `read_v2`.
+struct WholeEvent {
+    context: u8,
+    mask: u64,
+    /// Header and words.
+    bytes: usize,
+}
+
+impl WholeEvent {
+    /// `None` for anything else: another kind, a bad header (left for `read_v2` to report),
+    /// or a record that goes on past the buffer's end.
+    fn at_start_of(buf: &[u8]) -> Option<Self> {
+        let header = buf.first_chunk::<EVENT_HEADER_LEN>()?;
+        if u32::from(header[0]) != RecordKind::Event as u32 {
+            return None;
+        }
+        let (context, mask) = compact::parse_header(header).ok()?;
+        let bytes = EVENT_HEADER_LEN + 4 * mask.count_ones() as usize;
+        (buf.len() >= bytes).then_some(Self {
+            context,
+            mask,
+            bytes,
+        })
     }
 }
 

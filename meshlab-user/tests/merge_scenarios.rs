@@ -572,9 +572,10 @@ fn kernel_only_mode_turns_and_replies() {
     assert_eq!(rs[1].trace_id, "10.200.0.1:40000>10.200.0.2:9000@100");
 }
 
-/// All of a short recording's turns are still open at its end, where they are finished
-/// 1024 at a time (`FINAL_TURNS_STEP`): 2500 requests per node take three steps, and every
-/// request comes out once, whole, across the steps' boundaries.
+/// At the end of a recording much shorter than the 2 s window, every turn but each
+/// connection's last is closed and not yet due; they are finished there 1024 at a time
+/// (`FINAL_TURNS_STEP`): 2500 requests per node take three steps, and every request comes out
+/// once, whole, across the steps' boundaries.
 #[test]
 fn kernel_only_turns_finished_in_steps_at_the_end_are_all_requests() {
     let cfg = meshlab_testkit::synth::GenConfig {

@@ -315,20 +315,23 @@ impl<R: BufRead> CaptureReader<R> {
     /// then reads part by part, so errors and truncation are reported as before.
     fn buffered_event(&mut self) -> Option<usize> {
         let buf = self.input.fill_buf().ok()?;
-        let whole = WholeEvent::at_start_of(buf)?;
+        let WholeEvent {
+            context,
+            mask,
+            bytes,
+        } = WholeEvent::at_start_of(buf)?;
         if self.decode_events {
             self.payload.resize(EVENT_SIZE, 0);
             let event: &mut [u8; EVENT_SIZE] = (&mut self.payload[..])
                 .try_into()
                 .expect("EVENT_SIZE bytes");
-            let words = &buf[EVENT_HEADER_LEN..whole.bytes];
-            self.contexts
-                .decode(whole.context, whole.mask, words, event);
+            let words = &buf[EVENT_HEADER_LEN..bytes];
+            self.contexts.decode(context, mask, words, event);
         } else {
             self.payload.clear();
         }
-        self.input.consume(whole.bytes);
-        Some(whole.bytes)
+        self.input.consume(bytes);
+        Some(bytes)
     }
 
     /// A non-event record's length must be at most [`MAX_PAYLOAD`], a version 1 event's

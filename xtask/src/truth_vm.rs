@@ -191,8 +191,9 @@ impl Boot {
 /// into this one). When a guest stops without a status after its command started (`vm run`
 /// exits [`GUEST_STOPPED_EXIT`]: a TCG flake of these three-vCPU boots, with nothing on the
 /// console, docs/truth.md, which failed CI-66), both boot again, once, in the emptied
-/// directory: the scripts write only there, and a second stop fails the run. (The second
-/// `vm run` removes the first one's console logs; their tails are on stderr.)
+/// directory: the scripts write only there, and a second stop fails the run. (The first
+/// boot's console logs, whose paths `vm run` printed, stay for an hour: `vm::guest`'s
+/// `DEAD_RUN_LOGS_KEPT`.)
 fn boot_and_run(
     meshlab: &Path,
     dir: &Path,

@@ -394,7 +394,13 @@ impl Drop for RunningGuest {
     }
 }
 
-/// Console logs are kept after a run for debugging, until a later run finds their xtask gone.
+/// How long a dead run's console logs outlive it: a caller that boots again after a guest
+/// stopped (`truth --vm`) starts a new `vm run` seconds later, and the first boot's logs,
+/// whose paths it printed, are what tells the flake apart.
+const DEAD_RUN_LOGS_KEPT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Console logs are kept after a run for debugging, until a later run finds their xtask gone
+/// and the log unwritten for [`DEAD_RUN_LOGS_KEPT`].
 fn remove_logs_of_dead_runs(logs_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(logs_dir) else {
         return;
@@ -405,7 +411,11 @@ fn remove_logs_of_dead_runs(logs_dir: &Path) {
             .and_then(|n| n.strip_suffix(".log"))
             .and_then(|n| n.rsplit('-').next())
             .and_then(|pid| pid.parse::<u32>().ok());
-        if pid.is_some_and(|pid| !super::relay::process_alive(pid)) {
+        let unwritten_for = (entry.metadata().and_then(|m| m.modified()))
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        let old = unwritten_for.is_some_and(|age| age >= DEAD_RUN_LOGS_KEPT);
+        if old && pid.is_some_and(|pid| !super::relay::process_alive(pid)) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
@@ -455,5 +465,33 @@ mod tests {
         assert!(!outcome(both(false, false), true).died_booting());
         let finished = vec![guest("a", Some(0), true), guest("b", Some(1), true)];
         assert!(!outcome(finished, false).died_booting());
+    }
+
+    /// A dead run's log stays for an hour after its last write (a retry's first boot), then
+    /// goes; a live run's log stays however old, and a file not named like a log stays.
+    #[test]
+    fn dead_runs_logs_go_only_when_an_hour_old() {
+        let dir = std::env::temp_dir().join(format!("vm-logs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let dead = u32::MAX - 1; // above pid_max: never a live process
+        let live = std::process::id();
+        let long_ago = std::time::SystemTime::now() - DEAD_RUN_LOGS_KEPT * 2;
+        let files = [
+            (format!("6.12-a-{dead}.log"), None),
+            (format!("6.12-b-{dead}.log"), Some(long_ago)),
+            (format!("6.12-a-{live}.log"), Some(long_ago)),
+            ("notes.txt".to_owned(), Some(long_ago)),
+        ];
+        for (name, modified) in &files {
+            let file = std::fs::File::create(dir.join(name)).unwrap();
+            if let Some(t) = modified {
+                file.set_modified(*t).unwrap();
+            }
+        }
+        remove_logs_of_dead_runs(&dir);
+        let exists: Vec<bool> = files.iter().map(|(n, _)| dir.join(n).exists()).collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(exists, [true, false, true, true]);
     }
 }

@@ -59,10 +59,14 @@ pub fn check(meshlab: &Path, dir: &Path, node: &str) -> Result<()> {
     compare("NET_RX softirq", &counts.net_rx_entries, kernel)
 }
 
+/// The merge [`check`] writes into a scenario's directory (both guests' captures), which the
+/// scenario's other checks read instead of merging again.
+pub const NIC_MERGED: &str = "nic.merged.ndjson";
+
 /// `meshlab merge a.capture b.capture` and `meshlab report --nic --json --raw-window` of it
 /// (the runbook's commands, docs/runbook-nic.md step 6).
 fn nic_report(meshlab: &Path, dir: &Path, (start, end): (u64, u64)) -> Result<serde_json::Value> {
-    let merged = dir.join("nic.merged.ndjson");
+    let merged = dir.join(NIC_MERGED);
     crate::run_cmd(
         Command::new(meshlab)
             .arg("merge")

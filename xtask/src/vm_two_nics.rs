@@ -135,7 +135,7 @@ pub fn check_nics_share_a_cpu(records: &[Value]) -> Result<NicRun> {
 /// address it was sent to, and none on a vector of the other NIC; and the merge has at least
 /// [`MIN_MERGED`] of each NIC's frames as such requests (one small message, one frame).
 pub fn check_requests_on_their_nic(dir: &Path, run: &NicRun) -> Result<()> {
-    let merged = read_ndjson(&dir.join("nic.merged.ndjson"))?;
+    let merged = read_ndjson(&dir.join(crate::vm_irq_counts::NIC_MERGED))?;
     let received = requests_on_their_nic(&merged, &run.vectors)?;
     eprintln!(
         "vm two nics: requests B received per NIC, each placed on it: {received:?}, of frames {:?}",

@@ -88,7 +88,7 @@ pub fn check_every_request_on_an_rx_queue(dir: &Path) -> Result<()> {
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let report =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-    let merged = read_ndjson(&dir.join("nic.merged.ndjson"))?;
+    let merged = read_ndjson(&dir.join(crate::vm_irq_counts::NIC_MERGED))?;
     every_request_on_an_rx_queue(&report, &merged)
 }
 

@@ -191,7 +191,7 @@ pub struct KEvent {
     pub cookie: Option<u64>,
     pub dir: Option<Direction>,
     pub offset: Option<u64>,
-    pub len: u64,
+    pub len: u32,
     pub value: Option<i64>,
     pub retrans: bool,
     /// What only some hooks carry ([`Extra`]).

@@ -6,84 +6,130 @@
 //! after its definition, lookups for an RX message right when it is defined (its events are in
 //! the past), so each sees all of its events while they are still retained.
 
-use std::collections::VecDeque;
-
 use super::HashMap;
+use super::chunked::{ChunkedDeque, Keyed};
 
 use crate::schema::{Direction, Hook};
 
 use super::chain::{Point, RX_KERNEL, Stages, TX_KERNEL, tx_optional};
-use super::event::{KEvent, RxContext, Stamp};
+use super::event::{KEvent, Origin, Place, RxContext, Stamp};
 use super::reader::{ReaderTimeline, SchedEvent};
 use super::segments::PointId;
-use super::time::NodeTime;
+use super::time::{NodeId, NodeTime};
 
-/// `d.partition_point(pred)` (`pred` holds on a prefix), found by galloping in from both ends
-/// before a binary search: lookups land near one end (an RX message's events are the newest,
-/// a TX message's are looked up a window later, among the oldest), and a plain binary search
-/// over a window of a connection's events missed the cache on most of its probes (perf:
-/// `partition_point` about a quarter of the merge's CPU time on a real capture).
-fn partition_point_from_ends<T>(d: &VecDeque<T>, pred: impl Fn(&T) -> bool) -> usize {
-    // `pred` holds below `lo` and fails from `hi` on.
-    let (mut lo, mut hi) = (0, d.len());
-    let mut step = 1;
-    while lo < hi {
-        let back = hi - step.min(hi - lo);
-        if pred(&d[back]) {
-            lo = back + 1;
-            break;
-        }
-        hi = back;
-        if lo == hi {
-            break;
-        }
-        let front = lo + step.min(hi - lo) - 1;
-        if !pred(&d[front]) {
-            hi = front;
-            break;
-        }
-        lo = front + 1;
-        step *= 2;
-    }
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if pred(&d[mid]) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
-
+/// An indexed kernel event and the byte range `[start, start + len)` it covers (`len` 0 for a
+/// pointer hook). Its [`Stamp`] is kept in parts, with what few events carry (a receive
+/// context; a NIC-clock time's error and clock sample) boxed: 64 bytes where the `Stamp` and
+/// the other fields whole took 80. The index holds every kernel event of a window, so the
+/// size is most of the merge's memory ([`RangeIndex`]).
 #[derive(Clone, Debug)]
 struct RangeEvent {
-    end: u64,
-    stamp: Stamp,
+    start: u64,
+    ns: u64,
+    line: u64,
+    place: Place,
+    rare: Option<Box<RareFields>>,
+    len: u32,
     /// The thread the event ran in (the reader, for the copy and the recv return).
     tid: u32,
+    node: NodeId,
+    file: u16,
     retrans: bool,
-    rx: Option<Box<RxContext>>,
 }
 
-// An index entry, `(start, RangeEvent)`: see [`RangeIndex`] for why its size matters.
-const _: () = assert!(std::mem::size_of::<(u64, RangeEvent)>() == 80);
+const _: () = assert!(std::mem::size_of::<RangeEvent>() == 64);
+
+impl Keyed for RangeEvent {
+    fn key(&self) -> u64 {
+        self.start
+    }
+}
+
+/// Scheduler and wake-up events are kept in time order, by their stamp.
+impl<T> Keyed for (Stamp, T) {
+    fn key(&self) -> u64 {
+        self.0.ns()
+    }
+}
+
+/// The fields of a [`RangeEvent`] that only some events carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RareFields {
+    rx: Option<RxContext>,
+    error_ns: u64,
+    sample: u32,
+}
+
+impl RangeEvent {
+    /// `ev` covering `[start, start + len)`.
+    fn new(ev: &KEvent, start: u64, len: u32) -> RangeEvent {
+        let Stamp {
+            time,
+            error_ns,
+            sample,
+            origin,
+            place,
+        } = ev.stamp;
+        let rx = ev.extra.rx().copied();
+        let rare = (rx.is_some() || error_ns != 0 || sample != u32::MAX).then(|| {
+            Box::new(RareFields {
+                rx,
+                error_ns,
+                sample,
+            })
+        });
+        RangeEvent {
+            start,
+            ns: time.absolute_ns(),
+            line: origin.line,
+            place,
+            rare,
+            len,
+            tid: ev.tid,
+            node: time.node(),
+            file: origin.file,
+            retrans: ev.retrans,
+        }
+    }
+
+    fn end(&self) -> u64 {
+        self.start + u64::from(self.len)
+    }
+
+    fn stamp(&self) -> Stamp {
+        let rare = self.rare.as_deref();
+        Stamp {
+            time: NodeTime::new(self.node, self.ns),
+            error_ns: rare.map_or(0, |r| r.error_ns),
+            sample: rare.map_or(u32::MAX, |r| r.sample),
+            origin: Origin {
+                file: self.file,
+                line: self.line,
+            },
+            place: self.place,
+        }
+    }
+
+    fn rx(&self) -> Option<RxContext> {
+        self.rare.as_deref().and_then(|r| r.rx)
+    }
+}
 
 /// Events keyed by the byte range they cover (`offset`, `offset + len`); several events may
 /// share a start (a retransmission, a repeated tcp_sendmsg).
 ///
 /// A deque sorted by start rather than a BTreeMap: a connection's offsets grow with time, so an
 /// insert is almost always a push at the back and an eviction (oldest first) a pop at the
-/// front, and a lookup is a binary search over contiguous entries. Out-of-order starts (a
-/// retransmission's lower offset) are inserted in the middle, in start order still.
+/// front, and a lookup is a binary search over chunks of contiguous entries. Out-of-order
+/// starts (a retransmission's lower offset) are inserted in the middle, in start order still.
 ///
 /// One deque, no second one in age order: the index holds every kernel event of a window and
 /// its stores are most of what indexing costs (round 35 of docs/benchmarks-merge-ab.md), so an
-/// entry is 80 bytes, not the 88 + 24 of a keyed entry plus an age-ordered key.
+/// entry is 64 bytes, not 64 + 24 for an age-ordered key too.
 #[derive(Default)]
 struct RangeIndex {
     /// Sorted by start; equal starts in insertion order.
-    by_start: VecDeque<(u64, RangeEvent)>,
+    by_start: ChunkedDeque<RangeEvent>,
     max_len: u64,
     /// `by_start` is also in time order, so the oldest entries are at its front. False once
     /// an entry went in out of order (a retransmission, a late event) until an eviction
@@ -92,29 +138,27 @@ struct RangeIndex {
 }
 
 impl RangeIndex {
-    fn insert(&mut self, start: u64, ev: RangeEvent) {
-        self.max_len = self.max_len.max(ev.end - start);
+    fn insert(&mut self, ev: RangeEvent) {
+        self.max_len = self.max_len.max(u64::from(ev.len));
         match self.by_start.back() {
             None => self.time_ordered = true,
-            Some((s, last)) if *s <= start => {
-                self.time_ordered &= last.stamp.ns() <= ev.stamp.ns();
-            }
+            Some(last) if last.start <= ev.start => self.time_ordered &= last.ns <= ev.ns,
             Some(_) => {
                 // After every entry with a start <= `start`: equal starts stay in arrival order.
-                let at = partition_point_from_ends(&self.by_start, |(s, _)| *s <= start);
-                self.by_start.insert(at, (start, ev));
+                let at = self.by_start.partition_point(|start| start <= ev.start);
+                self.by_start.insert(at, ev);
                 self.time_ordered = false;
                 return;
             }
         }
-        self.by_start.push_back((start, ev));
+        self.by_start.push_back(ev);
     }
 
     /// The entries whose start is in `[lo, hi]`, in start order.
     fn starting_within(&self, lo: u64, hi: u64) -> impl Iterator<Item = &RangeEvent> {
-        let from = partition_point_from_ends(&self.by_start, |(s, _)| *s < lo);
-        let within = self.by_start.range(from..);
-        within.take_while(move |(s, _)| *s <= hi).map(|(_, ev)| ev)
+        let from = self.by_start.partition_point(|start| start < lo);
+        let within = self.by_start.iter_from(from);
+        within.take_while(move |e| e.start <= hi)
     }
 
     /// The earliest first transmission covering `byte`, and whether a retransmission of it was
@@ -124,12 +168,12 @@ impl RangeIndex {
         let mut best: Option<&RangeEvent> = None;
         let mut retransmitted = false;
         for ev in self.starting_within(lowest_start, byte) {
-            if ev.end <= byte {
+            if ev.end() <= byte {
                 continue;
             }
             if ev.retrans {
                 retransmitted = true;
-            } else if best.is_none_or(|b| ev.stamp.ns() < b.stamp.ns()) {
+            } else if best.is_none_or(|b| ev.ns < b.ns) {
                 best = Some(ev);
             }
         }
@@ -141,26 +185,20 @@ impl RangeIndex {
         let mut range = self.starting_within(end, u64::MAX);
         let first = range.next()?;
         // Pointers grow with time; equal pointers (a repeated event) keep the earliest.
-        Some(
-            range
-                .take_while(|ev| ev.end == first.end)
-                .fold(
-                    first,
-                    |a, b| if b.stamp.ns() < a.stamp.ns() { b } else { a },
-                ),
-        )
+        let repeated = range.take_while(|ev| ev.end() == first.end());
+        Some(repeated.fold(first, |a, b| if b.ns < a.ns { b } else { a }))
     }
 
     /// Drops every entry older than `cutoff_ns`.
     fn evict_before(&mut self, cutoff_ns: u64) {
-        let older = |(_, e): &(u64, RangeEvent)| e.stamp.ns() < cutoff_ns;
+        let older = |e: &RangeEvent| e.ns < cutoff_ns;
         if self.time_ordered {
             while self.by_start.front().is_some_and(older) {
                 self.by_start.pop_front();
             }
         } else {
             self.by_start.retain(|e| !older(e));
-            let times = self.by_start.iter().map(|(_, e)| e.stamp.ns());
+            let times = self.by_start.iter().map(|e| e.ns);
             self.time_ordered = times.is_sorted();
         }
     }
@@ -323,33 +361,33 @@ fn point(id: PointId, stamp: Option<Stamp>, expected: bool) -> Point {
 /// than the reorder window allows; lookups binary-search while it is in order (a busy
 /// connection or thread holds a whole window of them) and scan otherwise.
 struct TimeQueue<T> {
-    entries: VecDeque<T>,
+    entries: ChunkedDeque<T>,
     in_order: bool,
 }
 
 impl<T> Default for TimeQueue<T> {
     fn default() -> Self {
         Self {
-            entries: VecDeque::new(),
+            entries: ChunkedDeque::default(),
             in_order: true,
         }
     }
 }
 
-impl<T: Copy> TimeQueue<T> {
-    fn push(&mut self, entry: T, ns: impl Fn(&T) -> u64) {
+impl<T: Copy + Keyed> TimeQueue<T> {
+    fn push(&mut self, entry: T) {
         if self
             .entries
             .back()
-            .is_some_and(|last| ns(last) > ns(&entry))
+            .is_some_and(|last| last.key() > entry.key())
         {
             self.in_order = false;
         }
         self.entries.push_back(entry);
     }
 
-    fn evict_before(&mut self, cutoff_ns: u64, ns: impl Fn(&T) -> u64) {
-        while self.entries.front().is_some_and(|e| ns(e) < cutoff_ns) {
+    fn evict_before(&mut self, cutoff_ns: u64) {
+        while self.entries.front().is_some_and(|e| e.key() < cutoff_ns) {
             self.entries.pop_front();
         }
         if self.entries.is_empty() {
@@ -358,57 +396,42 @@ impl<T: Copy> TimeQueue<T> {
     }
 
     /// The first entry in arrival order whose time is in `[lo, hi]` and that `pick` accepts.
-    fn first_within(
-        &self,
-        lo: u64,
-        hi: u64,
-        ns: impl Fn(&T) -> u64,
-        pick: impl Fn(&T) -> bool,
-    ) -> Option<T> {
-        let from = if self.in_order {
-            partition_point_from_ends(&self.entries, |e| ns(e) < lo)
-        } else {
-            0
-        };
-        let mut range = self.entries.range(from..);
+    fn first_within(&self, lo: u64, hi: u64, pick: impl Fn(&T) -> bool) -> Option<T> {
         if self.in_order {
-            range.take_while(|e| ns(e) <= hi).find(|e| pick(e)).copied()
-        } else {
+            let from = self.entries.partition_point(|ns| ns < lo);
+            let range = self.entries.iter_from(from);
             range
-                .find(|e| ns(e) >= lo && ns(e) <= hi && pick(e))
+                .take_while(|e| e.key() <= hi)
+                .find(|e| pick(e))
+                .copied()
+        } else {
+            let mut all = self.entries.iter();
+            all.find(|e| e.key() >= lo && e.key() <= hi && pick(e))
                 .copied()
         }
     }
 
     /// The entries whose time is in `[lo, hi]` in time order, and the latest one before `lo`.
-    fn around(&self, lo: u64, hi: u64, ns: impl Fn(&T) -> u64) -> (Option<T>, Vec<T>) {
+    fn around(&self, lo: u64, hi: u64) -> (Option<T>, Vec<T>) {
         if self.in_order {
-            let from = partition_point_from_ends(&self.entries, |e| ns(e) < lo);
-            let to = partition_point_from_ends(&self.entries, |e| ns(e) <= hi).max(from);
-            let before = from.checked_sub(1).and_then(|i| self.entries.get(i));
-            let within = self.entries.range(from..to).copied().collect();
+            let from = self.entries.partition_point(|ns| ns < lo);
+            let to = self.entries.partition_point(|ns| ns <= hi);
+            let before = self.entries.before(from);
+            let within = self.entries.range(from, to).copied().collect();
             return (before.copied(), within);
         }
-        let before = self.entries.iter().filter(|e| ns(e) < lo);
-        let before = before.max_by_key(|e| ns(e)).copied();
+        let before = self.entries.iter().filter(|e| e.key() < lo);
+        let before = before.max_by_key(|e| e.key()).copied();
         let mut within: Vec<T> = self
             .entries
             .iter()
             .copied()
-            .filter(|e| ns(e) >= lo)
+            .filter(|e| e.key() >= lo)
             .collect();
-        within.retain(|e| ns(e) <= hi);
-        within.sort_by_key(|e| ns(e));
+        within.retain(|e| e.key() <= hi);
+        within.sort_by_key(|e| e.key());
         (before, within)
     }
-}
-
-fn wakeup_ns(w: &(Stamp, u32)) -> u64 {
-    w.0.ns()
-}
-
-fn sched_ns(s: &(Stamp, SchedEvent)) -> u64 {
-    s.0.ns()
 }
 
 #[derive(Default)]
@@ -427,7 +450,7 @@ impl NodeIndex {
                     self.wakeups
                         .entry(cookie)
                         .or_default()
-                        .push((ev.stamp, ev.tid), wakeup_ns);
+                        .push((ev.stamp, ev.tid));
                 }
                 self.thread_event(ev, SchedEvent::Woken);
             }
@@ -442,21 +465,9 @@ impl NodeIndex {
                 else {
                     return;
                 };
-                let (start, end) = if hook.is_pointer() {
-                    (offset, offset)
-                } else {
-                    (offset, offset + ev.len)
-                };
-                self.dirs.entry((cookie, dir)).or_default().hooks[slot].insert(
-                    start,
-                    RangeEvent {
-                        end,
-                        stamp: ev.stamp,
-                        tid: ev.tid,
-                        retrans: ev.retrans,
-                        rx: ev.extra.rx().map(|rx| Box::new(*rx)),
-                    },
-                );
+                let len = if hook.is_pointer() { 0 } else { ev.len };
+                let index = &mut self.dirs.entry((cookie, dir)).or_default().hooks[slot];
+                index.insert(RangeEvent::new(ev, offset, len));
             }
         }
     }
@@ -465,7 +476,7 @@ impl NodeIndex {
         self.threads
             .entry(ev.tid)
             .or_default()
-            .push((ev.stamp, what), sched_ns);
+            .push((ev.stamp, what));
     }
 
     /// Drops everything older than `cutoff_ns` (node time).
@@ -475,11 +486,11 @@ impl NodeIndex {
             d.hooks.iter().any(|h| !h.is_empty())
         });
         self.wakeups.retain(|_, q| {
-            q.evict_before(cutoff_ns, wakeup_ns);
+            q.evict_before(cutoff_ns);
             !q.entries.is_empty()
         });
         self.threads.retain(|_, q| {
-            q.evict_before(cutoff_ns, sched_ns);
+            q.evict_before(cutoff_ns);
             !q.entries.is_empty()
         });
     }
@@ -514,7 +525,8 @@ impl NodeIndex {
             out.retransmitted |= retrans;
             // Only a NIC's TX skbs are reclaimed as completions (not veth's, not lo's).
             let expected = !tx_optional(id);
-            out.points.push(point(id, ev.map(|e| e.stamp), expected));
+            out.points
+                .push(point(id, ev.map(RangeEvent::stamp), expected));
         }
         drop_send_return_before_departure(&mut out.points);
         out
@@ -533,15 +545,15 @@ impl NodeIndex {
         let copy = covering(Hook::SkbCopyDatagram);
         let ret = reaching(Hook::RecvReturn);
         let mut found = RxFound {
-            netif: netif.map(|e| e.stamp),
-            tcp: covering(Hook::TcpProbe).map(|e| e.stamp),
-            ready: reaching(Hook::SkDataReady).map(|e| e.stamp),
-            copy: copy.map(|e| e.stamp),
-            ret: ret.map(|e| e.stamp),
+            netif: netif.map(RangeEvent::stamp),
+            tcp: covering(Hook::TcpProbe).map(RangeEvent::stamp),
+            ready: reaching(Hook::SkDataReady).map(RangeEvent::stamp),
+            copy: copy.map(RangeEvent::stamp),
+            ret: ret.map(RangeEvent::stamp),
             reader_tid: copy.or(ret).map(|e| e.tid),
             ..RxFound::default()
         };
-        let context = netif.and_then(|e| e.rx.as_deref().copied());
+        let context = netif.and_then(RangeEvent::rx);
         let stale_context = found.set_context(context.unwrap_or_default());
         self.find_wakeup(cookie, &mut found);
         self.find_reader_states(&mut found);
@@ -566,7 +578,7 @@ impl NodeIndex {
         let (before, events) = self
             .threads
             .get(&tid)
-            .map_or((None, Vec::new()), |q| q.around(lo, hi, sched_ns));
+            .map_or((None, Vec::new()), |q| q.around(lo, hi));
         let events: Vec<(u64, SchedEvent)> = events.iter().map(|(s, e)| (s.ns(), *e)).collect();
         ReaderTimeline::build(lo, before.map(|b| b.1), &events)
     }
@@ -598,14 +610,14 @@ impl NodeIndex {
         let wakeup = lo.zip(hi).and_then(|(lo, hi)| {
             self.wakeups
                 .get(&cookie)
-                .and_then(|q| q.first_within(lo, hi, wakeup_ns, |_| true))
+                .and_then(|q| q.first_within(lo, hi, |_| true))
         });
         let hi = hi.unwrap_or(0);
         let switch_in = |e: &(Stamp, SchedEvent)| e.1 == SchedEvent::On;
         found.switch_in = wakeup.and_then(|(w, tid)| {
             self.threads
                 .get(&tid)
-                .and_then(|q| q.first_within(w.ns(), hi, sched_ns, switch_in))
+                .and_then(|q| q.first_within(w.ns(), hi, switch_in))
                 .map(|(s, _)| s)
         });
         found.wakeup = wakeup.map(|(s, _)| s);
@@ -644,7 +656,7 @@ fn tx_device_hook(id: PointId) -> Hook {
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::super::event::Origin;
+    use super::super::event::Extra;
     use super::*;
 
     /// The index as it was, a BTreeMap keyed by `(start, seq)`: what the deque must answer.
@@ -657,10 +669,10 @@ mod tests {
     }
 
     impl Reference {
-        fn insert(&mut self, start: u64, ev: RangeEvent) {
+        fn insert(&mut self, ev: RangeEvent) {
             self.seq += 1;
-            let key = (start, self.seq);
-            self.max_len = self.max_len.max(ev.end - start);
+            let key = (ev.start, self.seq);
+            self.max_len = self.max_len.max(ev.end() - ev.start);
             self.by_start.insert(key, ev);
         }
 
@@ -669,12 +681,12 @@ mod tests {
             let mut best: Option<&RangeEvent> = None;
             let mut retransmitted = false;
             for (_, ev) in self.by_start.range((lowest_start, 0)..=(byte, u64::MAX)) {
-                if ev.end <= byte {
+                if ev.end() <= byte {
                     continue;
                 }
                 if ev.retrans {
                     retransmitted = true;
-                } else if best.is_none_or(|b| ev.stamp.ns() < b.stamp.ns()) {
+                } else if best.is_none_or(|b| ev.stamp().ns() < b.stamp().ns()) {
                     best = Some(ev);
                 }
             }
@@ -684,31 +696,70 @@ mod tests {
         fn first_reaching(&self, end: u64) -> Option<u32> {
             let mut range = self.by_start.range((end, 0)..).map(|(_, ev)| ev);
             let first = range.next()?;
-            let earliest = (range.take_while(|ev| ev.end == first.end)).fold(first, |a, b| {
-                if b.stamp.ns() < a.stamp.ns() { b } else { a }
+            let earliest = (range.take_while(|ev| ev.end() == first.end())).fold(first, |a, b| {
+                if b.stamp().ns() < a.stamp().ns() {
+                    b
+                } else {
+                    a
+                }
             });
             Some(earliest.tid)
         }
 
         fn evict_before(&mut self, cutoff_ns: u64) {
-            self.by_start.retain(|_, ev| ev.stamp.ns() >= cutoff_ns);
+            self.by_start.retain(|_, ev| ev.stamp().ns() >= cutoff_ns);
         }
     }
 
-    fn event(end: u64, ns: u64, tid: u32, retrans: bool) -> RangeEvent {
-        let stamp = Stamp {
-            time: NodeTime::new(super::super::time::NodeId(0), ns),
-            error_ns: 0,
-            sample: u32::MAX,
-            origin: Origin { file: 0, line: 0 },
-            place: Default::default(),
-        };
-        RangeEvent {
-            end,
-            stamp,
+    fn kevent(hook: Hook, ns: u64, tid: u32, retrans: bool) -> KEvent {
+        KEvent {
+            hook,
+            stamp: Stamp {
+                time: NodeTime::new(NodeId(3), ns),
+                error_ns: 0,
+                sample: u32::MAX,
+                origin: Origin { file: 2, line: 7 },
+                place: Place::new(Some(1), Some(4), None, Some(33)),
+            },
             tid,
+            cookie: Some(9),
+            dir: Some(Direction::Tx),
+            offset: Some(0),
+            len: 0,
+            value: None,
             retrans,
-            rx: None,
+            extra: Extra::None,
+        }
+    }
+
+    fn event(start: u64, end: u64, ns: u64, tid: u32, retrans: bool) -> RangeEvent {
+        let ev = kevent(Hook::TcpSendmsg, ns, tid, retrans);
+        RangeEvent::new(&ev, start, u32::try_from(end - start).unwrap())
+    }
+
+    /// An index entry gives back the event's stamp and receive context whole, with the
+    /// rare fields set (a NIC-clock conversion, a receive context) and without.
+    #[test]
+    fn range_event_keeps_stamp_and_context() {
+        let plain = kevent(Hook::TcpSendmsg, 5_000, 8, false);
+        let mut converted = kevent(Hook::TxTstampHw, 6_000, 8, true);
+        converted.stamp.error_ns = 150;
+        converted.stamp.sample = super::super::nic_clock::NIC_SAMPLE_BASE + 4;
+        let mut received = kevent(Hook::NetifReceiveSkb, 7_000, 0, false);
+        let rx = RxContext {
+            irq_entry_ns: Some(6_500),
+            softirq_raise_ns: None,
+            softirq_entry_ns: Some(6_800),
+            irq_expected: true,
+            wire: None,
+        };
+        received.extra = Extra::Rx(Box::new(rx));
+        for ev in [plain, converted, received] {
+            let entry = RangeEvent::new(&ev, 100, 48);
+            assert_eq!(entry.stamp(), ev.stamp);
+            assert_eq!(entry.rx(), ev.extra.rx().copied());
+            assert_eq!((entry.start, entry.end(), entry.tid), (100, 148, ev.tid));
+            assert_eq!(entry.retrans, ev.retrans);
         }
     }
 
@@ -721,34 +772,6 @@ mod tests {
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
             self.0 % n
-        }
-    }
-
-    /// Sorted deques of every length up to 70 (some wrapped around their buffer, with
-    /// repeated values), every threshold from below the least to above the greatest: the
-    /// gallop from both ends finds the index `VecDeque::partition_point` finds.
-    #[test]
-    fn partition_point_from_ends_is_partition_point() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        for len in 0..70u64 {
-            let mut d: VecDeque<u64> = VecDeque::with_capacity(8);
-            for _ in 0..rng.below(20) {
-                d.push_back(0);
-                d.pop_front(); // the head moves on: pushes below wrap around
-            }
-            let mut v = 0;
-            for _ in 0..len {
-                v += rng.below(3);
-                d.push_back(v);
-            }
-            for t in 0..=v + 2 {
-                for pred in [&(|x: &u64| *x < t) as &dyn Fn(&u64) -> bool, &|x: &u64| {
-                    *x <= t
-                }] {
-                    let want = d.partition_point(pred);
-                    assert_eq!(partition_point_from_ends(&d, pred), want, "{d:?} {t}");
-                }
-            }
         }
     }
 
@@ -771,8 +794,8 @@ mod tests {
                 offset = offset.max(end);
                 ns = (ns + rng.below(50)).saturating_sub(rng.below(8));
                 let retrans = rng.below(6) == 0;
-                new.insert(start, event(end, ns, tid, retrans));
-                old.insert(start, event(end, ns, tid, retrans));
+                new.insert(event(start, end, ns, tid, retrans));
+                old.insert(event(start, end, ns, tid, retrans));
                 if rng.below(10) == 0 {
                     let cutoff = ns.saturating_sub(rng.below(600));
                     new.evict_before(cutoff);

@@ -187,7 +187,7 @@ impl NodeJoiner {
 
     /// Registers a send call the first time tcp_sendmsg reaches a new stream end.
     fn tcp_sendmsg(&mut self, ev: &KEvent, cookie: u64, offset: u64) {
-        let end = offset + ev.len;
+        let end = offset + u64::from(ev.len);
         let last = self.last_call_end.entry(cookie).or_insert(0);
         if !(end > *last || (*last == 0 && end == 0)) {
             return;

@@ -96,7 +96,7 @@ impl Legs {
             sock: Sock::Unix(ends),
             dir,
             start,
-            end: start + ev.len,
+            end: start + u64::from(ev.len),
             stamp: ev.stamp,
             tid: ev.tid,
         };

@@ -14,6 +14,7 @@
 pub(crate) mod attribution;
 pub(crate) mod catalog;
 pub(crate) mod chain;
+pub(crate) mod chunked;
 pub mod cli;
 pub(crate) mod clock;
 pub(crate) mod conns;

@@ -130,7 +130,7 @@ fn kernel_item(
         cookie: k.cookie,
         dir: k.dir,
         offset: k.offset,
-        len: u64::from(k.len.unwrap_or(0)),
+        len: k.len.unwrap_or(0),
         value: k.value,
         retrans: k.retrans,
         extra: Extra::new(Extras {

@@ -3,16 +3,16 @@
 //! A `VecDeque` that holds a window of events grows by doubling: at the merge's peak on a dense
 //! capture its buffers were 35-48 % unused and their growth copies were 3.4 % of the merge's
 //! instructions (round 41 of docs/benchmarks-merge-ab.md). Here a queue grows one chunk at a
-//! time, so at most one chunk per queue is unused and no entry is copied when it grows; an
+//! time, so at most one chunk per queue is partly used and no entry is copied when it grows; an
 //! insert in the middle (a retransmission's lower offset) moves at most one chunk's entries.
 
 use std::collections::VecDeque;
 
-/// Entries per chunk: 64 index entries are 5 KiB, large enough that the chunk level costs a
-/// few probes per search and small enough that one spare chunk per queue stays small.
+/// Entries per chunk: 64 index entries are 4 KiB, large enough that the chunk level costs a
+/// few probes per search and small enough that one partly used chunk per queue stays small.
 const CHUNK: usize = 64;
 
-/// `pred` holds on a prefix of `0..len` (`at(i)`): the length of that prefix, found by
+/// `pred` holds on a prefix of the indexes `0..len`: the length of that prefix, found by
 /// galloping in from both ends before a binary search. Lookups land near one end (an RX
 /// message's events are the newest, a TX message's are looked up a window later, among the
 /// oldest), and a plain binary search over a window of a connection's events missed the cache

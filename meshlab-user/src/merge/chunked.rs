@@ -268,7 +268,7 @@ impl<'a, T> Iterator for Iter<'a, T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     impl Keyed for (u64, u64) {
@@ -278,10 +278,11 @@ mod tests {
     }
 
     /// A small deterministic generator (xorshift64): no dependency, the same run every time.
-    struct Rng(u64);
+    /// The merge's other randomized tests (index.rs) use it too.
+    pub(crate) struct Rng(pub(crate) u64);
 
     impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;

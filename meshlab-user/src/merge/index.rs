@@ -656,6 +656,7 @@ fn tx_device_hook(id: PointId) -> Hook {
 mod tests {
     use std::collections::BTreeMap;
 
+    use super::super::chunked::tests::Rng;
     use super::super::event::Extra;
     use super::*;
 
@@ -760,18 +761,6 @@ mod tests {
             assert_eq!(entry.rx(), ev.extra.rx().copied());
             assert_eq!((entry.start, entry.end(), entry.tid), (100, 148, ev.tid));
             assert_eq!(entry.retrans, ev.retrans);
-        }
-    }
-
-    /// A small deterministic generator (xorshift64): no dependency, the same run every time.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
         }
     }
 

@@ -3,13 +3,15 @@
 //! A `VecDeque` that holds a window of events grows by doubling: at the merge's peak on a dense
 //! capture its buffers were 35-48 % unused and their growth copies were 3.4 % of the merge's
 //! instructions (round 41 of docs/benchmarks-merge-ab.md). Here a queue grows one chunk at a
-//! time, so at most one chunk per queue is partly used and no entry is copied when it grows; an
-//! insert in the middle (a retransmission's lower offset) moves at most one chunk's entries.
+//! time and no entry is copied when it grows. Partly used chunks are the first (its front
+//! evicted) and the last (still filling), and the halves of a chunk split by an insert in the
+//! middle (a retransmission's lower offset, which moves at most one chunk's entries) or thinned
+//! by an out-of-order eviction, until their entries leave.
 
 use std::collections::VecDeque;
 
 /// Entries per chunk: 64 index entries are 4 KiB, large enough that the chunk level costs a
-/// few probes per search and small enough that one partly used chunk per queue stays small.
+/// few probes per search and small enough that a queue's partly used chunks stay small.
 const CHUNK: usize = 64;
 
 /// `pred` holds on a prefix of the indexes `0..len`: the length of that prefix, found by

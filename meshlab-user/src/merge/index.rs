@@ -53,7 +53,7 @@ impl<T> Keyed for (Stamp, T) {
 }
 
 /// The fields of a [`RangeEvent`] that only some events carry.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 struct RareFields {
     rx: Option<RxContext>,
     error_ns: u64,

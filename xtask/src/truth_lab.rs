@@ -441,18 +441,42 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 mod tests {
     use super::*;
 
+    /// bash running `trap` (its SIGINT trap set up first), waited for until the trap is in
+    /// place. SIGINT is set back to its default in the child first: bash cannot trap a signal
+    /// ignored when it started, and a test run started in the background (CI under
+    /// `setsid ... &`) ignores SIGINT.
+    fn bash_with_trap(name: &str, trap: &str) -> Proc {
+        let ready = std::env::temp_dir().join(format!("xtask-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&ready);
+        let mut cmd = Command::new("bash");
+        let script = format!(
+            "{trap}; : > '{}'; while :; do sleep 0.05; done",
+            ready.display()
+        );
+        cmd.args(["-c", &script]);
+        use std::os::unix::process::CommandExt;
+        // SAFETY: signal(2) in the forked child before exec is async-signal-safe and touches
+        // no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            })
+        };
+        let mut proc = Proc::spawn(name, &mut cmd).unwrap();
+        proc.wait_ready(&ready, Duration::from_secs(30)).unwrap();
+        let _ = std::fs::remove_file(&ready);
+        proc
+    }
+
     /// A child that, like bpftrace now and then, lets the first SIGINT pass stops on the
-    /// repeated one, and says how many it took.
+    /// repeated one.
     #[test]
     fn stop_repeats_sigint_until_the_child_exits() {
-        let mut cmd = Command::new("bash");
-        cmd.args([
-            "-c",
-            "n=0; trap 'n=$((n+1)); [ $n -ge 2 ] && exit 0' INT; while :; do sleep 0.05; done",
-        ]);
-        let mut proc = Proc::spawn("deaf to one SIGINT", &mut cmd).unwrap();
-        // bash installs the trap after it starts: give it that moment.
-        std::thread::sleep(Duration::from_millis(300));
+        let mut proc = bash_with_trap(
+            "deaf-to-one-sigint",
+            "n=0; trap 'n=$((n+1)); [ $n -ge 2 ] && exit 0' INT",
+        );
         let start = Instant::now();
         proc.stop_within(SIGINT_REPEAT * 3).unwrap();
         assert!(start.elapsed() >= SIGINT_REPEAT, "{:?}", start.elapsed());
@@ -461,10 +485,7 @@ mod tests {
 
     #[test]
     fn a_child_deaf_to_sigint_is_killed_with_an_error() {
-        let mut cmd = Command::new("bash");
-        cmd.args(["-c", "trap '' INT; while :; do sleep 0.05; done"]);
-        let mut proc = Proc::spawn("deaf to SIGINT", &mut cmd).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        let mut proc = bash_with_trap("deaf-to-sigint", "trap '' INT");
         let err = proc.stop_within(Duration::from_secs(6)).unwrap_err();
         assert!(
             err.to_string()

@@ -33,6 +33,7 @@ pub mod pipeline;
 pub(crate) mod reader;
 pub(crate) mod reduce;
 pub mod segments;
+pub(crate) mod stored_stages;
 pub(crate) mod stream;
 pub(crate) mod time;
 pub(crate) mod turns;

@@ -21,6 +21,7 @@ use super::event::{Role, Stamp};
 use super::half::{Half, stage_notes};
 use super::index::NodeIndex;
 use super::message::{MsgRef, SendCall};
+use super::stored_stages::StoredStages;
 use super::time::NodeId;
 
 struct Turn {
@@ -28,7 +29,7 @@ struct Turn {
     client: bool,
     tx: Option<(u64, u64)>,
     rx: Option<(u64, u64)>,
-    rx_stages: Option<Stages>,
+    rx_stages: Option<StoredStages>,
     last_tx_ns: u64,
     last_ns: u64,
 }
@@ -145,7 +146,7 @@ impl Turns {
         });
         extend(&mut turn.rx, msg.start, msg.end);
         // The message's stages are those of its last byte: the latest recv's lookup wins.
-        turn.rx_stages = Some(stages);
+        turn.rx_stages = Some(StoredStages::store(stages));
         turn.last_ns = now;
     }
 
@@ -283,7 +284,7 @@ fn finish(
 ) -> Option<Half> {
     let (tx_start, tx_end) = turn.tx?;
     let tx = index.tx_stages(turn.cookie, tx_start, tx_end);
-    let mut rx = turn.rx_stages.unwrap_or_else(|| Stages::absent(&RX_KERNEL));
+    let mut rx = (turn.rx_stages).map_or_else(|| Stages::absent(&RX_KERNEL), StoredStages::expand);
     let readers = rx.reader.take().into_iter().collect();
     let request_start = if turn.client { tx_start } else { turn.rx?.0 };
     let mut notes = Vec::new();

@@ -132,8 +132,9 @@ pub fn sched_batch(cmd: &mut Command) -> &mut Command {
 /// How often [`Proc::stop_within`] repeats its SIGINT. bpftrace (0.17) now and then misses
 /// one: on 2026-12-07 the reference script sat in epoll_wait for 19 min after a SIGINT sent a
 /// second after its probes attached, then exited at once on a second SIGINT (rare: the loop
-/// in `xtask/truth/bpftrace-sigint.sh` missed 0 of 20 right after); CI (ci-86) failed on it. Children that honour the first (meshlab's recorder and
-/// lab processes) stop well within this and never see a second.
+/// in `xtask/truth/bpftrace-sigint.sh` missed 0 of 20 right after); CI (ci-86) failed on it.
+/// Children that honour the first (meshlab's recorder and lab processes) stop well within
+/// this and never see a second.
 pub const SIGINT_REPEAT: Duration = Duration::from_secs(5);
 
 /// A child stopped with SIGINT (SIGKILL after 5 s) and reaped on drop; SIGKILLed if xtask is

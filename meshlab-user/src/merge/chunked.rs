@@ -85,8 +85,12 @@ struct Chunk<T> {
 
 impl<T: Keyed> Chunk<T> {
     fn new(entries: VecDeque<T>) -> Chunk<T> {
-        let last_key = entries.back().map_or(0, T::key);
-        Chunk { last_key, entries }
+        let mut chunk = Chunk {
+            last_key: 0,
+            entries,
+        };
+        chunk.update_key();
+        chunk
     }
 
     fn update_key(&mut self) {

@@ -125,7 +125,10 @@ impl CompactStages {
             return None;
         }
         let (mut observed, mut expected) = (0u16, 0u16);
-        let mut stamps = Vec::with_capacity(RX_KERNEL.len());
+        // Exactly as many as are observed: the box then takes the vector's buffer as it is
+        // (a larger capacity would be copied into a smaller one, on every recv).
+        let observed_count = stages.points.iter().filter(|p| p.stamp.is_some()).count();
+        let mut stamps = Vec::with_capacity(observed_count);
         for (i, (point, &id)) in stages.points.iter().zip(&RX_KERNEL).enumerate() {
             if point.id != id || point.owner != 0 {
                 return None;
